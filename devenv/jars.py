@@ -1,0 +1,50 @@
+"""Locate (and on demand fetch) the jars resolved by tools/kafka/pom.xml.
+
+Maven does the resolution; this module only knows where `tools/fetch-jars`
+puts the result, so tests, the demo and the launcher agree on one cache.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+CACHE = Path(os.environ.get("LAGWATCH_CACHE", ROOT / ".cache"))
+DEFAULT_KAFKA_VERSION = "4.2.1"
+SPARK_VERSION = "4.2.0"
+
+
+class JarsMissing(RuntimeError):
+    pass
+
+
+def _fetch(profile: str, version: str, dest: Path) -> None:
+    prop = "kafka.version" if profile == "kafka" else "spark.version"
+    subprocess.run(
+        [str(ROOT / "tools" / "fetch-jars"), profile, version, str(dest)],
+        check=True,
+    )
+    if not any(dest.glob("*.jar")):
+        raise JarsMissing(f"maven produced no jars for {profile} {prop}={version} in {dest}")
+
+
+def kafka_libs(version: str = DEFAULT_KAFKA_VERSION, fetch: bool = True) -> Path:
+    """Directory holding the broker and tools jars of one Kafka version."""
+    dest = CACHE / f"kafka-{version}" / "libs"
+    if not (dest / ".complete").exists():
+        if not fetch:
+            raise JarsMissing(f"Kafka {version} jars not in {dest}; run tools/fetch-jars")
+        _fetch("kafka", version, dest)
+    return dest
+
+
+def spark_kafka_jars(version: str = SPARK_VERSION, fetch: bool = True) -> list[Path]:
+    """The spark-sql-kafka connector and the dependencies pyspark does not ship."""
+    dest = CACHE / f"spark-kafka-{version}" / "libs"
+    if not (dest / ".complete").exists():
+        if not fetch:
+            raise JarsMissing(f"Spark Kafka connector {version} not in {dest}")
+        _fetch("spark", version, dest)
+    return sorted(dest.glob("*.jar"))

@@ -1,0 +1,360 @@
+"""Start real Apache Kafka brokers (KRaft, combined broker+controller) on loopback.
+
+Used by the tests, the demo and by hand::
+
+    python -m devenv.kafka                 # one broker, prints its address
+    python -m devenv.kafka --brokers 3     # three brokers, replication factor 3
+
+Every JVM carries ``-Dlagwatch.owner=<pid>`` and ``-Dlagwatch.dir=<dir>`` and
+dies with its parent (PR_SET_PDEATHSIG). A launcher that starts finds JVMs
+whose owner is gone (an interrupted run) and kills them and their directories,
+so an interrupted run never leaves a broker behind for the next one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import contextlib
+import ctypes
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from devenv.jars import DEFAULT_KAFKA_VERSION, kafka_libs
+
+_PR_SET_PDEATHSIG = 1
+
+
+class BrokerStartError(RuntimeError):
+    pass
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _port_open(port: int) -> bool:
+    with socket.socket() as s:
+        s.settimeout(0.5)
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def java_binary() -> str:
+    java = shutil.which("java")
+    if not java:
+        raise BrokerStartError(
+            "Java 17+ is required to run Kafka: install it (Debian: apt-get install openjdk-17-jre-headless)"
+        )
+    return java
+
+
+def _die_with_parent() -> None:
+    """preexec_fn: the child gets SIGKILL when the launching process dies."""
+    with contextlib.suppress(Exception):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def reap_orphans() -> list[int]:
+    """Kill broker JVMs left by a launcher process that no longer exists."""
+    killed = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            argv = (proc / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        owner = next((a for a in argv if a.startswith(b"-Dlagwatch.owner=")), None)
+        if owner is None:
+            continue
+        owner_pid = int(owner.split(b"=", 1)[1])
+        if Path(f"/proc/{owner_pid}").exists():
+            continue
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(int(proc.name), signal.SIGKILL)
+            killed.append(int(proc.name))
+        d = next((a for a in argv if a.startswith(b"-Dlagwatch.dir=")), None)
+        if d:
+            shutil.rmtree(d.split(b"=", 1)[1].decode(), ignore_errors=True)
+    return killed
+
+
+@dataclass
+class Broker:
+    node_id: int
+    port: int
+    controller_port: int
+    dir: Path
+    proc: subprocess.Popen | None = None
+    paused: bool = False
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def log_file(self) -> Path:
+        return self.dir / "server.log"
+
+    def log_tail(self, lines: int = 60) -> str:
+        try:
+            return "\n".join(self.log_file.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no log)"
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def pause(self) -> None:
+        """SIGSTOP: the JVM keeps its sockets but answers nothing."""
+        assert self.proc
+        os.kill(self.proc.pid, signal.SIGSTOP)
+        self.paused = True
+
+    def resume(self) -> None:
+        assert self.proc
+        os.kill(self.proc.pid, signal.SIGCONT)
+        self.paused = False
+
+
+@dataclass
+class KafkaCluster:
+    """N combined-mode KRaft nodes sharing one temporary directory."""
+
+    brokers_count: int = 1
+    version: str = DEFAULT_KAFKA_VERSION
+    extra_config: dict[str, str] = field(default_factory=dict)
+    heap: str = "768m"
+    root: Path | None = None
+    brokers: list[Broker] = field(default_factory=list)
+    cluster_id: str = ""
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return ",".join(b.address for b in self.brokers)
+
+    @property
+    def libs(self) -> Path:
+        return kafka_libs(self.version)
+
+    # -- lifecycle -------------------------------------------------------
+    def start(self, timeout: float = 90.0) -> KafkaCluster:
+        java = java_binary()
+        reap_orphans()
+        libs = self.libs
+        self.root = Path(tempfile.mkdtemp(prefix="lagwatch-kafka-"))
+        self.cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        self.brokers = [
+            Broker(i + 1, free_port(), free_port(), self.root / f"node{i + 1}")
+            for i in range(self.brokers_count)
+        ]
+        voters = ",".join(f"{b.node_id}@127.0.0.1:{b.controller_port}" for b in self.brokers)
+        rf = min(3, self.brokers_count)
+        for b in self.brokers:
+            b.dir.mkdir(parents=True)
+            props = {
+                "process.roles": "broker,controller",
+                "node.id": str(b.node_id),
+                "controller.quorum.voters": voters,
+                "listeners": f"PLAINTEXT://127.0.0.1:{b.port},CONTROLLER://127.0.0.1:{b.controller_port}",
+                "advertised.listeners": f"PLAINTEXT://127.0.0.1:{b.port}",
+                "controller.listener.names": "CONTROLLER",
+                "inter.broker.listener.name": "PLAINTEXT",
+                "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+                "log.dirs": str(b.dir / "data"),
+                "num.partitions": "1",
+                "default.replication.factor": str(rf),
+                "offsets.topic.replication.factor": str(rf),
+                "offsets.topic.num.partitions": "10",
+                "transaction.state.log.replication.factor": str(rf),
+                "transaction.state.log.min.isr": "1",
+                "share.coordinator.state.topic.replication.factor": str(rf),
+                "share.coordinator.state.topic.min.isr": "1",
+                "group.initial.rebalance.delay.ms": "0",
+                "group.min.session.timeout.ms": "1000",
+                "group.consumer.min.session.timeout.ms": "1000",
+                "group.consumer.min.heartbeat.interval.ms": "500",
+                "replica.lag.time.max.ms": "10000",
+                "log.segment.bytes": str(16 * 1024 * 1024),
+            }
+            props.update(self.extra_config)
+            (b.dir / "server.properties").write_text(
+                "".join(f"{k}={v}\n" for k, v in props.items())
+            )
+            (b.dir / "log4j2.properties").write_text(_LOG4J2.format(log=b.log_file))
+            fmt = subprocess.run(
+                [java, "-cp", f"{libs}/*", *self._log_opts(b), "kafka.tools.StorageTool",
+                 "format", "-t", self.cluster_id, "-c", str(b.dir / "server.properties")],
+                capture_output=True, text=True,
+            )
+            if fmt.returncode != 0:
+                self.stop()
+                raise BrokerStartError(f"kafka-storage format failed:\n{fmt.stdout}\n{fmt.stderr}")
+        for b in self.brokers:
+            self._spawn(b)
+        self.wait_ready(timeout)
+        return self
+
+    def _log_opts(self, b: Broker) -> list[str]:
+        return [f"-Dlog4j2.configurationFile={b.dir / 'log4j2.properties'}"]
+
+    def _spawn(self, b: Broker) -> None:
+        cmd = [
+            java_binary(), f"-Xmx{self.heap}", "-Xms128m", "-XX:+UseSerialGC",
+            "-Djava.awt.headless=true",
+            f"-Dlagwatch.owner={os.getpid()}", f"-Dlagwatch.dir={self.root}",
+            *self._log_opts(b),
+            "-cp", f"{self.libs}/*", "kafka.Kafka", str(b.dir / "server.properties"),
+        ]
+        out = open(b.dir / "stdout.log", "ab")  # noqa: SIM115 - owned by the child
+        b.proc = subprocess.Popen(
+            cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            preexec_fn=_die_with_parent,
+        )
+        out.close()
+
+    def wait_ready(self, timeout: float = 90.0, brokers: list[Broker] | None = None) -> None:
+        """Wait until every broker answers metadata and sees all live nodes."""
+        from confluent_kafka.admin import AdminClient
+
+        want = brokers or self.brokers
+        deadline = time.monotonic() + timeout
+        last_err: Exception | None = None
+        while time.monotonic() < deadline:
+            for b in want:
+                if not b.alive():
+                    out = (b.dir / "stdout.log").read_text(errors="replace")[-3000:]
+                    raise BrokerStartError(
+                        f"Kafka node {b.node_id} exited with {b.proc.returncode if b.proc else '?'}"
+                        f"\n--- server.log ---\n{b.log_tail()}\n--- stdout ---\n{out}"
+                    )
+            if not all(_port_open(b.port) for b in want):
+                time.sleep(0.3)
+                continue
+            try:
+                ok = True
+                for b in want:
+                    admin = AdminClient({"bootstrap.servers": b.address, "log_level": 0})
+                    md = admin.list_topics(timeout=2)
+                    live = sum(1 for x in self.brokers if x.alive() and not x.paused)
+                    if len(md.brokers) < live or md.controller_id < 0:
+                        ok = False
+                if ok:
+                    return
+            except Exception as e:  # noqa: BLE001 - retried until the deadline
+                last_err = e
+            time.sleep(0.3)
+        logs = "\n".join(f"--- node {b.node_id} ---\n{b.log_tail()}" for b in want)
+        raise BrokerStartError(f"Kafka did not become ready in {timeout}s ({last_err})\n{logs}")
+
+    def stop_broker(self, b: Broker, kill: bool = False) -> None:
+        if not b.alive():
+            return
+        assert b.proc
+        if b.paused:
+            b.resume()
+        b.proc.send_signal(signal.SIGKILL if kill else signal.SIGTERM)
+        try:
+            b.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            b.proc.kill()
+            b.proc.wait(10)
+
+    def restart_broker(self, b: Broker, timeout: float = 90.0) -> None:
+        self.stop_broker(b)
+        self._spawn(b)
+        self.wait_ready(timeout, [b])
+
+    def stop(self) -> None:
+        for b in self.brokers:
+            if b.alive():
+                assert b.proc
+                if b.paused:
+                    b.resume()
+                b.proc.send_signal(signal.SIGTERM)
+        for b in self.brokers:
+            if b.proc and b.proc.poll() is None:
+                try:
+                    b.proc.wait(20)
+                except subprocess.TimeoutExpired:
+                    b.proc.kill()
+                    b.proc.wait(10)
+        if self.root:
+            shutil.rmtree(self.root, ignore_errors=True)
+
+    def __enter__(self) -> KafkaCluster:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # -- tools -----------------------------------------------------------
+    def run_tool(self, main_class: str, *args: str, timeout: float = 120) -> str:
+        """Run one of Kafka's own command-line tools and return its stdout."""
+        res = subprocess.run(
+            [java_binary(), "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
+             "-Dlog4j2.level=ERROR", "-cp", f"{self.libs}/*", main_class, *args],
+            capture_output=True, text=True, timeout=timeout,
+        )
+        if res.returncode != 0:
+            raise RuntimeError(f"{main_class} {' '.join(args)} failed:\n{res.stderr}{res.stdout}")
+        return res.stdout
+
+
+_LOG4J2 = """\
+status = error
+appender.file.type = File
+appender.file.name = file
+appender.file.fileName = {log}
+appender.file.layout.type = PatternLayout
+appender.file.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = INFO
+rootLogger.appenderRef.file.ref = file
+logger.kafka.name = kafka
+logger.kafka.level = INFO
+logger.state.name = state.change.logger
+logger.state.level = WARN
+"""
+
+
+@contextlib.contextmanager
+def running(brokers: int = 1, version: str = DEFAULT_KAFKA_VERSION, **kw) -> Iterator[KafkaCluster]:
+    cluster = KafkaCluster(brokers_count=brokers, version=version, **kw)
+    try:
+        yield cluster.start()
+    finally:
+        cluster.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m devenv.kafka", description=__doc__.split("\n")[0])
+    ap.add_argument("--brokers", type=int, default=1)
+    ap.add_argument("--version", default=DEFAULT_KAFKA_VERSION)
+    args = ap.parse_args(argv)
+    try:
+        with running(args.brokers, args.version) as c:
+            print(f"Kafka {args.version} ({args.brokers} node(s)) at {c.bootstrap_servers}", flush=True)
+            print("Ctrl-C stops it.", flush=True)
+            with contextlib.suppress(KeyboardInterrupt):
+                while all(b.alive() for b in c.brokers):
+                    time.sleep(1)
+    except BrokerStartError as e:
+        print(f"lagwatch: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

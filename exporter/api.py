@@ -1,0 +1,82 @@
+"""JSON documents of the /api/v1 endpoints, built from the evaluated views."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from exporter.view import ClusterView, GroupView
+
+
+def _round(v: float | None, nd: int = 3) -> float | None:
+    return None if v is None else round(v, nd)
+
+
+def cluster_doc(v: ClusterView, now: float | None = None) -> dict[str, Any]:
+    now = time.time() if now is None else now
+    counts: dict[str, int] = {}
+    for g in v.groups.values():
+        counts[g.status] = counts.get(g.status, 0) + 1
+    return {
+        "cluster": v.cluster,
+        "up": v.up,
+        "sampled_at": v.sampled_at or None,
+        "data_age_seconds": _round(now - v.sampled_at) if v.sampled_at else None,
+        "sample_duration_seconds": _round(v.sample_duration),
+        "brokers": v.brokers,
+        "groups": len(v.groups),
+        "groups_by_status": counts,
+        "last_error": v.last_error or None,
+    }
+
+
+def group_summary(g: GroupView) -> dict[str, Any]:
+    return {
+        "group": g.group,
+        "type": g.type,
+        "state": g.state,
+        "status": g.status,
+        "reasons": list(g.reasons),
+        "members": len(g.members),
+        "lag_offsets": g.total_lag,
+        "max_lag_seconds": _round(g.max_lag_seconds),
+    }
+
+
+def group_doc(cluster: str, g: GroupView) -> dict[str, Any]:
+    doc = group_summary(g)
+    doc["cluster"] = cluster
+    doc["members"] = [
+        {"member_id": m.member_id, "client_id": m.client_id, "host": m.host,
+         "partitions": m.partitions, "last_poll_age_seconds": _round(m.last_poll_age)}
+        for m in g.members
+    ]
+    doc["partitions"] = [
+        {"topic": p.topic, "partition": p.partition, "committed_offset": p.committed,
+         "position_offset": p.position, "lag_offsets": p.lag_offsets,
+         "lag_seconds": _round(p.lag_seconds), "stalled_seconds": _round(p.stalled_seconds),
+         "status": p.status, "reason": p.reason or None, "owner": p.owner or None}
+        for p in g.partitions
+    ]
+    if g.spark is not None:
+        s = g.spark
+        doc["spark"] = {
+            "query_id": s.query_id, "run_id": s.run_id, "batch_id": s.batch_id,
+            "batch_duration_seconds": _round(s.batch_duration_seconds),
+            "input_rows_per_second": _round(s.input_rows_per_second),
+            "processed_rows_per_second": _round(s.processed_rows_per_second),
+            "last_progress_age_seconds": _round(s.last_progress_age),
+            "batch_running_seconds": _round(s.batch_running_seconds),
+            "active": s.active,
+        }
+    return doc
+
+
+def partitions_doc(v: ClusterView) -> list[dict[str, Any]]:
+    return [
+        {"topic": t, "partition": p, "log_start_offset": po.log_start,
+         "high_watermark_offset": po.hw, "last_stable_offset": po.lso,
+         "log_end_offset": po.leo, "replicas": po.replicas, "in_sync_replicas": po.isr,
+         "leader": po.leader}
+        for (t, p), po in sorted(v.partitions.items())
+    ]

@@ -1,0 +1,110 @@
+"""``lagwatch`` / ``python -m exporter``: parse flags, validate config, run until signalled."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+import threading
+
+from prometheus_client import CollectorRegistry
+
+from exporter import __version__
+from exporter.config import Config, ConfigError, build_config, load_yaml, parse_listen
+from exporter.metrics import ViewCollector
+from exporter.runner import Exporter
+from exporter.server import WebConfig, make_server, serve_in_thread
+
+log = logging.getLogger("lagwatch")
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(
+        prog="lagwatch",
+        description="Kafka consumer-lag exporter: lag in offsets and seconds, stalled, stopped "
+                    "and livelocked consumers, Spark Structured Streaming queries.")
+    ap.add_argument("--bootstrap-servers", help="HOST:PORT[,HOST:PORT] of one cluster")
+    ap.add_argument("--cluster", help="name of that cluster in labels (default: default)")
+    ap.add_argument("--listen", help="HOST:PORT to serve on (default 0.0.0.0:9308)")
+    ap.add_argument("--interval", help="seconds between sampling cycles (default 30)")
+    ap.add_argument("--stall-after", help="seconds a frozen committed offset with lag > 0 "
+                                          "takes to become 'stalled' (default 300)")
+    ap.add_argument("--livelock-after", help="seconds since a member's last poll before it is "
+                                             "'livelocked' (default 180)")
+    ap.add_argument("--lag-mode", choices=["interpolate", "exact"],
+                    help="how lag seconds are computed (default interpolate)")
+    ap.add_argument("--compat", action="append", choices=["kafka_exporter"],
+                    help="also emit another exporter's metric names")
+    ap.add_argument("--web-config", help="TLS / basic auth file (exporter-toolkit format)")
+    ap.add_argument("--log-level", help="DEBUG, INFO, WARNING or ERROR")
+    ap.add_argument("--config", help="YAML file: several clusters, client properties, filters")
+    ap.add_argument("--version", action="version", version=f"lagwatch {__version__}")
+    return ap.parse_args(argv)
+
+
+def load(argv: list[str] | None) -> Config:
+    args = parse_args(argv)
+    file_data = load_yaml(args.config) if args.config else {}
+    overrides = {
+        "bootstrap_servers": args.bootstrap_servers,
+        "cluster": args.cluster,
+        "listen": args.listen,
+        "interval": args.interval,
+        "stall_after": args.stall_after,
+        "livelock_after": args.livelock_after,
+        "lag_mode": args.lag_mode,
+        "compat": args.compat,
+        "web_config": args.web_config,
+        "log_level": args.log_level,
+    }
+    if args.listen is not None:
+        parse_listen(args.listen, "--listen")
+    if args.interval is not None:
+        try:
+            if float(args.interval) <= 0:
+                raise ValueError
+        except ValueError:
+            raise ConfigError("--interval", f"expected a positive number of seconds, got "
+                                            f"{args.interval!r}") from None
+    return build_config(file_data, overrides)
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        config = load(argv)
+        web = WebConfig(config.web_config)
+    except ConfigError as e:
+        print(f"lagwatch: configuration error: {e}", file=sys.stderr)
+        return 2
+    logging.basicConfig(level=config.log_level,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    for noisy in ("lagwatch.librdkafka",):
+        logging.getLogger(noisy).setLevel(max(logging.WARNING, logging.getLogger().level))
+    exporter = Exporter(config)
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(ViewCollector(exporter.store, config.compat))
+    try:
+        server = make_server(exporter.store, registry, config.listen, web)
+    except OSError as e:
+        print(f"lagwatch: cannot listen on {config.listen[0]}:{config.listen[1]}: {e.strerror}",
+              file=sys.stderr)
+        return 2
+    stop = threading.Event()
+
+    def on_signal(signum: int, _frame: object) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    host, port = server.server_address[:2]
+    scheme = "https" if web.cert_file else "http"
+    log.info("lagwatch %s listening on %s://%s:%s/ for cluster(s): %s", __version__, scheme, host,
+             port, ", ".join(f"{c.name} ({c.bootstrap_servers})" for c in config.clusters))
+    serve_in_thread(server)
+    exporter.start()
+    stop.wait()
+    log.info("shutting down")
+    server.shutdown()
+    exporter.stop()
+    return 0

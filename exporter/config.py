@@ -1,0 +1,325 @@
+"""Configuration: CLI flags and an optional YAML file, validated into frozen dataclasses.
+
+Every problem raises :class:`ConfigError` naming the field (``clusters[1].interval``)
+so the CLI can print one line and exit 2. Values of the form ``${VAR}`` are
+read from the environment, which is where secrets belong.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+DEFAULT_LISTEN = ("0.0.0.0", 9308)
+DEFAULT_REPORTS_TOPIC = "__lagwatch_reports"
+LAG_MODES = ("interpolate", "exact")
+COMPAT_MODES = ("kafka_exporter",)
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
+_ENV_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+# librdkafka properties whose values must never be printed.
+SECRET_KEY_RE = re.compile(r"(password|secret|token|private|key\.pem|keystore|\.key$|jaas)", re.I)
+
+
+class ConfigError(ValueError):
+    """A configuration problem, already phrased for the operator."""
+
+    def __init__(self, field_path: str, problem: str) -> None:
+        super().__init__(f"{field_path}: {problem}")
+        self.field = field_path
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """When a partition stops being `ok` (all in seconds)."""
+
+    stall_after: float = 300.0
+    livelock_after: float = 180.0
+    lag_seconds: float = 600.0
+    window: float = 600.0
+    report_expiry: float = 900.0
+    report_stale_after: float = 60.0
+
+
+@dataclass(frozen=True)
+class Filters:
+    group_allow: re.Pattern[str] | None = None
+    group_deny: re.Pattern[str] | None = None
+    topic_allow: re.Pattern[str] | None = None
+    topic_deny: re.Pattern[str] | None = None
+
+    def group_ok(self, group: str) -> bool:
+        return _allowed(group, self.group_allow, self.group_deny)
+
+    def topic_ok(self, topic: str) -> bool:
+        return _allowed(topic, self.topic_allow, self.topic_deny)
+
+
+def _allowed(name: str, allow: re.Pattern[str] | None, deny: re.Pattern[str] | None) -> bool:
+    if allow is not None and not allow.search(name):
+        return False
+    return not (deny is not None and deny.search(name))
+
+
+@dataclass(frozen=True)
+class ClusterConfig:
+    name: str
+    bootstrap_servers: str
+    client: dict[str, str] = field(default_factory=dict)
+    interval: float = 30.0
+    request_timeout: float = 10.0
+    lag_mode: str = "interpolate"
+    filters: Filters = field(default_factory=Filters)
+    reports_topic: str = DEFAULT_REPORTS_TOPIC
+    reports_enabled: bool = True
+
+    def redacted_client(self) -> dict[str, str]:
+        return {k: ("***" if SECRET_KEY_RE.search(k) else v) for k, v in self.client.items()}
+
+    def __repr__(self) -> str:  # never let a secret reach a log through repr()
+        return (f"ClusterConfig(name={self.name!r}, bootstrap_servers={self.bootstrap_servers!r}, "
+                f"client={self.redacted_client()!r}, interval={self.interval})")
+
+
+@dataclass(frozen=True)
+class Config:
+    clusters: tuple[ClusterConfig, ...]
+    listen: tuple[str, int] = DEFAULT_LISTEN
+    thresholds: Thresholds = field(default_factory=Thresholds)
+    compat: frozenset[str] = frozenset()
+    max_group_partitions: int = 500_000
+    history_points: int = 120
+    log_level: str = "INFO"
+    web_config: str | None = None
+
+
+# -- parsing helpers -----------------------------------------------------------
+
+def _expand_env(value: Any, where: str) -> Any:
+    if isinstance(value, str):
+        def sub(m: re.Match[str]) -> str:
+            var = m.group(1)
+            if var not in os.environ:
+                raise ConfigError(where, f"environment variable {var} is not set")
+            return os.environ[var]
+        return _ENV_RE.sub(sub, value)
+    if isinstance(value, dict):
+        return {k: _expand_env(v, f"{where}.{k}") for k, v in value.items()}
+    if isinstance(value, list):
+        return [_expand_env(v, f"{where}[{i}]") for i, v in enumerate(value)]
+    return value
+
+
+def _positive(value: Any, where: str, *, minimum: float = 0.0, integer: bool = False) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise ConfigError(where, f"expected a number, got {type(value).__name__}")
+    try:
+        num = int(value) if integer else float(value)
+    except ValueError:
+        raise ConfigError(where, f"expected a number, got {value!r}") from None
+    if num != num or num in (float("inf"), float("-inf")):
+        raise ConfigError(where, f"expected a finite number, got {value!r}")
+    if num <= minimum:
+        raise ConfigError(where, f"must be greater than {minimum:g}, got {value!r}")
+    return num
+
+
+def _regex(value: Any, where: str) -> re.Pattern[str] | None:
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise ConfigError(where, f"expected a regular expression string, got {type(value).__name__}")
+    try:
+        return re.compile(value)
+    except re.error as e:
+        raise ConfigError(where, f"invalid regular expression {value!r}: {e}") from None
+
+
+def parse_listen(value: Any, where: str = "listen") -> tuple[str, int]:
+    if not isinstance(value, str) or ":" not in value:
+        raise ConfigError(where, f"expected HOST:PORT, got {value!r}")
+    host, _, port = value.rpartition(":")
+    host = host.strip("[]")
+    if not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ConfigError(where, f"port must be 0-65535, got {port!r}")
+    return host or "0.0.0.0", int(port)
+
+
+def _bootstrap(value: Any, where: str) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise ConfigError(where, "expected HOST:PORT[,HOST:PORT...]")
+    for part in value.split(","):
+        host, sep, port = part.strip().rpartition(":")
+        if not sep or not host or not port.isdigit() or not 0 < int(port) <= 65535:
+            raise ConfigError(where, f"expected HOST:PORT, got {part.strip()!r}")
+    return value.strip()
+
+
+def _check_keys(d: dict[str, Any], allowed: set[str], where: str) -> None:
+    for k in d:
+        if k not in allowed:
+            prefix = f"{where}." if where else ""
+            known = ", ".join(sorted(allowed))
+            raise ConfigError(f"{prefix}{k}", f"unknown setting (expected one of: {known})")
+
+
+def _mapping(value: Any, where: str) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ConfigError(where, f"expected a mapping, got {type(value).__name__}")
+    return value
+
+
+_THRESHOLD_KEYS = {"stall_after", "livelock_after", "lag_seconds", "window", "report_expiry",
+                   "report_stale_after"}
+_CLUSTER_KEYS = {"name", "bootstrap_servers", "client", "interval", "request_timeout", "lag_mode",
+                 "groups", "topics", "reports_topic", "reports"}
+_TOP_KEYS = {"clusters", "listen", "interval", "thresholds", "compat", "max_group_partitions",
+             "history_points", "log_level", "lag_mode", "web_config", "request_timeout"}
+
+
+def _thresholds(raw: Any, base: Thresholds) -> Thresholds:
+    raw = _mapping(raw, "thresholds")
+    _check_keys(raw, _THRESHOLD_KEYS, "thresholds")
+    return replace(base, **{k: _positive(v, f"thresholds.{k}") for k, v in raw.items()})
+
+
+def _filters(groups: Any, topics: Any, where: str) -> Filters:
+    g = _mapping(groups, f"{where}.groups")
+    t = _mapping(topics, f"{where}.topics")
+    _check_keys(g, {"allow", "deny"}, f"{where}.groups")
+    _check_keys(t, {"allow", "deny"}, f"{where}.topics")
+    return Filters(
+        group_allow=_regex(g.get("allow"), f"{where}.groups.allow"),
+        group_deny=_regex(g.get("deny"), f"{where}.groups.deny"),
+        topic_allow=_regex(t.get("allow"), f"{where}.topics.allow"),
+        topic_deny=_regex(t.get("deny"), f"{where}.topics.deny"),
+    )
+
+
+def _cluster(raw: Any, where: str, defaults: dict[str, Any]) -> ClusterConfig:
+    raw = _mapping(raw, where)
+    _check_keys(raw, _CLUSTER_KEYS, where)
+    name = raw.get("name", defaults.get("name", "default"))
+    if not isinstance(name, str) or not _NAME_RE.match(name):
+        raise ConfigError(f"{where}.name", f"expected 1-63 characters [A-Za-z0-9._-], got {name!r}")
+    if "bootstrap_servers" not in raw:
+        raise ConfigError(f"{where}.bootstrap_servers", "is required")
+    client = _mapping(raw.get("client"), f"{where}.client")
+    for k, v in client.items():
+        if not isinstance(v, str | int | float | bool):
+            raise ConfigError(f"{where}.client.{k}", "expected a scalar librdkafka property value")
+    client_s = {str(k): (str(v).lower() if isinstance(v, bool) else str(v)) for k, v in client.items()}
+    for forbidden in ("group.id", "enable.auto.commit", "bootstrap.servers"):
+        if forbidden in client_s:
+            raise ConfigError(f"{where}.client.{forbidden}",
+                              "must not be set: lagwatch manages it (it never joins or commits)")
+    lag_mode = raw.get("lag_mode", defaults.get("lag_mode", "interpolate"))
+    if lag_mode not in LAG_MODES:
+        raise ConfigError(f"{where}.lag_mode", f"expected one of {', '.join(LAG_MODES)}, got {lag_mode!r}")
+    reports = _mapping(raw.get("reports"), f"{where}.reports")
+    _check_keys(reports, {"enabled", "topic"}, f"{where}.reports")
+    enabled = reports.get("enabled", True)
+    if not isinstance(enabled, bool):
+        raise ConfigError(f"{where}.reports.enabled", f"expected true or false, got {enabled!r}")
+    topic = reports.get("topic", raw.get("reports_topic", DEFAULT_REPORTS_TOPIC))
+    if not isinstance(topic, str) or not re.fullmatch(r"[A-Za-z0-9._-]{1,249}", topic):
+        raise ConfigError(f"{where}.reports.topic", f"not a valid Kafka topic name: {topic!r}")
+    return ClusterConfig(
+        name=name,
+        bootstrap_servers=_bootstrap(raw["bootstrap_servers"], f"{where}.bootstrap_servers"),
+        client=client_s,
+        interval=_positive(raw.get("interval", defaults.get("interval", 30.0)), f"{where}.interval",
+                           minimum=0.05),
+        request_timeout=_positive(raw.get("request_timeout", defaults.get("request_timeout", 10.0)),
+                                  f"{where}.request_timeout"),
+        lag_mode=lag_mode,
+        filters=_filters(raw.get("groups"), raw.get("topics"), where),
+        reports_topic=topic,
+        reports_enabled=enabled,
+    )
+
+
+def load_yaml(path: str) -> dict[str, Any]:
+    try:
+        text = Path(path).read_text()
+    except OSError as e:
+        raise ConfigError("--config", f"cannot read {path}: {e.strerror}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        loc = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise ConfigError(path, f"invalid YAML{loc}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(path, "the top level must be a mapping")
+    return data
+
+
+def build_config(file_data: dict[str, Any], overrides: dict[str, Any]) -> Config:
+    """Merge the YAML file with CLI overrides (CLI wins) and validate everything."""
+    data = _expand_env(dict(file_data), "config")
+    _check_keys(data, _TOP_KEYS, "")
+    for k, v in overrides.items():
+        if v is not None and k not in ("bootstrap_servers", "cluster"):
+            data[k] = v
+
+    thresholds = _thresholds(data.get("thresholds"), Thresholds())
+    th_over = {k: overrides[k] for k in ("stall_after", "livelock_after") if overrides.get(k) is not None}
+    if th_over:
+        thresholds = replace(thresholds, **{k: _positive(v, f"--{k.replace('_', '-')}")
+                                            for k, v in th_over.items()})
+
+    defaults = {k: data[k] for k in ("interval", "lag_mode", "request_timeout") if k in data}
+    clusters_raw = data.get("clusters")
+    if overrides.get("bootstrap_servers"):
+        clusters_raw = [{"bootstrap_servers": overrides["bootstrap_servers"],
+                         "name": overrides.get("cluster") or "default"}]
+        if isinstance(data.get("clusters"), list) and len(data["clusters"]) == 1:
+            merged = dict(_mapping(data["clusters"][0], "clusters[0]"))
+            merged.update(clusters_raw[0])
+            clusters_raw = [merged]
+    if clusters_raw is None:
+        raise ConfigError("clusters", "no cluster configured: pass --bootstrap-servers or a config file")
+    if not isinstance(clusters_raw, list) or not clusters_raw:
+        raise ConfigError("clusters", "expected a non-empty list of clusters")
+    clusters = tuple(_cluster(c, f"clusters[{i}]", defaults) for i, c in enumerate(clusters_raw))
+    names = [c.name for c in clusters]
+    for i, n in enumerate(names):
+        if names.index(n) != i:
+            raise ConfigError(f"clusters[{i}].name", f"duplicate cluster name {n!r}")
+
+    compat_raw = data.get("compat") or []
+    if isinstance(compat_raw, str):
+        compat_raw = [compat_raw]
+    if not isinstance(compat_raw, list):
+        raise ConfigError("compat", "expected a list")
+    for c in compat_raw:
+        if c not in COMPAT_MODES:
+            known = ", ".join(COMPAT_MODES)
+            raise ConfigError("compat", f"unknown compatibility mode {c!r} (known: {known})")
+    log_level = str(data.get("log_level", "INFO")).upper()
+    if log_level not in ("DEBUG", "INFO", "WARNING", "ERROR"):
+        raise ConfigError("log_level", f"expected DEBUG, INFO, WARNING or ERROR, got {log_level!r}")
+    web_config = data.get("web_config")
+    if web_config is not None and not isinstance(web_config, str):
+        raise ConfigError("web_config", "expected a file path")
+    return Config(
+        clusters=clusters,
+        listen=parse_listen(data["listen"]) if "listen" in data else DEFAULT_LISTEN,
+        thresholds=thresholds,
+        compat=frozenset(compat_raw),
+        max_group_partitions=int(_positive(data.get("max_group_partitions", 500_000),
+                                           "max_group_partitions", integer=True)),
+        history_points=int(_positive(data.get("history_points", 120), "history_points",
+                                     minimum=2, integer=True)),
+        log_level=log_level,
+        web_config=web_config,
+    )

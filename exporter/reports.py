@@ -1,0 +1,249 @@
+"""Reports that consumers and Spark drivers publish to the compacted reports topic.
+
+Format (JSON object, UTF-8, at most MAX_REPORT_BYTES), version 1::
+
+    consumer: {"v":1, "kind":"consumer", "cluster"?: str, "group": str,
+               "client_id": str, "member_id": str, "host": str,
+               "sent_at": epoch s, "last_poll": epoch s, "interval": s,
+               "partitions": [{"topic": str, "partition": int,
+                               "position"?: int, "committed"?: int}],
+               "closed"?: bool}
+    spark:    {"v":1, "kind":"spark", "cluster"?: str, "group": str,
+               "query_id": str, "run_id": str, "name"?: str|null,
+               "sent_at": epoch s, "event": "started"|"progress"|"idle"|"heartbeat"|"terminated",
+               "batch_id"?: int, "batch_started"?: epoch s|null, "last_progress"?: epoch s|null,
+               "batch_duration_ms"?: number, "input_rows_per_second"?: number,
+               "processed_rows_per_second"?: number, "interval": s,
+               "end_offsets": {topic: {partition: offset}},
+               "latest_offsets": {topic: {partition: offset}},
+               "exception"?: str|null}
+
+Times compared with each other come from the reporter's own clock
+(``sent_at - last_poll``), so clock skew between hosts does not matter.
+The decoder is strict: anything unexpected raises :class:`ReportError` with a
+short reason that becomes the ``reason`` label of the drop counter.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from exporter.snapshot import TP
+
+VERSION = 1
+MAX_REPORT_BYTES = 256 * 1024
+MAX_PARTITIONS = 10_000
+MAX_NAME = 512
+MAX_OFFSET = 2**63 - 1
+# Reasons are a closed set: they are a label value of lagwatch_reports_dropped_total.
+DROP_REASONS = ("oversized", "malformed", "wrong_type", "bad_version", "unknown_cluster",
+                "absurd_value", "too_many_partitions", "flood")
+
+
+class ReportError(ValueError):
+    def __init__(self, reason: str, detail: str = "") -> None:
+        assert reason in DROP_REASONS
+        super().__init__(f"{reason}: {detail}" if detail else reason)
+        self.reason = reason
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerReport:
+    group: str
+    client_id: str
+    member_id: str
+    host: str
+    sent_at: float
+    last_poll: float
+    interval: float
+    positions: dict[TP, int]
+    committed: dict[TP, int]
+    closed: bool
+    received_at: float
+
+    def poll_age(self, now: float) -> float:
+        return max(0.0, self.sent_at - self.last_poll) + max(0.0, now - self.received_at)
+
+
+@dataclass(frozen=True, slots=True)
+class SparkReport:
+    group: str
+    query_id: str
+    run_id: str
+    name: str | None
+    sent_at: float
+    event: str
+    batch_id: int | None
+    batch_started: float | None
+    last_progress: float | None
+    batch_duration_ms: float | None
+    input_rows_per_second: float | None
+    processed_rows_per_second: float | None
+    interval: float
+    end_offsets: dict[TP, int]
+    latest_offsets: dict[TP, int]
+    exception: str | None
+    received_at: float
+
+    @property
+    def terminated(self) -> bool:
+        return self.event == "terminated"
+
+    def batch_running(self, now: float) -> float | None:
+        if self.batch_started is None:
+            return None
+        return max(0.0, self.sent_at - self.batch_started) + max(0.0, now - self.received_at)
+
+    def progress_age(self, now: float) -> float | None:
+        if self.last_progress is None:
+            return None
+        return max(0.0, self.sent_at - self.last_progress) + max(0.0, now - self.received_at)
+
+
+Report = ConsumerReport | SparkReport
+
+
+def _str(d: dict[str, Any], key: str, *, required: bool = True, empty: bool = False) -> str | None:
+    v = d.get(key)
+    if v is None and not required:
+        return None
+    if not isinstance(v, str) or (not v and not empty):
+        raise ReportError("wrong_type", f"{key} must be a non-empty string")
+    if len(v) > MAX_NAME:
+        raise ReportError("absurd_value", f"{key} longer than {MAX_NAME}")
+    return v
+
+
+def _num(d: dict[str, Any], key: str, *, required: bool = True, lo: float = 0.0,
+         hi: float = 1e15) -> float | None:
+    v = d.get(key)
+    if v is None and not required:
+        return None
+    if isinstance(v, bool) or not isinstance(v, int | float):
+        raise ReportError("wrong_type", f"{key} must be a number")
+    if not math.isfinite(v) or not lo <= v <= hi:
+        raise ReportError("absurd_value", f"{key}={v!r} out of range")
+    return float(v)
+
+
+def _offset(v: Any, what: str) -> int:
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise ReportError("wrong_type", f"{what} must be an integer")
+    if not 0 <= v <= MAX_OFFSET:
+        raise ReportError("absurd_value", f"{what}={v} out of range")
+    return v
+
+
+def _partition(v: Any, what: str) -> int:
+    if isinstance(v, str) and v.isdigit() and len(v) < 8:
+        v = int(v)
+    if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v < 1_000_000:
+        raise ReportError("wrong_type", f"{what} must be a partition number")
+    return v
+
+
+def _offset_map(raw: Any, key: str) -> dict[TP, int]:
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise ReportError("wrong_type", f"{key} must be an object")
+    out: dict[TP, int] = {}
+    for topic, parts in raw.items():
+        if not isinstance(topic, str) or not topic or len(topic) > 249:
+            raise ReportError("wrong_type", f"{key}: bad topic name")
+        if not isinstance(parts, dict):
+            raise ReportError("wrong_type", f"{key}.{topic} must be an object")
+        for p, off in parts.items():
+            out[(topic, _partition(p, f"{key}.{topic} partition"))] = _offset(off, f"{key} offset")
+            if len(out) > MAX_PARTITIONS:
+                raise ReportError("too_many_partitions")
+    return out
+
+
+def decode(raw: bytes | None, cluster: str, received_at: float) -> Report:
+    """Validate one report read from ``cluster``'s reports topic."""
+    if raw is None:
+        raise ReportError("malformed", "empty value")
+    if len(raw) > MAX_REPORT_BYTES:
+        raise ReportError("oversized", f"{len(raw)} bytes")
+    try:
+        d = json.loads(raw)
+    except (ValueError, UnicodeDecodeError):
+        raise ReportError("malformed", "not JSON") from None
+    if not isinstance(d, dict):
+        raise ReportError("malformed", "not a JSON object")
+    if d.get("v") != VERSION:
+        raise ReportError("bad_version", f"v={d.get('v')!r}")
+    rc = d.get("cluster")
+    if rc is not None and rc != cluster:
+        raise ReportError("unknown_cluster", f"report for {rc!r} on cluster {cluster!r}")
+    kind = d.get("kind")
+    group = _str(d, "group")
+    assert group is not None
+    sent_at = _num(d, "sent_at", lo=1e9, hi=1e11)
+    assert sent_at is not None
+    interval = _num(d, "interval", required=False, lo=0.01, hi=86400) or 5.0
+    if kind == "consumer":
+        parts = d.get("partitions", [])
+        if not isinstance(parts, list):
+            raise ReportError("wrong_type", "partitions must be a list")
+        if len(parts) > MAX_PARTITIONS:
+            raise ReportError("too_many_partitions")
+        positions: dict[TP, int] = {}
+        committed: dict[TP, int] = {}
+        for item in parts:
+            if not isinstance(item, dict):
+                raise ReportError("wrong_type", "partition entry must be an object")
+            topic = _str(item, "topic")
+            assert topic is not None
+            tp = (topic, _partition(item.get("partition"), "partition"))
+            if item.get("position") is not None:
+                positions[tp] = _offset(item["position"], "position")
+            if item.get("committed") is not None:
+                committed[tp] = _offset(item["committed"], "committed")
+        closed = d.get("closed", False)
+        if not isinstance(closed, bool):
+            raise ReportError("wrong_type", "closed must be a boolean")
+        last_poll = _num(d, "last_poll", lo=1e9, hi=1e11)
+        assert last_poll is not None
+        return ConsumerReport(
+            group=group, client_id=_str(d, "client_id", empty=True) or "",
+            member_id=_str(d, "member_id", empty=True) or "", host=_str(d, "host", empty=True) or "",
+            sent_at=sent_at, last_poll=last_poll, interval=interval,
+            positions=positions, committed=committed, closed=closed, received_at=received_at)
+    if kind == "spark":
+        event = d.get("event")
+        if event not in ("started", "progress", "idle", "heartbeat", "terminated"):
+            raise ReportError("wrong_type", f"unknown spark event {event!r}")
+        batch_id = d.get("batch_id")
+        if batch_id is not None:
+            batch_id = _offset(batch_id, "batch_id")
+        exc = d.get("exception")
+        if exc is not None and not isinstance(exc, str):
+            raise ReportError("wrong_type", "exception must be a string")
+        return SparkReport(
+            group=group, query_id=_str(d, "query_id") or "", run_id=_str(d, "run_id") or "",
+            name=_str(d, "name", required=False), sent_at=sent_at, event=event,
+            batch_id=batch_id,
+            batch_started=_num(d, "batch_started", required=False, lo=1e9, hi=1e11),
+            last_progress=_num(d, "last_progress", required=False, lo=1e9, hi=1e11),
+            batch_duration_ms=_num(d, "batch_duration_ms", required=False),
+            input_rows_per_second=_num(d, "input_rows_per_second", required=False),
+            processed_rows_per_second=_num(d, "processed_rows_per_second", required=False),
+            interval=interval,
+            end_offsets=_offset_map(d.get("end_offsets"), "end_offsets"),
+            latest_offsets=_offset_map(d.get("latest_offsets"), "latest_offsets"),
+            exception=(exc[:2000] if exc else None), received_at=received_at)
+    raise ReportError("wrong_type", f"unknown kind {kind!r}")
+
+
+def report_key(kind: str, group: str, who: str) -> bytes:
+    """Compaction key: the latest report per consumer member or Spark query survives."""
+    return f"{kind}/{group}/{who}".encode()
+
+
+def encode(report: dict[str, Any]) -> bytes:
+    return json.dumps(report, separators=(",", ":"), allow_nan=False).encode()

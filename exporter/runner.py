@@ -1,0 +1,131 @@
+"""One background thread per cluster: sample -> evaluate -> publish, on its own interval.
+
+A slow or broken cluster only delays its own thread; scrapes never wait for
+Kafka. Failures back off exponentially (capped) and recover by themselves.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+from exporter.config import ClusterConfig, Config
+from exporter.evaluator import Evaluator
+from exporter.lag import RecordTimestamps
+from exporter.metrics import SelfStats
+from exporter.report_reader import ReportReader
+from exporter.sampler import Sampler, client_config
+from exporter.state import Store
+
+log = logging.getLogger("lagwatch.runner")
+MAX_BACKOFF = 60.0
+
+
+class ClusterRunner:
+    def __init__(self, cfg: ClusterConfig, config: Config, store: Store) -> None:
+        self.cfg = cfg
+        self.store = store
+        self.evaluator = Evaluator(cfg.name, config.thresholds, cfg.interval,
+                                   config.history_points, config.max_group_partitions)
+        self.sampler: Sampler | None = None
+        self.exact: RecordTimestamps | None = None
+        self.reports: ReportReader | None = None
+        self.thresholds = config.thresholds
+        self.cycles = 0
+        self._stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, name=f"sampler-{cfg.name}", daemon=True)
+        self._failures = 0
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self.thread.join(timeout=self.cfg.request_timeout * 3 + 5)
+        if self.reports:
+            self.reports.stop()
+        if self.exact:
+            self.exact.close()
+        if self.sampler:
+            self.sampler.close()
+
+    def _run(self) -> None:
+        next_at = time.monotonic()
+        while not self._stop.is_set():
+            ok = self.cycle()
+            if ok:
+                self._failures = 0
+                delay = self.cfg.interval
+            else:
+                self._failures += 1
+                delay = min(MAX_BACKOFF, self.cfg.interval * 2 ** min(self._failures - 1, 6))
+            next_at = max(next_at + delay, time.monotonic() + min(delay, 0.05))
+            if not ok:
+                next_at = time.monotonic() + delay
+            self._stop.wait(max(0.0, next_at - time.monotonic()))
+
+    def cycle(self) -> bool:
+        """Run one cycle; never raises. Returns whether the cluster could be read."""
+        try:
+            if self.sampler is None:
+                self.sampler = Sampler(self.cfg)
+                self.exact = RecordTimestamps(client_config(self.cfg), self.cfg.request_timeout)
+            if self.reports is None and self.cfg.reports_enabled:
+                self.reports = ReportReader(self.cfg, self.thresholds)
+                self.reports.start()
+            consumer_reports, spark_reports = (self.reports.current() if self.reports
+                                               else ({}, {}))
+            spark_topics = {t for r in spark_reports.values() for (t, _) in r.end_offsets}
+            snap = self.sampler.sample(extra_topics=spark_topics)
+            exact_ts: dict[tuple[str, int, int], float] = {}
+            if snap.ok and self.exact is not None:
+                want = self.evaluator.lag_inputs(snap, self.cfg.lag_mode)
+                want += [(tp, off) for r in spark_reports.values()
+                         for tp, off in r.end_offsets.items()
+                         if self.cfg.lag_mode == "exact"]
+                if want:
+                    try:
+                        got = self.exact.lookup(want)
+                        exact_ts = {(tp[0], tp[1], off): got[tp] for tp, off in want if tp in got}
+                    except Exception as e:  # noqa: BLE001 - lag seconds fall back to interpolation
+                        self.evaluator.errors_by_stage["exact_lag"] += 1
+                        log.warning("cluster %s: reading record timestamps failed: %s",
+                                    self.cfg.name, e)
+            view = self.evaluator.evaluate(snap, consumer_reports, spark_reports, exact_ts)
+            self.cycles += 1
+            if not snap.ok:
+                if self._failures == 0:
+                    log.error("cluster %s: cannot sample: %s", self.cfg.name, view.last_error)
+            elif self._failures:
+                log.info("cluster %s: sampling recovered", self.cfg.name)
+            for stage, msg in snap.errors if snap.ok else ():
+                log.warning("cluster %s: %s: %s", self.cfg.name, stage, msg)
+            stats = SelfStats(cycles=self.cycles, requests=self.sampler.requests_total,
+                              reports_received=self.reports.received if self.reports else None,
+                              reports_dropped=self.reports.dropped if self.reports else None)
+            self.store.publish(view, stats)
+            return snap.ok
+        except Exception:  # noqa: BLE001 - the thread must survive anything
+            self.evaluator.errors_by_stage["cycle"] += 1
+            log.exception("cluster %s: sampling cycle failed", self.cfg.name)
+            return False
+
+
+class Exporter:
+    """All cluster runners plus the shared store."""
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.store = Store([c.name for c in config.clusters])
+        self.runners = [ClusterRunner(c, config, self.store) for c in config.clusters]
+
+    def start(self) -> None:
+        for r in self.runners:
+            r.start()
+
+    def stop(self) -> None:
+        for r in self.runners:
+            r._stop.set()
+        for r in self.runners:
+            r.stop()

@@ -1,0 +1,246 @@
+"""One read-only sampling cycle of one cluster -> :class:`Snapshot`.
+
+Everything goes through confluent-kafka's AdminClient except the LEO
+(exporter/leo.py). Per-group requests are issued all at once (futures), which
+measured fast enough that KIP-709 batching is not needed (README, benchmark).
+Nothing here joins a group, commits or alters offsets.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Iterable
+from concurrent.futures import Future
+from concurrent.futures import wait as wait_futures
+from typing import Any
+
+from confluent_kafka import (
+    ConsumerGroupTopicPartitions,
+    IsolationLevel,
+    KafkaException,
+    TopicPartition,
+)
+from confluent_kafka.admin import AdminClient, OffsetSpec
+
+from exporter.config import ClusterConfig
+from exporter.leo import LeoReader, LeoUnsupported
+from exporter.snapshot import TP, GroupSample, Member, PartitionOffsets, Snapshot
+
+log = logging.getLogger("lagwatch.sampler")
+OFFSET_INVALID = -1001
+
+
+def client_config(cfg: ClusterConfig, **extra: Any) -> dict[str, Any]:
+    """librdkafka configuration for any client lagwatch creates for this cluster."""
+    conf: dict[str, Any] = {
+        "bootstrap.servers": cfg.bootstrap_servers,
+        "client.id": f"lagwatch-{cfg.name}",
+        "logger": logging.getLogger(f"lagwatch.librdkafka.{cfg.name}"),
+        "socket.connection.setup.timeout.ms": int(cfg.request_timeout * 1000),
+        "reconnect.backoff.max.ms": 10000,
+    }
+    conf.update(cfg.client)
+    conf.update(extra)
+    return conf
+
+
+def _err_text(e: BaseException) -> str:
+    if isinstance(e, KafkaException) and e.args:
+        err = e.args[0]
+        return getattr(err, "str", lambda: str(err))()
+    return str(e) or type(e).__name__
+
+
+def _enum_name(v: Any) -> str:
+    name = getattr(v, "name", None) or str(v)
+    return name.lower()
+
+
+_STATE_NAMES = {"preparing_rebalancing": "preparing_rebalance",
+                "completing_rebalancing": "completing_rebalance"}
+
+
+class Sampler:
+    def __init__(self, cfg: ClusterConfig) -> None:
+        self.cfg = cfg
+        self._stats_lock = threading.Lock()
+        self._stats_tx = 0
+        self.admin = AdminClient(client_config(
+            cfg, **{"statistics.interval.ms": 1000, "stats_cb": self._on_stats}))
+        self.leo: LeoReader | None
+        try:
+            self.leo = LeoReader(cfg.client, cfg.request_timeout)
+        except LeoUnsupported as e:
+            log.warning("cluster %s: log end offsets disabled, unsupported %s", cfg.name, e)
+            self.leo = None
+
+    # librdkafka statistics carry the real number of requests sent per broker.
+    def _on_stats(self, raw: str) -> None:
+        try:
+            stats = json.loads(raw)
+            tx = sum(b.get("tx", 0) for b in stats.get("brokers", {}).values())
+        except (ValueError, AttributeError):
+            return
+        with self._stats_lock:
+            self._stats_tx = tx
+
+    @property
+    def requests_total(self) -> int:
+        """Kafka requests sent so far (librdkafka's counters plus the LEO client's)."""
+        self.admin.poll(0)
+        with self._stats_lock:
+            return self._stats_tx + (self.leo.requests if self.leo else 0)
+
+    def close(self) -> None:
+        if self.leo:
+            self.leo.close()
+
+    # -- the cycle -----------------------------------------------------------
+    def sample(self, extra_topics: Iterable[str] = ()) -> Snapshot:
+        t0 = time.monotonic()
+        taken_at = time.time()
+        errors: list[tuple[str, str]] = []
+        timeout = self.cfg.request_timeout
+        try:
+            md = self.admin.list_topics(timeout=timeout)
+        except KafkaException as e:
+            return Snapshot(self.cfg.name, taken_at, time.monotonic() - t0, {}, {},
+                            (("metadata", _err_text(e)),), ok=False)
+        try:
+            listing = self.admin.list_consumer_groups(request_timeout=timeout).result()
+        except Exception as e:  # noqa: BLE001 - the whole cycle is reported failed
+            return Snapshot(self.cfg.name, taken_at, time.monotonic() - t0, {}, {},
+                            (("list_groups", _err_text(e)),), ok=False, brokers=len(md.brokers))
+        errors.extend(("list_groups", _err_text(e)) for e in listing.errors)
+        flt = self.cfg.filters
+        listed = {g.group_id: g for g in listing.valid if flt.group_ok(g.group_id)}
+        groups = self._describe_and_fetch(listed, errors)
+
+        topics = {t for g in groups.values() for (t, _) in g.committed}
+        topics |= {t for g in groups.values() for m in g.members for (t, _) in m.assignment}
+        topics |= set(extra_topics)
+        topics = {t for t in topics if flt.topic_ok(t) and t in md.topics}
+        partitions = self._partition_offsets(md, topics, errors)
+        # Drop committed offsets of filtered or deleted topics so their series vanish.
+        groups = {gid: _only_topics(g, topics) for gid, g in groups.items()}
+        return Snapshot(self.cfg.name, taken_at, time.monotonic() - t0, partitions, groups,
+                        tuple(errors), ok=True, brokers=len(md.brokers))
+
+    def _describe_and_fetch(self, listed: dict[str, Any], errors: list[tuple[str, str]]
+                            ) -> dict[str, GroupSample]:
+        timeout = self.cfg.request_timeout
+        ids = sorted(listed)
+        desc_f: dict[str, Future] = (
+            self.admin.describe_consumer_groups(ids, request_timeout=timeout) if ids else {})
+        off_f = {g: self.admin.list_consumer_group_offsets(
+            [ConsumerGroupTopicPartitions(g)], request_timeout=timeout)[g] for g in ids}
+        wait_futures([*desc_f.values(), *off_f.values()], timeout=timeout * 3)
+        out: dict[str, GroupSample] = {}
+        for gid in ids:
+            lst = listed[gid]
+            state = _enum_name(getattr(lst, "state", "unknown"))
+            gtype = _enum_name(getattr(lst, "type", "classic"))
+            members: tuple[Member, ...] = ()
+            coordinator = None
+            error = None
+            try:
+                d = desc_f[gid].result(0)
+                state = _enum_name(d.state)
+                gtype = _enum_name(getattr(d, "type", gtype))
+                coordinator = d.coordinator.id if d.coordinator is not None else None
+                members = tuple(
+                    Member(m.member_id, m.client_id or "", m.host or "", m.group_instance_id,
+                           tuple((tp.topic, tp.partition)
+                                 for tp in (m.assignment.topic_partitions if m.assignment else [])))
+                    for m in d.members)
+            except Exception as e:  # noqa: BLE001 - isolated to this group
+                error = f"describe: {_err_text(e)}"
+                errors.append(("describe_group", f"{gid}: {_err_text(e)}"))
+            committed: dict[TP, int] = {}
+            try:
+                res = off_f[gid].result(0)
+                for tp in res.topic_partitions:
+                    if tp.error is None and tp.offset >= 0:
+                        committed[(tp.topic, tp.partition)] = tp.offset
+            except Exception as e:  # noqa: BLE001 - isolated to this group
+                error = f"{error}; " if error else ""
+                error += f"offset fetch: {_err_text(e)}"
+                errors.append(("offset_fetch", f"{gid}: {_err_text(e)}"))
+            state = _STATE_NAMES.get(state, state)
+            gtype = gtype if gtype in ("classic", "consumer") else "classic"
+            out[gid] = GroupSample(gid, gtype, state, members, coordinator, committed, error)
+        return out
+
+    def _partition_offsets(self, md: Any, topics: set[str], errors: list[tuple[str, str]]
+                           ) -> dict[TP, PartitionOffsets]:
+        timeout = self.cfg.request_timeout
+        meta: dict[TP, Any] = {}
+        for t in topics:
+            for p, pm in md.topics[t].partitions.items():
+                meta[(t, p)] = pm
+        if not meta:
+            return {}
+        specs = (("log_start", OffsetSpec.earliest(), IsolationLevel.READ_UNCOMMITTED),
+                 ("hw", OffsetSpec.latest(), IsolationLevel.READ_UNCOMMITTED),
+                 ("lso", OffsetSpec.latest(), IsolationLevel.READ_COMMITTED))
+        futs = {}
+        for name, spec, iso in specs:
+            req = {TopicPartition(t, p): spec for (t, p) in meta}
+            futs[name] = self.admin.list_offsets(req, isolation_level=iso, request_timeout=timeout)
+        leo, leo_err = self._leo(md, meta)
+        if leo_err:
+            errors.append(("leo", leo_err))
+        wait_futures([f for d in futs.values() for f in d.values()], timeout=timeout * 2)
+        values: dict[str, dict[TP, int]] = {}
+        for name, fs in futs.items():
+            got: dict[TP, int] = {}
+            failed = 0
+            for tp, f in fs.items():
+                try:
+                    got[(tp.topic, tp.partition)] = f.result(0).offset
+                except Exception as e:  # noqa: BLE001 - the partition's value stays unknown
+                    failed += 1
+                    last = _err_text(e)
+            if failed:
+                errors.append(("list_offsets", f"{name}: {failed} partition(s) failed: {last}"))
+            values[name] = got
+        out = {}
+        for tp, pm in meta.items():
+            out[tp] = PartitionOffsets(
+                leader=pm.leader, replicas=len(pm.replicas), isr=len(pm.isrs),
+                log_start=_valid(values["log_start"].get(tp)), hw=_valid(values["hw"].get(tp)),
+                lso=_valid(values["lso"].get(tp)), leo=_valid(leo.get(tp)))
+        return out
+
+    def _leo(self, md: Any, meta: dict[TP, Any]) -> tuple[dict[TP, int], str | None]:
+        if self.leo is None:
+            return {}, None
+        by_leader: dict[int, list[TP]] = {}
+        for tp, pm in meta.items():
+            if pm.leader >= 0:
+                by_leader.setdefault(pm.leader, []).append(tp)
+        out: dict[TP, int] = {}
+        failures = []
+        for leader, tps in by_leader.items():
+            b = md.brokers.get(leader)
+            if b is None:
+                continue
+            try:
+                out.update(self.leo.fetch(b.host, b.port, tps))
+            except Exception as e:  # noqa: BLE001 - one broker's LEO stays unknown
+                failures.append(f"broker {leader}: {_err_text(e)}")
+        return out, "; ".join(failures) or None
+
+
+def _valid(v: int | None) -> int | None:
+    return v if v is not None and v >= 0 else None
+
+
+def _only_topics(g: GroupSample, topics: set[str]) -> GroupSample:
+    if all(t in topics for (t, _) in g.committed):
+        return g
+    committed = {tp: o for tp, o in g.committed.items() if tp[0] in topics}
+    return GroupSample(g.group_id, g.type, g.state, g.members, g.coordinator, committed, g.error)

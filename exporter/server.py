@@ -1,0 +1,189 @@
+"""HTTP endpoints: /metrics, /healthz, /readyz, /api/v1/..., and the status page at /.
+
+Optional TLS and basic auth come from a web config file in the format of the
+Prometheus exporter-toolkit (``tls_server_config``, ``basic_auth_users`` with
+bcrypt hashes), so operators can reuse what they already have.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import ssl
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import unquote, urlsplit
+
+import yaml
+from prometheus_client import CollectorRegistry
+from prometheus_client.exposition import choose_encoder
+
+from exporter import api, statuspage
+from exporter.config import ConfigError
+from exporter.state import Store
+
+log = logging.getLogger("lagwatch.http")
+
+
+class WebConfig:
+    def __init__(self, path: str | None) -> None:
+        self.cert_file = self.key_file = None
+        self.users: dict[str, bytes] = {}
+        if not path:
+            return
+        try:
+            with open(path) as f:
+                data = yaml.safe_load(f) or {}
+        except OSError as e:
+            raise ConfigError("web_config", f"cannot read {path}: {e.strerror}") from None
+        except yaml.YAMLError:
+            raise ConfigError("web_config", f"invalid YAML in {path}") from None
+        if not isinstance(data, dict):
+            raise ConfigError("web_config", "the top level must be a mapping")
+        tls = data.get("tls_server_config") or {}
+        if tls:
+            self.cert_file, self.key_file = tls.get("cert_file"), tls.get("key_file")
+            if not self.cert_file or not self.key_file:
+                raise ConfigError("web_config.tls_server_config",
+                                  "cert_file and key_file are both required")
+        users = data.get("basic_auth_users") or {}
+        if not isinstance(users, dict):
+            raise ConfigError("web_config.basic_auth_users", "expected a mapping user: bcrypt-hash")
+        if users:
+            try:
+                import bcrypt  # noqa: F401 - only needed when basic auth is configured
+            except ImportError:
+                raise ConfigError("web_config.basic_auth_users",
+                                  "basic auth needs the bcrypt package (pip install bcrypt)") from None
+        for u, h in users.items():
+            if not isinstance(h, str) or not h.startswith("$2"):
+                raise ConfigError(f"web_config.basic_auth_users.{u}", "expected a bcrypt hash")
+            self.users[str(u)] = h.encode()
+        self._ok_cache: dict[bytes, bool] = {}
+
+    def authorized(self, header: str | None) -> bool:
+        if not self.users:
+            return True
+        if not header or not header.startswith("Basic "):
+            return False
+        raw = header[6:].encode()
+        cached = self._ok_cache.get(raw)
+        if cached is not None:
+            return cached
+        import bcrypt
+
+        try:
+            user, _, pw = base64.b64decode(raw, validate=True).decode().partition(":")
+        except (ValueError, UnicodeDecodeError):
+            return False
+        h = self.users.get(user)
+        ok = bool(h) and bcrypt.checkpw(pw.encode(), h)  # type: ignore[arg-type]
+        if len(self._ok_cache) > 1000:
+            self._ok_cache.clear()
+        self._ok_cache[raw] = ok
+        return ok
+
+
+def make_server(store: Store, registry: CollectorRegistry, listen: tuple[str, int],
+                web: WebConfig | None = None, status_refresh: int = 10) -> ThreadingHTTPServer:
+    web = web or WebConfig(None)
+
+    class Handler(BaseHTTPRequestHandler):
+        server_version = "lagwatch"
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, fmt: str, *args: Any) -> None:
+            log.debug("%s %s", self.address_string(), fmt % args)
+
+        def _send(self, code: int, body: bytes, ctype: str, extra: dict[str, str] | None = None
+                  ) -> None:
+            self.send_response(code)
+            self.send_header("Content-Type", ctype)
+            self.send_header("Content-Length", str(len(body)))
+            self.send_header("Cache-Control", "no-store")
+            for k, v in (extra or {}).items():
+                self.send_header(k, v)
+            self.end_headers()
+            if self.command != "HEAD":
+                self.wfile.write(body)
+
+        def _json(self, code: int, doc: Any) -> None:
+            body = json.dumps(doc, allow_nan=False, ensure_ascii=False, indent=1).encode()
+            self._send(code, body, "application/json; charset=utf-8")
+
+        def do_HEAD(self) -> None:  # noqa: N802 - http.server naming
+            self.do_GET()
+
+        def do_GET(self) -> None:  # noqa: N802 - http.server naming
+            if not web.authorized(self.headers.get("Authorization")):
+                self._send(401, b"unauthorized\n", "text/plain",
+                           {"WWW-Authenticate": 'Basic realm="lagwatch"'})
+                return
+            path = urlsplit(self.path).path
+            try:
+                self._route(path)
+            except BrokenPipeError:
+                pass
+            except Exception:  # noqa: BLE001 - one bad request must not kill the server
+                log.exception("error serving %s", path)
+                self._send(500, b"internal error\n", "text/plain")
+
+        def _route(self, path: str) -> None:
+            if path == "/metrics":
+                encoder, ctype = choose_encoder(self.headers.get("Accept"))
+                self._send(200, encoder(registry), ctype)
+            elif path == "/healthz":
+                self._send(200, b"ok\n", "text/plain")
+            elif path == "/readyz":
+                ready = store.ready()
+                self._send(200 if ready else 503, b"ready\n" if ready else b"not ready\n",
+                           "text/plain")
+            elif path == "/":
+                body = statuspage.render(store.views(), status_refresh).encode()
+                self._send(200, body, "text/html; charset=utf-8")
+            elif path.startswith("/api/v1/"):
+                self._api(path[len("/api/v1/"):])
+            else:
+                self._send(404, b"not found\n", "text/plain")
+
+        def _api(self, rest: str) -> None:
+            parts = [unquote(p) for p in rest.split("/")]
+            views = {v.cluster: v for v in store.views()}
+            if parts == ["clusters"]:
+                self._json(200, [api.cluster_doc(v) for v in views.values()])
+                return
+            if len(parts) >= 2 and parts[0] == "clusters" and parts[1] in views:
+                v = views[parts[1]]
+                if len(parts) == 2:
+                    self._json(200, api.cluster_doc(v))
+                    return
+                if parts[2:] == ["groups"]:
+                    self._json(200, [api.group_summary(g) for g in
+                                     sorted(v.groups.values(), key=lambda g: g.group)])
+                    return
+                if parts[2:] == ["partitions"]:
+                    self._json(200, api.partitions_doc(v))
+                    return
+                if len(parts) >= 4 and parts[2] == "groups":
+                    gid = "/".join(parts[3:])  # group ids may contain '/'
+                    g = v.groups.get(gid)
+                    if g is not None:
+                        self._json(200, api.group_doc(v.cluster, g))
+                        return
+            self._json(404, {"error": "not found"})
+
+    server = ThreadingHTTPServer(listen, Handler)
+    server.daemon_threads = True
+    if web.cert_file:
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.load_cert_chain(web.cert_file, web.key_file)
+        server.socket = ctx.wrap_socket(server.socket, server_side=True)
+    return server
+
+
+def serve_in_thread(server: ThreadingHTTPServer) -> threading.Thread:
+    t = threading.Thread(target=server.serve_forever, name="http", daemon=True)
+    t.start()
+    return t

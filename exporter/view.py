@@ -1,0 +1,87 @@
+"""The evaluated view of a cluster: what /metrics, the JSON API and the status page render.
+
+Built once per cycle by the evaluator and never mutated afterwards, so
+renderers can read it from any thread without locks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from exporter.snapshot import TP, PartitionOffsets
+
+# Severity order: a group's status is its worst partition's.
+STATUSES = ("ok", "lagging", "rewind", "stalled", "livelocked", "stopped", "error")
+SEVERITY = {s: i for i, s in enumerate(STATUSES)}
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionView:
+    topic: str
+    partition: int
+    committed: int | None
+    position: int | None
+    lag_offsets: int | None
+    lag_seconds: float | None
+    stalled_seconds: float
+    status: str
+    reason: str
+    owner: str  # "client_id@host (member_id)" or ""
+
+
+@dataclass(frozen=True, slots=True)
+class MemberView:
+    member_id: str
+    client_id: str
+    host: str
+    partitions: int
+    last_poll_age: float | None  # from the member's own reports, when instrumented
+
+
+@dataclass(frozen=True, slots=True)
+class SparkInfo:
+    query_id: str
+    run_id: str
+    batch_id: int | None
+    batch_duration_seconds: float | None
+    input_rows_per_second: float | None
+    processed_rows_per_second: float | None
+    last_progress_age: float | None
+    batch_running_seconds: float | None
+    active: bool
+
+
+@dataclass(frozen=True, slots=True)
+class GroupView:
+    group: str
+    type: str
+    state: str
+    status: str
+    reasons: tuple[str, ...]
+    members: tuple[MemberView, ...]
+    partitions: tuple[PartitionView, ...]
+    spark: SparkInfo | None = None
+
+    @property
+    def max_lag_seconds(self) -> float | None:
+        vals = [p.lag_seconds for p in self.partitions if p.lag_seconds is not None]
+        return max(vals) if vals else None
+
+    @property
+    def total_lag(self) -> int | None:
+        vals = [p.lag_offsets for p in self.partitions if p.lag_offsets is not None]
+        return sum(vals) if vals else None
+
+
+@dataclass(frozen=True)
+class ClusterView:
+    cluster: str
+    up: bool
+    sampled_at: float  # wall clock of the snapshot this view came from (0 = never)
+    sample_duration: float
+    partitions: dict[TP, PartitionOffsets]
+    groups: dict[str, GroupView]
+    last_error: str = ""
+    brokers: int = 0
+    dropped_group_partitions: int = 0
+    errors_by_stage: dict[str, int] = field(default_factory=dict)

@@ -1,0 +1,1 @@
+"""PySpark StreamingQueryListener that reports query offsets to lagwatch (see README)."""

@@ -1,0 +1,84 @@
+"""Shared fixtures: one real broker for the session, a 3-broker cluster on demand."""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from devenv.kafka import KafkaCluster
+
+KAFKA_VERSION = os.environ.get("LAGWATCH_TEST_KAFKA_VERSION", "4.2.1")
+
+
+def wait_for(cond: Callable[[], Any], timeout: float, what: str, interval: float = 0.2) -> Any:
+    """Poll ``cond`` until it returns something truthy; fail naming ``what``."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        try:
+            last = cond()
+        except Exception as e:  # noqa: BLE001 - reported if the deadline passes
+            last = e
+        else:
+            if last:
+                return last
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}; last value: {last!r}")
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture(scope="session")
+def kafka() -> Iterator[KafkaCluster]:
+    cluster = KafkaCluster(brokers_count=1, version=KAFKA_VERSION)
+    cluster.start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture(scope="session")
+def kafka3() -> Iterator[KafkaCluster]:
+    """Three brokers; created only when a test asks for it."""
+    cluster = KafkaCluster(brokers_count=3, version=KAFKA_VERSION)
+    cluster.start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+def admin_for(cluster: KafkaCluster) -> AdminClient:
+    return AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
+
+
+def create_topic(cluster: KafkaCluster, name: str, partitions: int = 3, rf: int = 1,
+                 config: dict[str, str] | None = None) -> str:
+    admin = admin_for(cluster)  # must outlive the future
+    fut = admin.create_topics(
+        [NewTopic(name, num_partitions=partitions, replication_factor=rf, config=config or {})]
+    )
+    fut[name].result(30)
+    return name
+
+
+def produce(cluster: KafkaCluster, topic: str, counts: dict[int, int], **conf: Any) -> None:
+    """Produce ``counts[p]`` records to each partition ``p`` and wait for delivery."""
+    p = Producer({"bootstrap.servers": cluster.bootstrap_servers, "linger.ms": 5, **conf})
+    for part, n in counts.items():
+        for i in range(n):
+            p.produce(topic, value=f"v{i}".encode(), partition=part)
+            if i % 1000 == 0:
+                p.poll(0)
+    left = p.flush(30)
+    assert left == 0, f"{left} records not delivered"

@@ -1,0 +1,52 @@
+"""The harness itself: a real broker answers, and Kafka's own tool agrees with what we wrote."""
+
+from __future__ import annotations
+
+from confluent_kafka import Consumer, TopicPartition
+
+from devenv.groups_tool import describe_group, parse_describe
+from devenv.kafka import KafkaCluster
+from tests.conftest import admin_for, create_topic, produce, unique
+
+
+def test_committed_offsets_match_kafka_consumer_groups(kafka: KafkaCluster) -> None:
+    topic = create_topic(kafka, unique("harness"), partitions=3)
+    produce(kafka, topic, {0: 50, 1: 20, 2: 7})
+    group = unique("g")
+    c = Consumer({"bootstrap.servers": kafka.bootstrap_servers, "group.id": group,
+                  "enable.auto.commit": False})
+    try:
+        c.commit(offsets=[TopicPartition(topic, 0, 40), TopicPartition(topic, 1, 20),
+                          TopicPartition(topic, 2, 1)], asynchronous=False)
+    finally:
+        c.close()
+    rows = {r.partition: r for r in describe_group(kafka, group) if r.topic == topic}
+    assert {p: r.current_offset for p, r in rows.items()} == {0: 40, 1: 20, 2: 1}
+    assert {p: r.log_end_offset for p, r in rows.items()} == {0: 50, 1: 20, 2: 7}
+    assert {p: r.lag for p, r in rows.items()} == {0: 10, 1: 0, 2: 6}
+    assert all(r.consumer_id is None for r in rows.values())  # nobody is a member
+
+
+def test_parse_describe_handles_dashes_and_repeated_headers() -> None:
+    text = (
+        "\nGROUP TOPIC PARTITION CURRENT-OFFSET LOG-END-OFFSET LAG CONSUMER-ID HOST CLIENT-ID\n"
+        "g1 t 0 - 12 - - - -\n"
+        "g1 t 1 5 12 7 rdkafka-abc /127.0.0.1 c1\n"
+    )
+    rows = parse_describe(text)
+    assert rows[0].current_offset is None and rows[0].log_end_offset == 12
+    assert rows[1].lag == 7 and rows[1].host == "/127.0.0.1" and rows[1].client_id == "c1"
+
+
+def test_three_broker_cluster_starts_and_stops() -> None:
+    cluster = KafkaCluster(brokers_count=3)
+    cluster.start()
+    try:
+        md = admin_for(cluster).list_topics(timeout=10)
+        assert sorted(md.brokers) == [1, 2, 3]
+        pids = [b.proc.pid for b in cluster.brokers if b.proc]
+        assert len(pids) == 3
+    finally:
+        cluster.stop()
+    assert not any(b.alive() for b in cluster.brokers)
+    assert cluster.root is not None and not cluster.root.exists()
