@@ -13,6 +13,7 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from devenv.kafka import KafkaCluster
+from tests.exporter_proc import ExporterProcess
 
 KAFKA_VERSION = os.environ.get("LAGWATCH_TEST_KAFKA_VERSION", "4.2.1")
 
@@ -82,3 +83,45 @@ def produce(cluster: KafkaCluster, topic: str, counts: dict[int, int], **conf: A
                 p.poll(0)
     left = p.flush(30)
     assert left == 0, f"{left} records not delivered"
+
+
+# Thresholds every shared-exporter test can rely on (seconds).
+INTERVAL = 1.0
+STALL_AFTER = 8.0
+LIVELOCK_AFTER = 8.0
+WINDOW = 60.0
+
+
+def exporter_config(tmp_path: Any, bootstrap: str, **extra: Any) -> str:
+    """A YAML config with test-sized thresholds; returns its path."""
+    import yaml
+
+    cfg = {
+        "interval": INTERVAL,
+        "request_timeout": 5,
+        "thresholds": {"stall_after": STALL_AFTER, "livelock_after": LIVELOCK_AFTER,
+                       "window": WINDOW, "lag_seconds": 3600, "report_stale_after": 10,
+                       "report_expiry": 120},
+        "clusters": [{"name": "test", "bootstrap_servers": bootstrap}],
+    }
+    for k, v in extra.items():
+        if isinstance(v, dict) and isinstance(cfg.get(k), dict):
+            cfg[k] = {**cfg[k], **v}
+        else:
+            cfg[k] = v
+    path = f"{tmp_path}/lagwatch-{uuid.uuid4().hex[:6]}.yml"
+    with open(path, "w") as f:
+        yaml.safe_dump(cfg, f)
+    return path
+
+
+@pytest.fixture(scope="session")
+def exporter(kafka: KafkaCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ExporterProcess]:
+    """One real exporter process watching the session broker, cluster name "test"."""
+    cfg = exporter_config(tmp_path_factory.mktemp("exporter"), kafka.bootstrap_servers)
+    proc = ExporterProcess(None, config=cfg)
+    try:
+        proc.wait_ready()
+        yield proc
+    finally:
+        proc.stop()

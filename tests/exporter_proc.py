@@ -49,7 +49,8 @@ class ExporterProcess:
                  env: dict[str, str] | None = None) -> None:
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
-        self.log = tempfile.NamedTemporaryFile(prefix="lagwatch-exporter-", suffix=".log",
+        self.log = tempfile.NamedTemporaryFile(  # noqa: SIM115 - lives as long as the process
+            prefix="lagwatch-exporter-", suffix=".log",
                                                delete=False)
         cmd = [sys.executable, "-m", "exporter", "--listen", f"127.0.0.1:{self.port}", *args]
         if bootstrap:
