@@ -334,6 +334,8 @@ class Evaluator:
                     f"{where}: members keep leaving and rejoining ({len(self._joins(g))} joins in "
                     f"{th.window:.0f}s) but the committed offset has not moved for "
                     f"{stalled_s:.0f}s; {nums}")
+            elif now < ps.rewind_until:
+                status, reason = "rewind", f"{where}: committed offset moved backwards; {nums}"
             elif not owned:
                 status, reason = "stopped", (
                     f"{where}: no member owns the partition (group {g.state}); "
@@ -342,8 +344,6 @@ class Evaluator:
                 status, reason = "stalled", (
                     f"{where}: committed offset frozen for {stalled_s:.0f}s; owner "
                     f"{owner_txt or 'unknown (rebalancing)'}; {nums}")
-            elif now < ps.rewind_until:
-                status, reason = "rewind", f"{where}: committed offset moved backwards; {nums}"
             elif self._lagging(ps, lag_s):
                 status, reason = "lagging", (
                     f"{where}: lag growing while committing; owner {owner_txt or 'unknown'}; {nums}")

@@ -6,6 +6,7 @@ import os
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,6 +16,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from devenv.kafka import KafkaCluster
 from tests.exporter_proc import ExporterProcess
 
+ROOT_DIR = Path(__file__).resolve().parent.parent
 KAFKA_VERSION = os.environ.get("LAGWATCH_TEST_KAFKA_VERSION", "4.2.1")
 
 

@@ -1,0 +1,258 @@
+"""Statuses of real consumer processes, and how fast lagwatch reports them.
+
+All scenarios run at the same time against the shared broker and exporter
+(interval 1 s, stall-after 8 s, livelock-after 8 s); a recorder thread
+scrapes /metrics every half second so each test can assert on the whole
+timeline of its group, including that a healthy group was never anything but ok.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from confluent_kafka import Producer
+
+from devenv.kafka import KafkaCluster
+from tests.conftest import INTERVAL, LIVELOCK_AFTER, ROOT_DIR, STALL_AFTER, create_topic, unique, wait_for
+from tests.exporter_proc import ExporterProcess, select
+from tests.test_exporter_core import commit_offsets
+
+
+@dataclass
+class Scenario:
+    name: str
+    group: str
+    topic: str
+    rate: float  # records per second the producer writes
+    proc: subprocess.Popen | None = None
+    lines: list[tuple[float, str]] = field(default_factory=list)
+    produced_until: float = float("inf")
+
+    def event(self, word: str, timeout: float = 60) -> float:
+        def find() -> float | None:
+            for _t, line in self.lines:
+                if line.startswith(word):
+                    return float(line.split()[1])
+            return None
+        return wait_for(find, timeout, f"{self.name} to print {word}")
+
+
+class Recorder(threading.Thread):
+    """Scrapes the exporter continuously: per group, [(time, status, stalled_max, lag_offsets)]."""
+
+    def __init__(self, exp: ExporterProcess) -> None:
+        super().__init__(daemon=True)
+        self.exp = exp
+        self.timeline: dict[str, list[tuple[float, str]]] = {}
+        self.stop_flag = threading.Event()
+
+    def run(self) -> None:
+        while not self.stop_flag.wait(0.5):
+            try:
+                m = self.exp.metrics()
+            except Exception:  # noqa: BLE001 - a missed scrape is just a gap
+                continue
+            now = time.time()
+            for lab, v in select(m, "kafka_consumergroup_status").items():
+                if v == 1:
+                    d = dict(lab)
+                    self.timeline.setdefault(d["group"], []).append((now, d["status"]))
+
+    def statuses(self, group: str, since: float = 0.0) -> list[tuple[float, str]]:
+        return [(t, s) for t, s in list(self.timeline.get(group, [])) if t >= since]
+
+    def first(self, group: str, status: str, timeout: float) -> float:
+        def find() -> float | None:
+            return next((t for t, s in self.statuses(group) if s == status), None)
+        return wait_for(find, timeout, f"{group} to become {status}; saw {self._seen(group)}")
+
+    def _seen(self, group: str) -> list[str]:
+        out: list[str] = []
+        for _t, s in self.statuses(group):
+            if not out or out[-1] != s:
+                out.append(s)
+        return out
+
+
+def _spawn(kafka: KafkaCluster, sc: Scenario, mode: str, *extra: str) -> None:
+    sc.proc = subprocess.Popen(
+        [sys.executable, "-m", "tests.scenario_consumer", "--mode", mode, "--bootstrap",
+         kafka.bootstrap_servers, "--group", sc.group, "--topic", sc.topic, *extra],
+        cwd=ROOT_DIR, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+
+    def pump() -> None:
+        assert sc.proc and sc.proc.stdout
+        for line in sc.proc.stdout:
+            sc.lines.append((time.time(), line.strip()))
+
+    threading.Thread(target=pump, daemon=True).start()
+
+
+class Workload(threading.Thread):
+    """One producer writing each scenario's topic at its rate until told otherwise."""
+
+    def __init__(self, kafka: KafkaCluster, scenarios: list[Scenario]) -> None:
+        super().__init__(daemon=True)
+        self.producer = Producer({"bootstrap.servers": kafka.bootstrap_servers, "linger.ms": 10})
+        self.scenarios = scenarios
+        self.stop_flag = threading.Event()
+
+    def run(self) -> None:
+        tick = 0.1
+        credit = {s.name: 0.0 for s in self.scenarios}
+        while not self.stop_flag.wait(tick):
+            now = time.time()
+            for s in self.scenarios:
+                if now >= s.produced_until:
+                    continue
+                credit[s.name] += s.rate * tick
+                while credit[s.name] >= 1:
+                    self.producer.produce(s.topic, value=b"x" * 100)
+                    credit[s.name] -= 1
+            self.producer.poll(0)
+        self.producer.flush(10)
+
+
+@pytest.fixture(scope="module")
+def world(kafka: KafkaCluster, exporter: ExporterProcess) -> Iterator[dict[str, Any]]:
+    names = ["healthy", "slow", "nocommit", "blocked", "maxpoll", "killed", "rewind"]
+    rates = {"healthy": 20, "slow": 20, "nocommit": 10, "blocked": 10, "maxpoll": 5, "killed": 10,
+             "rewind": 0}
+    scs = {n: Scenario(n, unique(f"sc-{n}"), create_topic(kafka, unique(f"sc-{n}"), partitions=1),
+                       rates[n]) for n in names}
+    for n in ("maxpoll", "rewind"):
+        commit_offsets(kafka.bootstrap_servers, scs[n].group, scs[n].topic, {0: 0})
+    rec = Recorder(exporter)
+    rec.start()
+    work = Workload(kafka, list(scs.values()))
+    work.start()
+    _spawn(kafka, scs["healthy"], "healthy")
+    _spawn(kafka, scs["slow"], "slow", "--delay", "0.25")
+    _spawn(kafka, scs["nocommit"], "nocommit")
+    _spawn(kafka, scs["blocked"], "blocked", "--after", "15", "--client-id", "wedged-worker-7")
+    _spawn(kafka, scs["maxpoll"], "maxpoll")
+    _spawn(kafka, scs["killed"], "healthy", "--client-id", "doomed")
+    try:
+        yield {"scenarios": scs, "recorder": rec, "exporter": exporter, "kafka": kafka,
+               "started": time.time()}
+    finally:
+        work.stop_flag.set()
+        rec.stop_flag.set()
+        for s in scs.values():
+            if s.proc and s.proc.poll() is None:
+                s.proc.terminate()
+        for s in scs.values():
+            if s.proc:
+                try:
+                    s.proc.wait(15)
+                except subprocess.TimeoutExpired:
+                    s.proc.kill()
+
+
+def _api_status(world: dict[str, Any], group: str) -> dict[str, Any]:
+    return world["exporter"].api(f"clusters/test/groups/{group}")
+
+
+def test_healthy_consumer_is_ok_all_along(world: dict[str, Any]) -> None:
+    sc, rec = world["scenarios"]["healthy"], world["recorder"]
+    ready = sc.event("READY")
+    # Watch it for longer than every threshold.
+    wait_for(lambda: len(rec.statuses(sc.group, ready + 2)) and
+             rec.statuses(sc.group)[-1][0] > ready + STALL_AFTER + 12, 60, "a long healthy run")
+    seen = {s for _t, s in rec.statuses(sc.group, ready + 2)}
+    assert seen == {"ok"}, seen
+    assert _api_status(world, sc.group)["status"] == "ok"
+
+
+def test_slow_consumer_becomes_lagging_within_three_cycles(world: dict[str, Any]) -> None:
+    sc, rec, exp = world["scenarios"]["slow"], world["recorder"], world["exporter"]
+    ready = sc.event("READY")
+    # lag starts growing as soon as it consumes (producer 20/s, consumer 4/s)
+    t_lag = rec.first(sc.group, "lagging", 60)
+    assert t_lag - ready <= 3 * INTERVAL + 3.0, t_lag - ready
+    doc = _api_status(world, sc.group)
+    assert doc["status"] == "lagging"
+    assert "lag growing" in doc["reasons"][0] and sc.topic in doc["reasons"][0]
+    assert doc["partitions"][0]["lag_offsets"] > 0
+    assert any(lab for lab, v in select(exp.metrics(), "kafka_consumergroup_status", group=sc.group,
+                                        status="lagging").items() if v == 1)
+
+
+def test_polling_without_committing_becomes_stalled(world: dict[str, Any]) -> None:
+    sc, rec = world["scenarios"]["nocommit"], world["recorder"]
+    ready = sc.event("READY")
+    t = rec.first(sc.group, "stalled", 60)
+    assert STALL_AFTER - 1 <= t - ready <= STALL_AFTER + 3 * INTERVAL + 3, t - ready
+    assert not {s for _t, s in rec.statuses(sc.group, ready)} & {"stopped", "livelocked"}
+    doc = _api_status(world, sc.group)
+    assert doc["status"] == "stalled"
+    assert "frozen" in doc["reasons"][0] and "nocommit-consumer" in doc["reasons"][0]
+    assert doc["partitions"][0]["stalled_seconds"] >= STALL_AFTER
+
+
+def test_wedged_instrumented_consumer_is_livelocked_and_named(world: dict[str, Any]) -> None:
+    sc, rec, exp = world["scenarios"]["blocked"], world["recorder"], world["exporter"]
+    blocked = sc.event("BLOCKED")
+    t = rec.first(sc.group, "livelocked", 60)
+    assert t - blocked <= LIVELOCK_AFTER + 2 * INTERVAL + 1.5, t - blocked
+    doc = _api_status(world, sc.group)
+    assert doc["status"] == "livelocked"
+    assert "wedged-worker-7" in doc["reasons"][0] and "last polled" in doc["reasons"][0]
+    assert doc["members"][0]["client_id"] == "wedged-worker-7"  # still a member: heartbeating
+    m = exp.metrics()
+    pos = select(m, "kafka_consumergroup_position_offset", group=sc.group)
+    assert list(pos.values()) == [15.0]  # reported by the consumer itself: 15 records consumed
+
+
+def test_leave_rejoin_pattern_is_livelocked_not_stopped(world: dict[str, Any]) -> None:
+    sc, rec = world["scenarios"]["maxpoll"], world["recorder"]
+    sc.event("READY")
+    t = rec.first(sc.group, "livelocked", 90)
+    doc = _api_status(world, sc.group)
+    reasons = " ".join(doc["reasons"])
+    assert doc["status"] == "livelocked" or "rejoin" in reasons
+    t_end = t + 6
+    wait_for(lambda: rec.statuses(sc.group) and rec.statuses(sc.group)[-1][0] > t_end, 20, "more samples")
+    after = [s for _t, s in rec.statuses(sc.group, t)]
+    assert after.count("livelocked") >= len(after) * 0.8, after
+    assert "ok" not in after
+
+
+def test_killed_consumer_is_stopped_after_session_timeout(world: dict[str, Any]) -> None:
+    sc, rec = world["scenarios"]["killed"], world["recorder"]
+    sc.event("READY")
+    wait_for(lambda: rec.statuses(sc.group) and rec.statuses(sc.group)[-1][1] == "ok", 30, "ok first")
+    assert sc.proc is not None
+    os.kill(sc.proc.pid, signal.SIGKILL)
+    killed = time.time()
+    t = rec.first(sc.group, "stopped", 40)
+    assert 3.0 <= t - killed <= 6.0 + 3 * INTERVAL + 3, t - killed  # session.timeout.ms = 6000
+    doc = _api_status(world, sc.group)
+    assert doc["status"] == "stopped" and doc["members"] == []
+    assert "no member owns" in doc["reasons"][0]
+    assert "livelocked" not in {s for _t, s in rec.statuses(sc.group, killed)}
+
+
+def test_offsets_reset_backwards_is_rewind(world: dict[str, Any]) -> None:
+    sc, rec, kafka = world["scenarios"]["rewind"], world["recorder"], world["kafka"]
+    p = Producer({"bootstrap.servers": kafka.bootstrap_servers})
+    for _ in range(50):
+        p.produce(sc.topic, value=b"r")
+    p.flush(10)
+    commit_offsets(kafka.bootstrap_servers, sc.group, sc.topic, {0: 50})
+    wait_for(lambda: world["exporter"].api(f"clusters/test/groups/{sc.group}")["partitions"][0]
+             ["committed_offset"] == 50, 20, "committed 50 seen")
+    commit_offsets(kafka.bootstrap_servers, sc.group, sc.topic, {0: 10})
+    rec.first(sc.group, "rewind", 10)
+    doc = _api_status(world, sc.group)
+    assert doc["status"] in ("rewind", "stopped")
+    assert any("backwards" in r for r in doc["reasons"]) or doc["status"] == "stopped"
