@@ -85,7 +85,7 @@ class Recorder(threading.Thread):
 
 def _spawn(kafka: KafkaCluster, sc: Scenario, mode: str, *extra: str) -> None:
     sc.proc = subprocess.Popen(
-        [sys.executable, "-m", "tests.scenario_consumer", "--mode", mode, "--bootstrap",
+        [sys.executable, "-m", "devenv.scenario_consumer", "--mode", mode, "--bootstrap",
          kafka.bootstrap_servers, "--group", sc.group, "--topic", sc.topic, *extra],
         cwd=ROOT_DIR, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
 

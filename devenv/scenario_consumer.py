@@ -1,6 +1,6 @@
 """A real consumer process with one behaviour, for scenario tests and the demo.
 
-    python -m tests.scenario_consumer --mode healthy --bootstrap H:P --group G --topic T
+    python -m devenv.scenario_consumer --mode healthy --bootstrap H:P --group G --topic T
 
 Modes:
   healthy   consume and commit after every message batch
