@@ -12,7 +12,7 @@ from prometheus_client import CollectorRegistry
 
 from exporter import __version__
 from exporter.config import Config, ConfigError, build_config, load_yaml, parse_listen
-from exporter.metrics import ViewCollector
+from exporter.metrics import SelfCollector
 from exporter.runner import Exporter
 from exporter.server import WebConfig, make_server, serve_in_thread
 
@@ -83,9 +83,9 @@ def main(argv: list[str] | None = None) -> int:
         logging.getLogger(noisy).setLevel(max(logging.WARNING, logging.getLogger().level))
     exporter = Exporter(config)
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(ViewCollector(exporter.store, config.compat))
+    registry.register(SelfCollector(exporter.store))
     try:
-        server = make_server(exporter.store, registry, config.listen, web)
+        server = make_server(exporter.store, registry, exporter.view_text, config.listen, web)
     except OSError as e:
         print(f"lagwatch: cannot listen on {config.listen[0]}:{config.listen[1]}: {e.strerror}",
               file=sys.stderr)

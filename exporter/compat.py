@@ -8,68 +8,61 @@ no committed offset has no series.
 
 from __future__ import annotations
 
-from prometheus_client.core import GaugeMetricFamily, Metric
-
+from exporter.metrics import Lines, escape_label
 from exporter.view import ClusterView
 
 
-def kafka_exporter_families(views: list[ClusterView]) -> list[Metric]:
-    tl = ["cluster", "topic", "partition"]
-    gl = ["cluster", "consumergroup", "topic", "partition"]
-    current = GaugeMetricFamily("kafka_topic_partition_current_offset",
-                                "Current (high watermark) offset of a partition", labels=tl)
-    oldest = GaugeMetricFamily("kafka_topic_partition_oldest_offset",
-                               "Oldest offset of a partition", labels=tl)
-    isr = GaugeMetricFamily("kafka_topic_partition_in_sync_replica",
-                            "In-sync replicas of a partition", labels=tl)
-    replicas = GaugeMetricFamily("kafka_topic_partition_replicas",
-                                 "Replicas of a partition", labels=tl)
-    leader = GaugeMetricFamily("kafka_topic_partition_leader", "Leader broker id", labels=tl)
-    under = GaugeMetricFamily("kafka_topic_partition_under_replicated_partition",
-                              "1 if the partition is under-replicated", labels=tl)
-    parts = GaugeMetricFamily("kafka_topic_partitions", "Partitions of a topic",
-                              labels=["cluster", "topic"])
-    brokers = GaugeMetricFamily("kafka_brokers", "Brokers in the cluster", labels=["cluster"])
-    cg_off = GaugeMetricFamily("kafka_consumergroup_current_offset",
-                               "Committed offset of a consumer group", labels=gl)
-    cg_off_sum = GaugeMetricFamily("kafka_consumergroup_current_offset_sum",
-                                   "Sum of committed offsets", labels=gl[:3])
-    cg_lag = GaugeMetricFamily("kafka_consumergroup_lag", "Lag of a consumer group", labels=gl)
-    cg_lag_sum = GaugeMetricFamily("kafka_consumergroup_lag_sum", "Sum of lag", labels=gl[:3])
-    cg_members = GaugeMetricFamily("kafka_consumergroup_members", "Members of a consumer group",
-                                   labels=["cluster", "consumergroup"])
-    for v in views:
-        brokers.add_metric([v.cluster], v.brokers)
-        per_topic: dict[str, int] = {}
-        for (t, p), po in v.partitions.items():
-            lab = [v.cluster, t, str(p)]
-            per_topic[t] = per_topic.get(t, 0) + 1
-            if po.hw is not None:
-                current.add_metric(lab, po.hw)
-            if po.log_start is not None:
-                oldest.add_metric(lab, po.log_start)
-            isr.add_metric(lab, po.isr)
-            replicas.add_metric(lab, po.replicas)
-            leader.add_metric(lab, po.leader)
-            under.add_metric(lab, 1 if po.isr < po.replicas else 0)
-        for t, n in per_topic.items():
-            parts.add_metric([v.cluster, t], n)
-        for g in v.groups.values():
-            if g.type == "spark":
-                continue
-            cg_members.add_metric([v.cluster, g.group], len(g.members))
-            sums: dict[str, list[int]] = {}
-            for pv in g.partitions:
-                lab = [v.cluster, g.group, pv.topic, str(pv.partition)]
-                s = sums.setdefault(pv.topic, [0, 0])
-                if pv.committed is not None:
-                    cg_off.add_metric(lab, pv.committed)
-                    s[0] += pv.committed
-                if pv.lag_offsets is not None:
-                    cg_lag.add_metric(lab, pv.lag_offsets)
-                    s[1] += pv.lag_offsets
-            for t, (off, lag) in sums.items():
-                cg_off_sum.add_metric([v.cluster, g.group, t], off)
-                cg_lag_sum.add_metric([v.cluster, g.group, t], lag)
+def kafka_exporter_lines(v: ClusterView) -> list[Lines]:
+    """kafka_exporter's families for one cluster's view (labels: cluster plus theirs)."""
+    current = Lines("kafka_topic_partition_current_offset", "Current (high watermark) offset of a partition")
+    oldest = Lines("kafka_topic_partition_oldest_offset", "Oldest offset of a partition")
+    isr = Lines("kafka_topic_partition_in_sync_replica", "In-sync replicas of a partition")
+    replicas = Lines("kafka_topic_partition_replicas", "Replicas of a partition")
+    leader = Lines("kafka_topic_partition_leader", "Leader broker id of a partition")
+    under = Lines("kafka_topic_partition_under_replicated_partition",
+                  "1 if the partition is under-replicated")
+    parts = Lines("kafka_topic_partitions", "Partitions of a topic")
+    brokers = Lines("kafka_brokers", "Brokers in the cluster")
+    cg_off = Lines("kafka_consumergroup_current_offset", "Committed offset of a consumer group")
+    cg_off_sum = Lines("kafka_consumergroup_current_offset_sum",
+                       "Sum of committed offsets of a group per topic")
+    cg_lag = Lines("kafka_consumergroup_lag", "Lag of a consumer group (high watermark - committed)")
+    cg_lag_sum = Lines("kafka_consumergroup_lag_sum", "Sum of lag of a group per topic")
+    cg_members = Lines("kafka_consumergroup_members", "Members of a consumer group")
+    cl = f'cluster="{escape_label(v.cluster)}"'
+    brokers.add(cl, v.brokers)
+    per_topic: dict[str, int] = {}
+    for (t, p), po in v.partitions.items():
+        lab = f'{cl},topic="{escape_label(t)}",partition="{p}"'
+        per_topic[t] = per_topic.get(t, 0) + 1
+        if po.hw is not None:
+            current.add(lab, po.hw)
+        if po.log_start is not None:
+            oldest.add(lab, po.log_start)
+        isr.add(lab, po.isr)
+        replicas.add(lab, po.replicas)
+        leader.add(lab, po.leader)
+        under.add(lab, 1 if po.isr < po.replicas else 0)
+    for t, n in per_topic.items():
+        parts.add(f'{cl},topic="{escape_label(t)}"', n)
+    for g in v.groups.values():
+        if g.type == "spark":
+            continue
+        gl = f'{cl},consumergroup="{escape_label(g.group)}"'
+        cg_members.add(gl, len(g.members))
+        sums: dict[str, list[int]] = {}
+        for pv in g.partitions:
+            lab = f'{gl},topic="{escape_label(pv.topic)}",partition="{pv.partition}"'
+            s = sums.setdefault(pv.topic, [0, 0])
+            if pv.committed is not None:
+                cg_off.add(lab, pv.committed)
+                s[0] += pv.committed
+            if pv.lag_offsets is not None:
+                cg_lag.add(lab, pv.lag_offsets)
+                s[1] += pv.lag_offsets
+        for t, (off, lag) in sums.items():
+            tl = f'{gl},topic="{escape_label(t)}"'
+            cg_off_sum.add(tl, off)
+            cg_lag_sum.add(tl, lag)
     return [current, oldest, isr, replicas, leader, under, parts, brokers, cg_off, cg_off_sum,
             cg_lag, cg_lag_sum, cg_members]

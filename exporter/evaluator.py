@@ -93,6 +93,7 @@ class Evaluator:
         self.groups: dict[str, _GroupState] = {}
         self.errors_by_stage: collections.Counter[str] = collections.Counter()
         self.last_good: ClusterView | None = None
+        self._lag_memo: dict[tuple[str, int, int], float | None] = {}
 
     # -- entry point ---------------------------------------------------------
     def evaluate(self, snap: Snapshot,
@@ -112,6 +113,7 @@ class Evaluator:
                 last_error="; ".join(f"{s}: {m}" for s, m in snap.errors),
                 brokers=snap.brokers, errors_by_stage=dict(self.errors_by_stage))
         self._update_history(snap, now)
+        self._lag_memo: dict[tuple[str, int, int], float | None] = {}
         consumer_reports = consumer_reports or {}
         samples = dict(snap.groups)
         spark_reports = spark_reports or {}
@@ -254,7 +256,6 @@ class Evaluator:
                    ) -> PartitionView:
         th = self.th
         topic, part = tp
-        where = f"{topic}[{part}]"
         position = rep.positions.get(tp) if rep else None
         if spark is not None:
             position = None  # Spark's in-flight batch end is not visible to the listener
@@ -274,12 +275,16 @@ class Evaluator:
             lag_s = None
         else:
             lag_off = max(0, hw - committed)
-            ts = exact_ts.get((topic, part, committed))
-            lag_s = lag_seconds(now, committed, hw, self.hw_history.get(tp), ts)
-            if lag_s is None and lag_off > 0:
-                # Older than anything we know: report at least our own history's age.
-                h = self.hw_history.get(tp)
-                lag_s = max(0.0, now - h.oldest) if h and h.oldest else None
+            key = (topic, part, committed)
+            if key in self._lag_memo:  # many groups read the same partitions
+                lag_s = self._lag_memo[key]
+            else:
+                lag_s = lag_seconds(now, committed, hw, self.hw_history.get(tp), exact_ts.get(key))
+                if lag_s is None and lag_off > 0:
+                    # Older than anything we know: report at least our own history's age.
+                    h = self.hw_history.get(tp)
+                    lag_s = max(0.0, now - h.oldest) if h and h.oldest else None
+                self._lag_memo[key] = lag_s
 
         if lag_off is None or lag_off == 0:
             ps.lag_since = None
@@ -291,7 +296,6 @@ class Evaluator:
 
         owner_txt = _member_label(owner)
         status, reason = "ok", ""
-        nums = f"committed {committed}, HW {hw}, lag {lag_off} ({_fmt_s(lag_s)})"
         has_members = bool(g.members)
         if g.type == "spark":
             owned = spark is not None and not spark.terminated and has_members
@@ -303,6 +307,8 @@ class Evaluator:
         elif lag_off == 0:
             ps.lagging = False
         else:
+            where = f"{topic}[{part}]"
+            nums = f"committed {committed}, HW {hw}, lag {lag_off} ({_fmt_s(lag_s)})"
             poll_age = rep.poll_age(now) if rep else None
             report_stale = (rep is not None and
                             now - rep.received_at > max(th.report_stale_after, 3 * rep.interval))
@@ -349,8 +355,8 @@ class Evaluator:
                     f"{where}: lag growing while committing; owner {owner_txt or 'unknown'}; {nums}")
         if status != "lagging" and status != "ok":
             ps.lagging = False
-        if status == "ok" and lag_off is not None and lag_off > 0 and now < ps.rewind_until:
-            status, reason = "rewind", f"{where}: committed offset moved backwards; {nums}"
+        if status == "ok" and lag_off and now < ps.rewind_until:
+            status, reason = "rewind", f"{topic}[{part}]: committed offset moved backwards"
         return PartitionView(topic, part, committed, position, lag_off, lag_s,
                              stalled_s if lag_off else 0.0, status, reason, owner_txt)
 

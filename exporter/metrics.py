@@ -1,10 +1,15 @@
-"""Render the evaluated views as Prometheus metric families.
+"""Render the evaluated views as Prometheus metrics.
 
-A custom collector reads the latest immutable :class:`ClusterView` of each
-cluster; nothing is stored in labelled gauge objects, so a deleted group or
-partition simply is not in the next view and its series vanish. Families are
-built once per new view and cached, so scrapes cost only the text encoding.
-Unknown values are left out, never exported as NaN.
+Nothing is stored in labelled gauge objects: every scrape renders the latest
+immutable :class:`ClusterView` of each cluster, so a deleted group or
+partition simply is not in the next view and its series vanish.
+
+The per-partition families can hold hundreds of thousands of series, which
+prometheus_client's generic encoder renders too slowly (about 3 µs a
+sample). So the view families are rendered to text by :class:`ViewText`, once
+per new view and per cluster (the runner does it right after publishing), and a
+scrape only joins cached strings. The few self-metrics go through a regular
+prometheus_client custom collector. Unknown values are left out, never NaN.
 """
 
 from __future__ import annotations
@@ -84,6 +89,8 @@ FAMILIES: tuple[FamilyDoc, ...] = (
               "1 if the last sampling cycle of this cluster succeeded."),
     FamilyDoc("lagwatch_sample_duration_seconds", "gauge", ("cluster",),
               "Duration of the last sampling cycle."),
+    FamilyDoc("lagwatch_cycle_duration_seconds", "gauge", ("cluster",),
+              "Duration of the last whole cycle: sampling, record timestamps and evaluation."),
     FamilyDoc("lagwatch_last_sample_timestamp_seconds", "gauge", ("cluster",),
               "Unix time of the last successful sample."),
     FamilyDoc("lagwatch_data_age_seconds", "gauge", ("cluster",),
@@ -124,41 +131,30 @@ class SelfStats:
     """Counters owned by the runner, read at scrape time."""
 
     cycles: int = 0
+    cycle_duration: float = 0.0
     requests: int = 0
     reports_received: dict[str, int] | None = None
     reports_dropped: dict[str, int] | None = None
 
 
-class ViewCollector(Collector):
-    def __init__(self, store: StoreProtocol, compat: frozenset[str] = frozenset(),
-                 clock: object = None) -> None:
+class SelfCollector(Collector):
+    """Self-metrics of every cluster runner (a handful of series)."""
+
+    def __init__(self, store: StoreProtocol, clock: object = None) -> None:
         import time as _time
 
         self.store = store
-        self.compat = compat
         self.clock = clock or _time.time
-        self._cache_key: tuple = ()
-        self._cache: list[Metric] = []
-        self._lock = threading.Lock()
 
     def collect(self) -> Iterator[Metric]:
         views = self.store.views()
-        key = tuple((v.cluster, id(v)) for v in views)
-        with self._lock:
-            if key != self._cache_key:
-                self._cache = build_view_families(views, self.compat)
-                self._cache_key = key
-            cached = self._cache
-        yield from cached
-        yield from self._self_families(views)
-
-    def _self_families(self, views: list[ClusterView]) -> Iterator[Metric]:
         up, dur, last, age, brokers = (_g("lagwatch_up"), _g("lagwatch_sample_duration_seconds"),
                                        _g("lagwatch_last_sample_timestamp_seconds"),
                                        _g("lagwatch_data_age_seconds"), _g("lagwatch_brokers"))
         errs, reqs, cycles = (_c("lagwatch_errors_total"), _c("lagwatch_kafka_requests_total"),
                               _c("lagwatch_cycles_total"))
         dropped = _g("lagwatch_dropped_group_partitions")
+        cycle = _g("lagwatch_cycle_duration_seconds")
         rr, rd = _c("lagwatch_reports_received_total"), _c("lagwatch_reports_dropped_total")
         now = self.clock()  # type: ignore[operator]
         for v in views:
@@ -170,16 +166,17 @@ class ViewCollector(Collector):
             if v.sampled_at > 0:
                 last.add_metric(c, v.sampled_at)
                 age.add_metric(c, max(0.0, now - v.sampled_at))
-            for stage, n in sorted(v.errors_by_stage.items()):
-                errs.add_metric([v.cluster, stage], n)
+            for stage in sorted(set(ERROR_STAGES) | set(v.errors_by_stage)):
+                errs.add_metric([v.cluster, stage], v.errors_by_stage.get(stage, 0))
             st = self.store.self_stats(v.cluster)
             reqs.add_metric(c, st.requests)
+            cycle.add_metric(c, st.cycle_duration)
             cycles.add_metric(c, st.cycles)
-            for kind, n in sorted((st.reports_received or {}).items()):
-                rr.add_metric([v.cluster, kind], n)
+            for kind in sorted({"consumer", "spark"} | set(st.reports_received or {})):
+                rr.add_metric([v.cluster, kind], (st.reports_received or {}).get(kind, 0))
             for reason, n in sorted((st.reports_dropped or {}).items()):
                 rd.add_metric([v.cluster, reason], n)
-        yield from (up, dur, last, age, brokers, errs, reqs, cycles, dropped, rr, rd)
+        yield from (up, dur, cycle, last, age, brokers, errs, reqs, cycles, dropped, rr, rd)
 
 
 class StoreProtocol:  # pragma: no cover - structural type, see exporter.state.Store
@@ -187,66 +184,159 @@ class StoreProtocol:  # pragma: no cover - structural type, see exporter.state.S
     def self_stats(self, cluster: str) -> SelfStats: ...
 
 
-def build_view_families(views: list[ClusterView], compat: frozenset[str] = frozenset()
-                        ) -> list[Metric]:
-    names = [f.name for f in FAMILIES if f.name.startswith("kafka_")]
-    fam = {n: _g(n) for n in names}
-    for v in views:
-        cl = v.cluster
-        for (topic, part), po in v.partitions.items():
-            lab = [cl, topic, str(part)]
-            if po.log_start is not None:
-                fam["kafka_partition_log_start_offset"].add_metric(lab, po.log_start)
-            if po.hw is not None:
-                fam["kafka_partition_high_watermark_offset"].add_metric(lab, po.hw)
-            if po.lso is not None:
-                fam["kafka_partition_last_stable_offset"].add_metric(lab, po.lso)
-            if po.leo is not None:
-                fam["kafka_partition_log_end_offset"].add_metric(lab, po.leo)
-            fam["kafka_partition_replicas"].add_metric(lab, po.replicas)
-            fam["kafka_partition_in_sync_replicas"].add_metric(lab, po.isr)
-        for g in v.groups.values():
-            gl = [cl, g.group]
-            fam["kafka_consumergroup_info"].add_metric([cl, g.group, g.state, g.type], 1)
-            fam["kafka_consumergroup_members"].add_metric(gl, len(g.members))
-            for s in STATUSES:
-                fam["kafka_consumergroup_status"].add_metric([cl, g.group, s],
-                                                             1 if s == g.status else 0)
-            if _ok(g.max_lag_seconds):
-                fam["kafka_consumergroup_max_lag_seconds"].add_metric(gl, g.max_lag_seconds)
-            if g.total_lag is not None:
-                fam["kafka_consumergroup_lag_offsets_sum"].add_metric(gl, g.total_lag)
-            seen_clients: set[str] = set()
-            for m in g.members:
-                if m.last_poll_age is not None and m.client_id not in seen_clients:
-                    seen_clients.add(m.client_id)
-                    fam["kafka_consumergroup_member_last_poll_age_seconds"].add_metric(
-                        [cl, g.group, m.client_id], m.last_poll_age)
-            for p in g.partitions:
-                pl = [cl, g.group, p.topic, str(p.partition)]
-                if p.committed is not None:
-                    fam["kafka_consumergroup_committed_offset"].add_metric(pl, p.committed)
-                if p.position is not None:
-                    fam["kafka_consumergroup_position_offset"].add_metric(pl, p.position)
-                if p.lag_offsets is not None:
-                    fam["kafka_consumergroup_lag_offsets"].add_metric(pl, p.lag_offsets)
-                if _ok(p.lag_seconds):
-                    fam["kafka_consumergroup_lag_seconds"].add_metric(pl, p.lag_seconds)
-                fam["kafka_consumergroup_stalled_seconds"].add_metric(pl, p.stalled_seconds)
-            sp = g.spark
-            if sp is not None:
-                for name, val in (
-                    ("kafka_spark_query_batch_duration_seconds", sp.batch_duration_seconds),
-                    ("kafka_spark_query_input_rows_per_second", sp.input_rows_per_second),
-                    ("kafka_spark_query_processed_rows_per_second", sp.processed_rows_per_second),
-                    ("kafka_spark_query_last_progress_age_seconds", sp.last_progress_age),
-                    ("kafka_spark_query_batch_running_seconds", sp.batch_running_seconds or 0.0),
-                ):
-                    if _ok(val):
-                        fam[name].add_metric(gl, val)
-    out: list[Metric] = list(fam.values())
-    if "kafka_exporter" in compat:
-        from exporter.compat import kafka_exporter_families
+ERROR_STAGES = ("metadata", "list_groups", "describe_group", "offset_fetch", "list_offsets", "leo",
+                "exact_lag", "cycle")
 
-        out.extend(kafka_exporter_families(views))
-    return out
+
+# -- fast text rendering of the view families ---------------------------------------
+
+def escape_label(v: str) -> str:
+    return v.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def _escape_help(v: str) -> str:
+    return v.replace("\\", "\\\\").replace("\n", "\\n")
+
+
+def fmt_value(v: float | int) -> str:
+    if isinstance(v, int):
+        return str(v)
+    if v.is_integer() and abs(v) < 1e15:
+        return str(int(v))
+    return repr(v)
+
+
+class Lines:
+    """Sample lines of one family, in the order they were added."""
+
+    __slots__ = ("name", "help", "kind", "lines")
+
+    def __init__(self, name: str, help_text: str, kind: str = "gauge") -> None:
+        self.name, self.help, self.kind = name, help_text, kind
+        self.lines: list[str] = []
+
+    def add(self, labels: str, v: float | int) -> None:
+        self.lines.append(f"{self.name}{{{labels}}} {fmt_value(v)}\n")
+
+    def header(self) -> str:
+        return f"# HELP {self.name} {_escape_help(self.help)}\n# TYPE {self.name} {self.kind}\n"
+
+
+def _doc_lines(name: str) -> Lines:
+    return Lines(name, _DOC[name].help)
+
+
+def render_cluster(v: ClusterView, compat: frozenset[str] = frozenset()) -> dict[str, tuple[str, str]]:
+    """Family name -> (header, sample text) for one cluster's view."""
+    names = [f.name for f in FAMILIES if f.name.startswith("kafka_")]
+    fam = {n: _doc_lines(n) for n in names}
+    cl = f'cluster="{escape_label(v.cluster)}"'
+    ls, hw, lso, leo = (fam["kafka_partition_log_start_offset"], fam["kafka_partition_high_watermark_offset"],
+                        fam["kafka_partition_last_stable_offset"], fam["kafka_partition_log_end_offset"])
+    reps, isr = fam["kafka_partition_replicas"], fam["kafka_partition_in_sync_replicas"]
+    topic_lab: dict[str, str] = {}
+    for (topic, part), po in v.partitions.items():
+        tl = topic_lab.get(topic)
+        if tl is None:
+            tl = topic_lab[topic] = f'{cl},topic="{escape_label(topic)}"'
+        lab = f'{tl},partition="{part}"'
+        if po.log_start is not None:
+            ls.add(lab, po.log_start)
+        if po.hw is not None:
+            hw.add(lab, po.hw)
+        if po.lso is not None:
+            lso.add(lab, po.lso)
+        if po.leo is not None:
+            leo.add(lab, po.leo)
+        reps.add(lab, po.replicas)
+        isr.add(lab, po.isr)
+    info, members, status = (fam["kafka_consumergroup_info"], fam["kafka_consumergroup_members"],
+                             fam["kafka_consumergroup_status"])
+    committed, position = (fam["kafka_consumergroup_committed_offset"],
+                           fam["kafka_consumergroup_position_offset"])
+    lag_o, lag_s, stalled = (fam["kafka_consumergroup_lag_offsets"], fam["kafka_consumergroup_lag_seconds"],
+                             fam["kafka_consumergroup_stalled_seconds"])
+    poll_age = fam["kafka_consumergroup_member_last_poll_age_seconds"]
+    for g in v.groups.values():
+        gl = f'{cl},group="{escape_label(g.group)}"'
+        info.add(f'{gl},state="{escape_label(g.state)}",type="{g.type}"', 1)
+        members.add(gl, len(g.members))
+        for st in STATUSES:
+            status.add(f'{gl},status="{st}"', 1 if st == g.status else 0)
+        mls = g.max_lag_seconds
+        if _ok(mls):
+            fam["kafka_consumergroup_max_lag_seconds"].add(gl, mls)  # type: ignore[arg-type]
+        if g.total_lag is not None:
+            fam["kafka_consumergroup_lag_offsets_sum"].add(gl, g.total_lag)
+        seen_clients: set[str] = set()
+        for m in g.members:
+            if m.last_poll_age is not None and m.client_id not in seen_clients:
+                seen_clients.add(m.client_id)
+                poll_age.add(f'{gl},client_id="{escape_label(m.client_id)}"', m.last_poll_age)
+        gtl: dict[str, str] = {}
+        for p in g.partitions:
+            tl = gtl.get(p.topic)
+            if tl is None:
+                tl = gtl[p.topic] = f'{gl},topic="{escape_label(p.topic)}"'
+            pl = f'{tl},partition="{p.partition}"'
+            if p.committed is not None:
+                committed.add(pl, p.committed)
+            if p.position is not None:
+                position.add(pl, p.position)
+            if p.lag_offsets is not None:
+                lag_o.add(pl, p.lag_offsets)
+            if _ok(p.lag_seconds):
+                lag_s.add(pl, p.lag_seconds)  # type: ignore[arg-type]
+            stalled.add(pl, p.stalled_seconds)
+        sp = g.spark
+        if sp is not None:
+            for name, val in (
+                ("kafka_spark_query_batch_duration_seconds", sp.batch_duration_seconds),
+                ("kafka_spark_query_input_rows_per_second", sp.input_rows_per_second),
+                ("kafka_spark_query_processed_rows_per_second", sp.processed_rows_per_second),
+                ("kafka_spark_query_last_progress_age_seconds", sp.last_progress_age),
+                ("kafka_spark_query_batch_running_seconds", sp.batch_running_seconds or 0.0),
+            ):
+                if _ok(val):
+                    fam[name].add(gl, val)  # type: ignore[arg-type]
+    out = list(fam.values())
+    if "kafka_exporter" in compat:
+        from exporter.compat import kafka_exporter_lines
+
+        out.extend(kafka_exporter_lines(v))
+    return {f.name: (f.header(), "".join(f.lines)) for f in out}
+
+
+class ViewText:
+    """Cached text of the view families; rendered once per new view of each cluster."""
+
+    def __init__(self, store: StoreProtocol, compat: frozenset[str] = frozenset()) -> None:
+        self.store = store
+        self.compat = compat
+        self._lock = threading.Lock()
+        self._cache: dict[str, tuple[ClusterView, dict[str, tuple[str, str]]]] = {}
+
+    def prerender(self, view: ClusterView) -> None:
+        self._get(view)
+
+    def _get(self, view: ClusterView) -> dict[str, tuple[str, str]]:
+        with self._lock:
+            hit = self._cache.get(view.cluster)
+            if hit is not None and hit[0] is view:
+                return hit[1]
+        rendered = render_cluster(view, self.compat)
+        with self._lock:
+            self._cache[view.cluster] = (view, rendered)
+        return rendered
+
+    def text(self) -> str:
+        parts = [self._get(v) for v in self.store.views()]
+        names: list[str] = []
+        for p in parts:
+            names.extend(n for n in p if n not in names)
+        out: list[str] = []
+        for n in names:
+            present = [p[n] for p in parts if n in p]
+            out.append(present[0][0])
+            out.extend(body for _h, body in present)
+        return "".join(out)

@@ -13,7 +13,7 @@ import time
 from exporter.config import ClusterConfig, Config
 from exporter.evaluator import Evaluator
 from exporter.lag import RecordTimestamps
-from exporter.metrics import SelfStats
+from exporter.metrics import SelfStats, ViewText
 from exporter.report_reader import ReportReader
 from exporter.sampler import Sampler, client_config
 from exporter.state import Store
@@ -23,9 +23,10 @@ MAX_BACKOFF = 60.0
 
 
 class ClusterRunner:
-    def __init__(self, cfg: ClusterConfig, config: Config, store: Store) -> None:
+    def __init__(self, cfg: ClusterConfig, config: Config, store: Store, view_text: ViewText) -> None:
         self.cfg = cfg
         self.store = store
+        self.view_text = view_text
         self.evaluator = Evaluator(cfg.name, config.thresholds, cfg.interval,
                                    config.history_points, config.max_group_partitions)
         self.sampler: Sampler | None = None
@@ -67,6 +68,7 @@ class ClusterRunner:
 
     def cycle(self) -> bool:
         """Run one cycle; never raises. Returns whether the cluster could be read."""
+        t0 = time.monotonic()
         try:
             if self.sampler is None:
                 self.sampler = Sampler(self.cfg)
@@ -102,9 +104,11 @@ class ClusterRunner:
             for stage, msg in snap.errors if snap.ok else ():
                 log.warning("cluster %s: %s: %s", self.cfg.name, stage, msg)
             stats = SelfStats(cycles=self.cycles, requests=self.sampler.requests_total,
+                              cycle_duration=time.monotonic() - t0,
                               reports_received=self.reports.received if self.reports else None,
                               reports_dropped=self.reports.dropped if self.reports else None)
             self.store.publish(view, stats)
+            self.view_text.prerender(view)  # render here, not in the scrape
             return snap.ok
         except Exception:  # noqa: BLE001 - the thread must survive anything
             self.evaluator.errors_by_stage["cycle"] += 1
@@ -118,7 +122,8 @@ class Exporter:
     def __init__(self, config: Config) -> None:
         self.config = config
         self.store = Store([c.name for c in config.clusters])
-        self.runners = [ClusterRunner(c, config, self.store) for c in config.clusters]
+        self.view_text = ViewText(self.store, config.compat)
+        self.runners = [ClusterRunner(c, config, self.store, self.view_text) for c in config.clusters]
 
     def start(self) -> None:
         for r in self.runners:

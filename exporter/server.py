@@ -22,6 +22,7 @@ from prometheus_client.exposition import choose_encoder
 
 from exporter import api, statuspage
 from exporter.config import ConfigError
+from exporter.metrics import ViewText
 from exporter.state import Store
 
 log = logging.getLogger("lagwatch.http")
@@ -86,7 +87,7 @@ class WebConfig:
         return ok
 
 
-def make_server(store: Store, registry: CollectorRegistry, listen: tuple[str, int],
+def make_server(store: Store, registry: CollectorRegistry, view_text: ViewText, listen: tuple[str, int],
                 web: WebConfig | None = None, status_refresh: int = 10) -> ThreadingHTTPServer:
     web = web or WebConfig(None)
 
@@ -133,7 +134,9 @@ def make_server(store: Store, registry: CollectorRegistry, listen: tuple[str, in
         def _route(self, path: str) -> None:
             if path == "/metrics":
                 encoder, ctype = choose_encoder(self.headers.get("Accept"))
-                self._send(200, encoder(registry), ctype)
+                # view families first (cached text), then self-metrics (ends with "# EOF"
+                # in OpenMetrics)
+                self._send(200, view_text.text().encode() + encoder(registry), ctype)
             elif path == "/healthz":
                 self._send(200, b"ok\n", "text/plain")
             elif path == "/readyz":

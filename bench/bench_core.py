@@ -1,0 +1,139 @@
+"""Benchmark: G groups with committed offsets on P partitions, one local broker.
+
+    .venv/bin/python -m bench.bench_core                 # the three sizes of issue 3
+    .venv/bin/python -m bench.bench_core --sizes 100x10
+
+Prints, per size: sampling-cycle time (whole cycle and its Kafka part), Kafka
+requests per cycle (from librdkafka's own counters), /metrics render time and
+size, and the exporter's peak RSS. A benchmark, not a test: nothing is asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from concurrent.futures import wait
+from pathlib import Path
+
+import yaml
+from confluent_kafka import ConsumerGroupTopicPartitions, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from devenv.kafka import KafkaCluster, free_port
+from tests.exporter_proc import parse_metrics, value
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def setup(cluster: KafkaCluster, groups: int, partitions: int, tag: str) -> None:
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
+    topic = f"bench-{tag}"
+    admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(60)
+    p = Producer({"bootstrap.servers": cluster.bootstrap_servers, "linger.ms": 20})
+    for part in range(partitions):
+        for i in range(100):
+            p.produce(topic, value=b"x", partition=part)
+            if i % 50 == 0:
+                p.poll(0)
+    p.flush(60)
+    pending = []
+    for g in range(groups):
+        offsets = [TopicPartition(topic, part, 50 + (g % 50)) for part in range(partitions)]
+        pending.extend(admin.alter_consumer_group_offsets(
+            [ConsumerGroupTopicPartitions(f"bench-{tag}-g{g:05d}", offsets)]).values())
+        if len(pending) >= 200:
+            wait(pending, 120)
+            for f in pending:
+                f.result()
+            pending = []
+    wait(pending, 120)
+
+
+def peak_rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def measure(cluster: KafkaCluster, groups: int, partitions: int, cycles: int) -> dict[str, float]:
+    tag = f"{groups}x{partitions}"
+    t0 = time.monotonic()
+    setup(cluster, groups, partitions, tag)
+    setup_s = time.monotonic() - t0
+    port = free_port()
+    with tempfile.TemporaryDirectory() as tmp:
+        cfg = Path(tmp) / "bench.yml"
+        cfg.write_text(yaml.safe_dump({
+            "interval": 15, "request_timeout": 30, "listen": f"127.0.0.1:{port}",
+            "clusters": [{"name": "bench", "bootstrap_servers": cluster.bootstrap_servers,
+                          "groups": {"allow": f"^bench-{tag}-"}, "reports": {"enabled": False}}]}))
+        proc = subprocess.Popen([sys.executable, "-m", "exporter", "--config", str(cfg)], cwd=ROOT,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            url = f"http://127.0.0.1:{port}/metrics"
+            cycle_times, sample_times, render, sizes = [], [], [], []
+            reqs: list[tuple[float, float]] = []
+            seen_cycles = 0
+            deadline = time.monotonic() + 60 + cycles * 40
+            while len(cycle_times) < cycles and time.monotonic() < deadline:
+                try:
+                    s = time.monotonic()
+                    body = urllib.request.urlopen(url, timeout=60).read()
+                    took = time.monotonic() - s
+                except OSError:
+                    time.sleep(0.5)
+                    continue
+                m = parse_metrics(body.decode())
+                n = value(m, "lagwatch_cycles_total", cluster="bench") or 0
+                if n > seen_cycles and (value(m, "lagwatch_up", cluster="bench") or 0) == 1:
+                    seen_cycles = int(n)
+                    cycle_times.append(value(m, "lagwatch_cycle_duration_seconds") or 0)
+                    sample_times.append(value(m, "lagwatch_sample_duration_seconds") or 0)
+                    reqs.append((n, value(m, "lagwatch_kafka_requests_total") or 0))
+                    render.append(took)  # first scrape of a new view: families are built here
+                    sizes.append(len(body))
+                    # a second scrape of the same view shows the cached cost
+                    s = time.monotonic()
+                    urllib.request.urlopen(url, timeout=60).read()
+                    render.append(time.monotonic() - s)
+                time.sleep(0.5)
+            rss = peak_rss_mb(proc.pid)
+        finally:
+            proc.terminate()
+            proc.wait(30)
+    per_cycle = ((reqs[-1][1] - reqs[1][1]) / (reqs[-1][0] - reqs[1][0])
+                 if len(reqs) >= 3 and reqs[-1][0] > reqs[1][0] else float("nan"))
+    return {"groups": groups, "partitions": partitions, "setup_s": setup_s,
+            "cycle_s": statistics.median(cycle_times[1:] or cycle_times),
+            "cycle_max_s": max(cycle_times[1:] or cycle_times),
+            "sample_s": statistics.median(sample_times[1:] or sample_times),
+            "requests_per_cycle": per_cycle,
+            "render_s": max(render), "render_median_s": statistics.median(render),
+            "metrics_mb": max(sizes) / 1e6, "peak_rss_mb": rss}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--sizes", default="100x10,1000x20,2000x50")
+    ap.add_argument("--cycles", type=int, default=4)
+    args = ap.parse_args()
+    sizes = [tuple(int(x) for x in s.split("x")) for s in args.sizes.split(",")]
+    print(f"{'groups':>6} {'parts':>5} {'group-parts':>11} {'cycle s':>8} {'max s':>6} {'kafka s':>8} "
+          f"{'req/cycle':>9} {'render s':>8} {'/metrics MB':>11} {'peak RSS MB':>11}", flush=True)
+    with KafkaCluster(heap="2g") as cluster:
+        for g, p in sizes:
+            r = measure(cluster, g, p, args.cycles)
+            print(f"{g:>6} {p:>5} {g * p:>11} {r['cycle_s']:>8.2f} {r['cycle_max_s']:>6.2f} "
+                  f"{r['sample_s']:>8.2f} {r['requests_per_cycle']:>9.0f} {r['render_s']:>8.2f} "
+                  f"{r['metrics_mb']:>11.1f} {r['peak_rss_mb']:>11.0f}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,162 @@
+"""Pure logic: lag interpolation and status rules, driven cycle by cycle with real data shapes."""
+
+from __future__ import annotations
+
+from exporter.config import Thresholds
+from exporter.evaluator import Evaluator
+from exporter.lag import HwHistory, lag_seconds
+from exporter.reports import ConsumerReport, SparkReport
+from exporter.snapshot import GroupSample, Member, PartitionOffsets, Snapshot
+
+T0 = 1_800_000_000.0
+TP = ("orders", 3)
+
+
+def test_interpolation_brackets_the_record_and_survives_idle_gaps() -> None:
+    h = HwHistory(limit=10)
+    for t, hw in ((0, 100), (10, 100), (20, 100), (1000, 100), (1030, 200)):
+        h.add(T0 + t, hw)
+    assert [p[1] for p in h.points] == [100, 100, 200]  # the idle run kept only its ends
+    # record 150 became readable between t=1000 (HW 100) and t=1030 (HW 200)
+    since = h.readable_since(150)
+    assert since is not None and abs(since - (T0 + 1000 + 30 * 51 / 100)) < 1e-6
+    assert abs(lag_seconds(T0 + 1030, 150, 200, h, None) - (30 - 30 * 51 / 100)) < 1e-3  # type: ignore[operator]
+    assert lag_seconds(T0 + 1030, 200, 200, h, None) == 0.0  # caught up
+    assert lag_seconds(T0 + 1030, 250, 200, h, None) == 0.0  # committed ahead of HW read earlier
+    assert h.readable_since(50) is None  # older than the table: unknown, not extrapolated
+    assert lag_seconds(T0 + 1030, 50, 200, h, T0 + 5) == 1025.0  # record timestamp wins
+
+
+def test_history_resets_when_hw_goes_backwards() -> None:
+    h = HwHistory()
+    h.add(T0, 500)
+    h.add(T0 + 1, 600)
+    h.add(T0 + 2, 10)  # topic re-created
+    assert h.points == [(T0 + 2, 10)]
+
+
+def _snap(t: float, committed: int, hw: int, members: tuple[Member, ...] = (),
+          state: str = "stable", group: str = "g") -> Snapshot:
+    return Snapshot("c", t, 0.01, {TP: PartitionOffsets(1, 3, 3, 0, hw, hw, hw)},
+                    {group: GroupSample(group, "classic", state, members, 1, {TP: committed})})
+
+
+MEMBER = Member("m-1", "billing-7", "/10.0.0.5", None, (TP,))
+TH = Thresholds(stall_after=30, livelock_after=20, lag_seconds=3600, window=300, report_stale_after=30)
+
+
+def _run(ev: Evaluator, steps: list[tuple[int, int, tuple[Member, ...]]], start: float = T0,
+         reports: dict | None = None) -> list[str]:
+    out = []
+    for i, (committed, hw, members) in enumerate(steps):
+        v = ev.evaluate(_snap(start + i * 10, committed, hw, members,
+                              "stable" if members else "empty"), reports)
+        out.append(v.groups["g"].status)
+    return out
+
+
+def test_healthy_then_stalled_then_caught_up() -> None:
+    ev = Evaluator("c", TH, interval=10)
+    steps = [(100 + 10 * i, 110 + 10 * i, (MEMBER,)) for i in range(5)]  # keeps committing
+    steps += [(150, 160 + 10 * i, (MEMBER,)) for i in range(5)]  # frozen for 40 s with lag
+    steps += [(300, 300, (MEMBER,))]
+    got = _run(ev, steps)
+    assert got[:5] == ["ok"] * 5
+    assert got[5:8] == ["ok", "ok", "ok"]  # frozen 0, 10, 20 s: below stall_after
+    assert got[8:10] == ["stalled", "stalled"]
+    assert got[10] == "ok"
+    v = ev.last_good
+    assert v is not None and v.groups["g"].partitions[0].stalled_seconds == 0
+
+
+def test_stalled_reason_names_partition_numbers_and_owner() -> None:
+    ev = Evaluator("c", TH, interval=10)
+    _run(ev, [(150, 200 + i, (MEMBER,)) for i in range(5)])
+    g = ev.last_good.groups["g"]  # type: ignore[union-attr]
+    assert g.status == "stalled"
+    r = g.reasons[0]
+    assert "orders[3]" in r and "committed 150" in r and "billing-7@/10.0.0.5" in r and "m-1" in r
+
+
+def test_no_members_with_lag_is_stopped_and_rejoin_churn_is_livelocked() -> None:
+    ev = Evaluator("c", TH, interval=10)
+    assert _run(ev, [(100, 150, ())] * 2) == ["stopped", "stopped"]
+    ev = Evaluator("c", TH, interval=10)
+    churn = [(100, 150 + i, (Member(f"m-{i}", "w", "h", None, (TP,)),) if i % 2 else ())
+             for i in range(8)]
+    got = _run(ev, churn)
+    assert got[-1] == "livelocked", got
+    assert "leaving and rejoining" in ev.last_good.groups["g"].reasons[0]  # type: ignore[union-attr]
+
+
+def test_report_with_old_last_poll_is_livelocked_before_stall_threshold() -> None:
+    ev = Evaluator("c", TH, interval=10)
+    statuses = []
+    for i in range(5):
+        now = T0 + i * 10
+        rep = ConsumerReport("g", "billing-7", "m-1", "host-a", sent_at=now, last_poll=T0,
+                             interval=5, positions={TP: 160}, committed={TP: 150}, closed=False,
+                             received_at=now)
+        v = ev.evaluate(_snap(now, 150, 200, (MEMBER,)), {"g": [rep]})
+        statuses.append(v.groups["g"].status)
+    assert statuses == ["ok", "ok", "livelocked", "livelocked", "livelocked"]
+    p = ev.last_good.groups["g"].partitions[0]  # type: ignore[union-attr]
+    assert p.position == 160 and "last polled 40s ago" in p.reason
+
+
+def test_rewind_is_reported_then_held_for_a_few_cycles() -> None:
+    ev = Evaluator("c", TH, interval=10)
+    got = _run(ev, [(500, 500, ()), (100, 500, ()), (100, 500, ())])
+    assert got == ["ok", "rewind", "rewind"]
+
+
+def test_slow_consumer_is_lagging_when_lag_grows_while_committing() -> None:
+    ev = Evaluator("c", TH, interval=1)
+    got = []
+    for i in range(8):  # produce 100/s, consume 20/s
+        v = ev.evaluate(_snap(T0 + i, 20 * i, 100 * i + 100, (MEMBER,)))
+        got.append(v.groups["g"].status)
+    assert "lagging" in got[:5], got
+    assert got[-1] == "lagging"
+
+
+def test_spark_hung_batch_is_livelocked_and_terminated_query_stopped() -> None:
+    th = TH
+    ev = Evaluator("c", th, interval=10)
+
+    def rep(now: float, event: str, batch_started: float | None) -> SparkReport:
+        return SparkReport("q", "qid", "rid", "q", sent_at=now, event=event, batch_id=7,
+                           batch_started=batch_started, last_progress=T0, batch_duration_ms=900.0,
+                           input_rows_per_second=10.0, processed_rows_per_second=12.0, interval=5,
+                           end_offsets={TP: 150}, latest_offsets={TP: 160}, exception=None,
+                           received_at=now)
+
+    snap = Snapshot("c", T0 + 30, 0.01, {TP: PartitionOffsets(1, 1, 1, 0, 400, 400, 400)}, {})
+    v = ev.evaluate(snap, spark_reports={"q": rep(T0 + 30, "heartbeat", T0)})
+    g = v.groups["q"]
+    assert g.type == "spark" and g.status == "livelocked"
+    assert "has been running for 30 seconds" in g.reasons[0]
+    snap = Snapshot("c", T0 + 40, 0.01, snap.partitions, {})
+    v = ev.evaluate(snap, spark_reports={"q": rep(T0 + 40, "terminated", None)})
+    assert v.groups["q"].status == "stopped"
+
+
+def test_unreadable_group_keeps_last_values_with_error_status() -> None:
+    ev = Evaluator("c", TH, interval=10)
+    ev.evaluate(_snap(T0, 100, 150, (MEMBER,)))
+    bad = Snapshot("c", T0 + 10, 0.01, {TP: PartitionOffsets(1, 3, 3, 0, 160, 160, 160)},
+                   {"g": GroupSample("g", "classic", "unknown", error="offset fetch: timed out")})
+    g = ev.evaluate(bad).groups["g"]
+    assert g.status == "error" and "timed out" in g.reasons[0]
+    assert g.partitions[0].committed == 100  # what we knew is not lost
+
+
+def test_cardinality_cap_keeps_worst_groups() -> None:
+    ev = Evaluator("c", TH, interval=10, max_group_partitions=1)
+    parts = {TP: PartitionOffsets(1, 1, 1, 0, 100, 100, 100)}
+    snap = Snapshot("c", T0, 0.01, parts, {
+        "a-ok": GroupSample("a-ok", "classic", "empty", (), 1, {TP: 100}),
+        "z-stopped": GroupSample("z-stopped", "classic", "empty", (), 1, {TP: 10}),
+    })
+    v = ev.evaluate(snap)
+    assert list(v.groups) == ["z-stopped"] and v.dropped_group_partitions == 1
