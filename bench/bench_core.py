@@ -24,7 +24,7 @@ import yaml
 from confluent_kafka import ConsumerGroupTopicPartitions, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from devenv.kafka import KafkaCluster, free_port
+from devenv.kafka import KafkaCluster, die_with_parent, free_port
 from tests.exporter_proc import parse_metrics, value
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -74,7 +74,8 @@ def measure(cluster: KafkaCluster, groups: int, partitions: int, cycles: int) ->
             "clusters": [{"name": "bench", "bootstrap_servers": cluster.bootstrap_servers,
                           "groups": {"allow": f"^bench-{tag}-"}, "reports": {"enabled": False}}]}))
         proc = subprocess.Popen([sys.executable, "-m", "exporter", "--config", str(cfg)], cwd=ROOT,
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                preexec_fn=die_with_parent)
         try:
             url = f"http://127.0.0.1:{port}/metrics"
             cycle_times, sample_times, render, sizes = [], [], [], []

@@ -60,7 +60,7 @@ def java_binary() -> str:
     return java
 
 
-def _die_with_parent() -> None:
+def die_with_parent() -> None:
     """preexec_fn: the child gets SIGKILL when the launching process dies."""
     with contextlib.suppress(Exception):
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
@@ -221,7 +221,7 @@ class KafkaCluster:
         out = open(b.dir / "stdout.log", "ab")  # noqa: SIM115 - owned by the child
         b.proc = subprocess.Popen(
             cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            preexec_fn=_die_with_parent,
+            preexec_fn=die_with_parent,
         )
         out.close()
 

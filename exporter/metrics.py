@@ -340,3 +340,10 @@ class ViewText:
             out.append(present[0][0])
             out.extend(body for _h, body in present)
         return "".join(out)
+
+
+def metrics_table() -> str:
+    """The README's metrics table, generated from FAMILIES (tests/test_readme.py keeps them equal)."""
+    rows = ["| family | type | labels | meaning |", "|---|---|---|---|"]
+    rows += [f"| `{f.name}` | {f.kind} | {', '.join(f.labels)} | {f.help} |" for f in FAMILIES]
+    return "\n".join(rows)

@@ -17,7 +17,7 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from devenv.kafka import free_port
+from devenv.kafka import die_with_parent, free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -59,7 +59,7 @@ class ExporterProcess:
             cmd += ["--config", config]
         self.cmd = cmd
         self.proc = subprocess.Popen(cmd, cwd=ROOT, stdout=self.log, stderr=subprocess.STDOUT,
-                                     env={**os.environ, **(env or {})})
+                                     env={**os.environ, **(env or {})}, preexec_fn=die_with_parent)
 
     def output(self) -> str:
         return Path(self.log.name).read_text(errors="replace")
