@@ -1,7 +1,10 @@
 """``--compat kafka_exporter``: kafka_exporter's family names and ``consumergroup`` label.
 
 Same meanings as danielqsj/kafka_exporter (reference/peers.md §2), so
-Grafana dashboard 7589 keeps working during a migration. Unlike the
+Grafana dashboard 7589 keeps working during a migration. kafka_exporter's
+``kafka_consumergroup_members`` has the same name as lagwatch's own family, so
+instead of a second family lagwatch's series get a ``consumergroup`` label
+too (see exporter.metrics.render_cluster). Unlike the
 original, lag is never negative and there is no -1 sentinel: a partition with
 no committed offset has no series.
 """
@@ -28,7 +31,6 @@ def kafka_exporter_lines(v: ClusterView) -> list[Lines]:
                        "Sum of committed offsets of a group per topic")
     cg_lag = Lines("kafka_consumergroup_lag", "Lag of a consumer group (high watermark - committed)")
     cg_lag_sum = Lines("kafka_consumergroup_lag_sum", "Sum of lag of a group per topic")
-    cg_members = Lines("kafka_consumergroup_members", "Members of a consumer group")
     cl = f'cluster="{escape_label(v.cluster)}"'
     brokers.add(cl, v.brokers)
     per_topic: dict[str, int] = {}
@@ -49,7 +51,6 @@ def kafka_exporter_lines(v: ClusterView) -> list[Lines]:
         if g.type == "spark":
             continue
         gl = f'{cl},consumergroup="{escape_label(g.group)}"'
-        cg_members.add(gl, len(g.members))
         sums: dict[str, list[int]] = {}
         for pv in g.partitions:
             lab = f'{gl},topic="{escape_label(pv.topic)}",partition="{pv.partition}"'
@@ -65,4 +66,4 @@ def kafka_exporter_lines(v: ClusterView) -> list[Lines]:
             cg_off_sum.add(tl, off)
             cg_lag_sum.add(tl, lag)
     return [current, oldest, isr, replicas, leader, under, parts, brokers, cg_off, cg_off_sum,
-            cg_lag, cg_lag_sum, cg_members]
+            cg_lag, cg_lag_sum]

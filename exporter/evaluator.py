@@ -42,11 +42,12 @@ from exporter.view import (
 
 MAX_REASONS = 5
 REWIND_HOLD_CYCLES = 5
+STOPPED_AFTER_CYCLES = 2
 
 
 class _PartState:
     __slots__ = ("committed", "changed_at", "lag_since", "samples", "lagging", "rewind_until",
-                 "last_view")
+                 "last_view", "unowned")
 
     def __init__(self, committed: int, now: float) -> None:
         self.committed = committed
@@ -56,6 +57,7 @@ class _PartState:
         self.lagging = False
         self.rewind_until = 0.0
         self.last_view: PartitionView | None = None
+        self.unowned = 0  # consecutive cycles nobody owned the partition
 
 
 @dataclass
@@ -118,7 +120,9 @@ class Evaluator:
         samples = dict(snap.groups)
         spark_reports = spark_reports or {}
         for gid, rep in spark_reports.items():
-            if gid not in samples:  # a real consumer group of that name wins
+            # A consumer group of that name with members wins; an empty one is normally the
+            # listener's own commit_offsets_to_group mirror of this query.
+            if gid not in samples or not samples[gid].members:
                 samples[gid] = _spark_sample(rep, now, self.th)
         views: dict[str, GroupView] = {}
         for gid, g in samples.items():
@@ -301,6 +305,10 @@ class Evaluator:
             owned = spark is not None and not spark.terminated and has_members
         else:
             owned = owner is not None or (has_members and not assignment_known)
+        ps.unowned = 0 if owned else ps.unowned + 1
+        # A coordinator failover or rebalance can show a group empty for one cycle:
+        # `stopped` needs two cycles in a row without an owner.
+        unowned_confirmed = ps.unowned >= STOPPED_AFTER_CYCLES
 
         if lag_off is None:
             status, reason = "ok", ""
@@ -322,7 +330,8 @@ class Evaluator:
             elif (spark is not None and batch_running is not None
                   and batch_running >= th.livelock_after):
                 status, reason = "livelocked", (
-                    f"{where}: batch {spark.batch_id} has been running for "
+                    f"{where}: batch {0 if spark.batch_id is None else spark.batch_id + 1} "
+                    f"has been running for "
                     f"{batch_running:.0f} seconds while {lag_off} records wait; driver alive "
                     f"(heartbeat {_fmt_s(now - spark.received_at)} ago); {nums}")
             elif (owned and rep is not None and not report_stale and poll_age is not None
@@ -342,7 +351,7 @@ class Evaluator:
                     f"{stalled_s:.0f}s; {nums}")
             elif now < ps.rewind_until:
                 status, reason = "rewind", f"{where}: committed offset moved backwards; {nums}"
-            elif not owned:
+            elif unowned_confirmed:
                 status, reason = "stopped", (
                     f"{where}: no member owns the partition (group {g.state}); "
                     f"committed unchanged for {now - ps.changed_at:.0f}s; {nums}")

@@ -98,7 +98,7 @@ FAMILIES: tuple[FamilyDoc, ...] = (
     FamilyDoc("lagwatch_brokers", "gauge", ("cluster",), "Brokers in the cluster metadata."),
     FamilyDoc("lagwatch_errors_total", "counter", ("cluster", "stage"),
               "Sampling errors by stage (metadata, list_groups, describe_group, offset_fetch, "
-              "list_offsets, leo, exact_lag, cycle)."),
+              "list_offsets, leo, exact_lag, worker_crash, cycle)."),
     FamilyDoc("lagwatch_kafka_requests_total", "counter", ("cluster",),
               "Kafka requests sent by the sampler (librdkafka counters plus LEO requests)."),
     FamilyDoc("lagwatch_cycles_total", "counter", ("cluster",), "Sampling cycles run."),
@@ -185,7 +185,7 @@ class StoreProtocol:  # pragma: no cover - structural type, see exporter.state.S
 
 
 ERROR_STAGES = ("metadata", "list_groups", "describe_group", "offset_fetch", "list_offsets", "leo",
-                "exact_lag", "cycle")
+                "exact_lag", "worker_crash", "cycle")
 
 
 # -- fast text rendering of the view families ---------------------------------------
@@ -257,10 +257,14 @@ def render_cluster(v: ClusterView, compat: frozenset[str] = frozenset()) -> dict
     lag_o, lag_s, stalled = (fam["kafka_consumergroup_lag_offsets"], fam["kafka_consumergroup_lag_seconds"],
                              fam["kafka_consumergroup_stalled_seconds"])
     poll_age = fam["kafka_consumergroup_member_last_poll_age_seconds"]
+    compat_ke = "kafka_exporter" in compat
     for g in v.groups.values():
         gl = f'{cl},group="{escape_label(g.group)}"'
         info.add(f'{gl},state="{escape_label(g.state)}",type="{g.type}"', 1)
-        members.add(gl, len(g.members))
+        if compat_ke:  # kafka_exporter's name for the same family: one series, both labels
+            members.add(f'{gl},consumergroup="{escape_label(g.group)}"', len(g.members))
+        else:
+            members.add(gl, len(g.members))
         for st in STATUSES:
             status.add(f'{gl},status="{st}"', 1 if st == g.status else 0)
         mls = g.max_lag_seconds

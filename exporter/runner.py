@@ -12,10 +12,9 @@ import time
 
 from exporter.config import ClusterConfig, Config
 from exporter.evaluator import Evaluator
-from exporter.lag import RecordTimestamps
+from exporter.kafka_worker import KafkaWorker, SampleResult, WorkerCrashed
 from exporter.metrics import SelfStats, ViewText
-from exporter.report_reader import ReportReader
-from exporter.sampler import Sampler, client_config
+from exporter.snapshot import Snapshot
 from exporter.state import Store
 
 log = logging.getLogger("lagwatch.runner")
@@ -29,9 +28,10 @@ class ClusterRunner:
         self.view_text = view_text
         self.evaluator = Evaluator(cfg.name, config.thresholds, cfg.interval,
                                    config.history_points, config.max_group_partitions)
-        self.sampler: Sampler | None = None
-        self.exact: RecordTimestamps | None = None
-        self.reports: ReportReader | None = None
+        self.worker = KafkaWorker(cfg, config.thresholds, config.log_level)
+        self._last_result: SampleResult | None = None
+        self._requests_base = self._requests_seen = 0
+        self._requests_worker: tuple[int | None, int] = (None, 0)
         self.thresholds = config.thresholds
         self.cycles = 0
         self._stop = threading.Event()
@@ -44,12 +44,7 @@ class ClusterRunner:
     def stop(self) -> None:
         self._stop.set()
         self.thread.join(timeout=self.cfg.request_timeout * 3 + 5)
-        if self.reports:
-            self.reports.stop()
-        if self.exact:
-            self.exact.close()
-        if self.sampler:
-            self.sampler.close()
+        self.worker.close()
 
     def _run(self) -> None:
         next_at = time.monotonic()
@@ -70,25 +65,30 @@ class ClusterRunner:
         """Run one cycle; never raises. Returns whether the cluster could be read."""
         t0 = time.monotonic()
         try:
-            if self.sampler is None:
-                self.sampler = Sampler(self.cfg)
-                self.exact = RecordTimestamps(client_config(self.cfg), self.cfg.request_timeout)
-            if self.reports is None and self.cfg.reports_enabled:
-                self.reports = ReportReader(self.cfg, self.thresholds)
-                self.reports.start()
-            consumer_reports, spark_reports = (self.reports.current() if self.reports
-                                               else ({}, {}))
-            spark_topics = {t for r in spark_reports.values() for (t, _) in r.end_offsets}
-            snap = self.sampler.sample(extra_topics=spark_topics)
+            try:
+                res = self.worker.sample()
+            except WorkerCrashed as e:
+                self.evaluator.errors_by_stage["worker_crash"] += 1
+                log.error("cluster %s: %s", self.cfg.name, e)
+                res = None
+            if res is None:
+                snap = Snapshot(self.cfg.name, time.time(), time.monotonic() - t0, {}, {},
+                                (("worker_crash", "Kafka worker process failed"),), ok=False)
+                consumer_reports: dict = {}
+                spark_reports: dict = {}
+            else:
+                snap = res.snapshot
+                consumer_reports, spark_reports = res.consumer_reports, res.spark_reports
+                self._last_result = res
             exact_ts: dict[tuple[str, int, int], float] = {}
-            if snap.ok and self.exact is not None:
+            if snap.ok:
                 want = self.evaluator.lag_inputs(snap, self.cfg.lag_mode)
                 want += [(tp, off) for r in spark_reports.values()
                          for tp, off in r.end_offsets.items()
                          if self.cfg.lag_mode == "exact"]
                 if want:
                     try:
-                        got = self.exact.lookup(want)
+                        got = self.worker.timestamps(want)
                         exact_ts = {(tp[0], tp[1], off): got[tp] for tp, off in want if tp in got}
                     except Exception as e:  # noqa: BLE001 - lag seconds fall back to interpolation
                         self.evaluator.errors_by_stage["exact_lag"] += 1
@@ -103,10 +103,11 @@ class ClusterRunner:
                 log.info("cluster %s: sampling recovered", self.cfg.name)
             for stage, msg in snap.errors if snap.ok else ():
                 log.warning("cluster %s: %s: %s", self.cfg.name, stage, msg)
-            stats = SelfStats(cycles=self.cycles, requests=self.sampler.requests_total,
+            last = self._last_result
+            stats = SelfStats(cycles=self.cycles, requests=self._requests(last),
                               cycle_duration=time.monotonic() - t0,
-                              reports_received=self.reports.received if self.reports else None,
-                              reports_dropped=self.reports.dropped if self.reports else None)
+                              reports_received=last.reports_received if last else None,
+                              reports_dropped=last.reports_dropped if last else None)
             self.store.publish(view, stats)
             self.view_text.prerender(view)  # render here, not in the scrape
             return snap.ok
@@ -114,6 +115,16 @@ class ClusterRunner:
             self.evaluator.errors_by_stage["cycle"] += 1
             log.exception("cluster %s: sampling cycle failed", self.cfg.name)
             return False
+
+    def _requests(self, last: SampleResult | None) -> int:
+        """Monotonic across worker restarts: a new child starts its counters at 0."""
+        if last is None:
+            return self._requests_base
+        if self._requests_worker != (self.worker.pid, self.worker.restarts):
+            self._requests_base = self._requests_seen
+            self._requests_worker = (self.worker.pid, self.worker.restarts)
+        self._requests_seen = self._requests_base + last.requests_total
+        return self._requests_seen
 
 
 class Exporter:

@@ -122,8 +122,10 @@ class ExporterProcess:
     def __enter__(self) -> ExporterProcess:
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, exc_type: object, *exc: object) -> None:
         self.stop()
+        if exc_type is not None:  # show what the exporter said when a test failed
+            print(f"--- exporter log ({' '.join(self.cmd[2:])}) ---\n{self.output()[-6000:]}")
         os.unlink(self.log.name)
 
 

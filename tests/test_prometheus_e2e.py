@@ -23,11 +23,8 @@ Then, from Prometheus's HTTP API:
 * the two queries of Grafana dashboard 7589 return data, and kafka_exporter's
   ``kafka_consumergroup_lag`` equals lagwatch's ``kafka_consumergroup_lag_offsets``.
 
-Known exporter bug, kept visible: with ``--compat kafka_exporter`` the
-``kafka_consumergroup_members`` family carries kafka_exporter's
-``consumergroup`` label instead of lagwatch's ``group``; the panels it breaks
-are listed (not failed) and test_compat_keeps_lagwatch_members_family is a
-strict xfail that turns red once the bug is fixed.
+With ``--compat kafka_exporter`` the shared family ``kafka_consumergroup_members``
+carries both ``group`` and ``consumergroup`` (test_compat_keeps_lagwatch_members_family).
 """
 
 from __future__ import annotations
@@ -70,7 +67,6 @@ CLUSTER = "test"  # the cluster name exporter_config() gives
 # Known exporter bug (see test_compat_keeps_lagwatch_members_family): with --compat kafka_exporter,
 # kafka_exporter's kafka_consumergroup_members{consumergroup} replaces lagwatch's own
 # kafka_consumergroup_members{group} (same family name), so queries on it lose the group label.
-MEMBERS_BUG_FAMILY = "kafka_consumergroup_members"
 
 # The two queries of Grafana dashboard 7589 quoted in reference/dashboards-alerts.md §1.
 Q7589_LAG = 'sum(kafka_consumergroup_lag{instance="$instance",topic=~"$topic"}) by (consumergroup, topic)'
@@ -328,7 +324,6 @@ def test_every_dashboard_query_returns_data(stack: Stack, capsys: pytest.Capture
     must_offer |= {(uid, "topic"): {s.topic for s in sc.values()} for uid in selections}
     must_offer[("lagwatch-spark", "group")] = {sc["spark"].group}
     failures: list[str] = []
-    known_bug: list[str] = []
     empty_ok: list[str] = []
     counted = 0
     deadline = time.monotonic() + 60  # shared budget for waiting on data that is still arriving
@@ -352,8 +347,7 @@ def test_every_dashboard_query_returns_data(stack: Stack, capsys: pytest.Capture
                 expect = _expects_data(q, sel)
                 try:
                     result = run(q)
-                    retry = expect and MEMBERS_BUG_FAMILY not in q.raw  # known empty: do not wait
-                    if retry and not result and time.monotonic() < deadline:
+                    if expect and not result and time.monotonic() < deadline:
                         result = wait_for(lambda q=q: run(q), max(1.0, deadline - time.monotonic()),
                                           f"data for {where}", interval=SCRAPE)
                 except PromQLError as e:
@@ -362,9 +356,7 @@ def test_every_dashboard_query_returns_data(stack: Stack, capsys: pytest.Capture
                 except AssertionError:
                     result = []
                 if not result:
-                    if expect and MEMBERS_BUG_FAMILY in q.raw:
-                        known_bug.append(f"{where}: no data")
-                    elif expect:
+                    if expect:
                         failures.append(f"{where}: no data\n    {q.expr}")
                     else:
                         empty_ok.append(f"{where}: empty ({q.optional})")
@@ -384,7 +376,7 @@ def test_every_dashboard_query_returns_data(stack: Stack, capsys: pytest.Capture
                 outer = re.search(r"\bby \(([^)]*)\)", q.raw)  # the outermost aggregation comes first
                 per_group = outer is not None and "group" in re.split(r"\s*,\s*", outer.group(1))
                 if per_group and any("group" not in r["metric"] for r in result):
-                    (known_bug if MEMBERS_BUG_FAMILY in q.raw else failures).append(
+                    failures.append(
                         f"{where}: series without a group label\n    {q.expr}")
                 if sel != "all":  # the selection really restricts what the panel shows
                     outside = [r["metric"] for r in result
@@ -396,9 +388,6 @@ def test_every_dashboard_query_returns_data(stack: Stack, capsys: pytest.Capture
         print(f"\n{counted} dashboard queries run; {len(empty_ok)} legitimately empty:")
         for line in empty_ok:
             print("  " + line)
-        print(f"{len(known_bug)} broken by the --compat members bug:")
-        for line in known_bug:
-            print("  " + line.splitlines()[0])
     assert counted >= 150, counted
     assert not failures, "\n".join(failures)
 
@@ -454,8 +443,6 @@ def test_kafka_exporter_compat_dashboard_7589_queries(stack: Stack) -> None:
     assert members == {(g,): 1.0 for g in groups}, members
 
 
-@pytest.mark.xfail(strict=True, reason="exporter bug: --compat kafka_exporter replaces lagwatch's "
-                   "kafka_consumergroup_members{group} by kafka_exporter's {consumergroup} series")
 def test_compat_keeps_lagwatch_members_family(stack: Stack) -> None:
     prom, sc = stack.prom, stack.sc
     for name in ("healthy", "livelocked", "spark"):

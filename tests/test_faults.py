@@ -1,0 +1,154 @@
+"""Faults against real brokers: down at start, failover, a paused broker, partitions added."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+from confluent_kafka.admin import NewPartitions
+
+from devenv.groups_tool import describe_group
+from devenv.kafka import KafkaCluster
+from tests.conftest import admin_for, create_topic, exporter_config, produce, unique, wait_for
+from tests.exporter_proc import ExporterProcess, group_offsets, value
+from tests.test_exporter_core import PollingConsumer, commit_offsets
+from tests.test_scenarios import Recorder
+
+
+def test_broker_down_at_start_then_recovers(tmp_path: Any) -> None:
+    cluster = KafkaCluster(brokers_count=1)
+    cluster.start()
+    try:
+        topic = create_topic(cluster, unique("down"), partitions=1)
+        produce(cluster, topic, {0: 12})
+        group = unique("down")
+        commit_offsets(cluster.bootstrap_servers, group, topic, {0: 5})
+        broker = cluster.brokers[0]
+        cluster.stop_broker(broker)
+        cfg = exporter_config(tmp_path, cluster.bootstrap_servers, request_timeout=2)
+        with ExporterProcess(None, config=cfg) as exp:
+            exp.wait_listening()
+            wait_for(lambda: value(exp.metrics(), "lagwatch_up", cluster="test") == 0, 20,
+                     "lagwatch_up 0 while the broker is down")
+            assert exp.get("/readyz")[0] == 503
+            assert exp.get("/healthz")[0] == 200
+            wait_for(lambda: "cannot sample" in exp.output(), 10, "a clear log line")
+            cluster.restart_broker(broker)
+            wait_for(lambda: value(exp.metrics(), "lagwatch_up", cluster="test") == 1, 90,
+                     "recovery once the broker is back (with backoff capped at 60 s)")
+            m = exp.metrics()
+            assert group_offsets(m, group, "kafka_consumergroup_lag_offsets") == {(topic, 0): 7.0}
+            assert exp.get("/readyz")[0] == 200
+            assert exp.proc.poll() is None
+    finally:
+        cluster.stop()
+
+
+@pytest.mark.cluster3
+def test_leader_and_coordinator_failover_keeps_metrics_right(kafka3: KafkaCluster, tmp_path: Any) -> None:
+    topic = create_topic(kafka3, unique("failover"), partitions=3, rf=3)
+    produce(kafka3, topic, {0: 40, 1: 40, 2: 40}, acks="all")
+    live, idle = unique("fo-live"), unique("fo-idle")
+    commit_offsets(kafka3.bootstrap_servers, idle, topic, {0: 40, 1: 40, 2: 40})  # caught up
+    consumer = PollingConsumer(kafka3.bootstrap_servers, live, topic, {0: 40, 1: 40, 2: 40})
+    consumer.start()
+    cfg = exporter_config(tmp_path, kafka3.bootstrap_servers, request_timeout=3)
+    try:
+        assert consumer.committed.wait(60)
+        with ExporterProcess(None, config=cfg) as exp:
+            exp.wait_ready()
+            rec = Recorder(exp)
+            rec.start()
+            try:
+                wait_for(lambda: value(exp.metrics(), "kafka_consumergroup_lag_offsets_sum", group=live)
+                         == 0, 30, "live group caught up")
+                admin = admin_for(kafka3)
+                leader = admin.list_topics(topic, timeout=10).topics[topic].partitions[0].leader
+                coord = admin.describe_consumer_groups([live])[live].result(10).coordinator.id
+                killed_at = time.time()
+                # One at a time: killing two of three KRaft voters would lose the quorum.
+                for victim in sorted({leader, coord}):
+                    b = next(x for x in kafka3.brokers if x.node_id == victim)
+                    kafka3.stop_broker(b, kill=True)
+
+                    def moved(victim: int = victim) -> bool:
+                        a = admin_for(kafka3)
+                        md = a.list_topics(topic, timeout=5).topics[topic].partitions[0]
+                        c = a.describe_consumer_groups([live])[live].result(5).coordinator.id
+                        return md.leader not in (victim, -1) and c != victim
+                    wait_for(moved, 60, f"leadership and coordination to leave broker {victim}")
+                    kafka3.restart_broker(b)
+                recovered = time.time()
+                truth = {(r.topic, r.partition): float(r.current_offset)
+                         for r in describe_group(kafka3, live) if r.current_offset is not None}
+                t_ok = wait_for(
+                    lambda: group_offsets(exp.metrics(), live, "kafka_consumergroup_committed_offset")
+                    == truth and time.time(), 30, "committed offsets right again")
+                assert t_ok - recovered <= 2 * 1.0 + 3, t_ok - recovered  # within 2 cycles (+slack)
+                for g in (live, idle):
+                    seen = {s for _t, s in rec.statuses(g, killed_at)}
+                    assert not seen & {"stopped", "rewind"}, (g, seen)
+                m = exp.metrics()
+                assert value(m, "lagwatch_up", cluster="test") == 1
+                assert value(m, "kafka_partition_in_sync_replicas", topic=topic, partition="0") in (2, 3)
+            finally:
+                rec.stop_flag.set()
+    finally:
+        consumer.stop()
+
+
+@pytest.mark.cluster3
+def test_paused_broker_scrapes_stay_fast_and_data_age_shows(kafka3: KafkaCluster, tmp_path: Any) -> None:
+    topic = create_topic(kafka3, unique("paused"), partitions=3, rf=3)
+    produce(kafka3, topic, {0: 5, 1: 5, 2: 5}, acks="all")
+    group = unique("paused")
+    commit_offsets(kafka3.bootstrap_servers, group, topic, {0: 1, 1: 1, 2: 1})
+    cfg = exporter_config(tmp_path, kafka3.bootstrap_servers, request_timeout=2)
+    with ExporterProcess(None, config=cfg) as exp:
+        exp.wait_ready()
+        wait_for(lambda: group_offsets(exp.metrics(), group, "kafka_consumergroup_lag_offsets")
+                 == {(topic, p): 4.0 for p in range(3)}, 30, "group visible")
+        errors_before = sum(v for (n, _l), v in exp.metrics().items() if n == "lagwatch_errors_total")
+        admin = admin_for(kafka3)
+        coord = admin.describe_consumer_groups([group])[group].result(10).coordinator.id
+        victim = next(b for b in kafka3.brokers if b.node_id == coord)
+        victim.pause()
+        try:
+            slowest = 0.0
+            deadline = time.monotonic() + 20
+            ages = []
+            while time.monotonic() < deadline:
+                t = time.monotonic()
+                code, _body, _h = exp.get("/metrics", timeout=5)
+                slowest = max(slowest, time.monotonic() - t)
+                assert code == 200
+                m = exp.metrics()
+                ages.append(value(m, "lagwatch_data_age_seconds", cluster="test") or 0)
+                errors = sum(v for (n, _l), v in m.items() if n == "lagwatch_errors_total")
+                if errors > errors_before and max(ages) > 2:
+                    break
+                time.sleep(0.3)
+            assert slowest < 1.0, slowest
+            assert errors > errors_before, "sampler timeouts were not counted"
+        finally:
+            victim.resume()
+        wait_for(lambda: (value(exp.metrics(), "lagwatch_data_age_seconds", cluster="test") or 99) < 3,
+                 60, "fresh data again after resume")
+
+
+def test_partitions_added_appear(kafka: KafkaCluster, exporter: ExporterProcess) -> None:
+    topic = create_topic(kafka, unique("grow"), partitions=1)
+    produce(kafka, topic, {0: 3})
+    group = unique("grow")
+    commit_offsets(kafka.bootstrap_servers, group, topic, {0: 3})
+    wait_for(lambda: value(exporter.metrics(), "kafka_partition_high_watermark_offset", topic=topic,
+                           partition="0") == 3, 20, "partition 0")
+    admin = admin_for(kafka)
+    admin.create_partitions([NewPartitions(topic, 3)])[topic].result(30)
+    produce(kafka, topic, {1: 4, 2: 5})
+    wait_for(lambda: value(exporter.metrics(), "kafka_partition_high_watermark_offset", topic=topic,
+                           partition="2") == 5, 20, "new partitions' series")
+    commit_offsets(kafka.bootstrap_servers, group, topic, {1: 1, 2: 5})
+    wait_for(lambda: group_offsets(exporter.metrics(), group, "kafka_consumergroup_lag_offsets")
+             == {(topic, 0): 0.0, (topic, 1): 3.0, (topic, 2): 0.0}, 20, "group lag on new partitions")
