@@ -39,6 +39,10 @@ class ReportReader:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._assigned: set[int] = set()
+        # Set once every partition present at start has been read to its end (or there is no
+        # topic): the first sample waits for it, so a restart knows old reports at once.
+        self.caught_up = threading.Event()
+        self._replaying: set[int] | None = None
         self._warned_missing = False
         self.thread = threading.Thread(target=self._run, name=f"reports-{cfg.name}", daemon=True)
 
@@ -123,6 +127,7 @@ class ReportReader:
                         self.cfg, **{"group.id": "lagwatch-never-joins",
                                      "enable.auto.commit": False,
                                      "enable.auto.offset.store": False,
+                                     "enable.partition.eof": True,
                                      "client.id": f"lagwatch-{self.cfg.name}-reports"}))
                 if time.monotonic() >= next_meta:
                     self._refresh_assignment(consumer)
@@ -133,7 +138,9 @@ class ReportReader:
                 for msg in consumer.consume(num_messages=1000, timeout=0.5):
                     err = msg.error()
                     if err is not None:
-                        if err.code() != KafkaError._PARTITION_EOF:
+                        if err.code() == KafkaError._PARTITION_EOF:
+                            self._replayed(msg.partition())
+                        else:
                             log.debug("reports topic: %s", err)
                         continue
                     _kind, ts_ms = msg.timestamp()
@@ -144,6 +151,12 @@ class ReportReader:
         if consumer is not None:
             consumer.close()
 
+    def _replayed(self, partition: int) -> None:
+        if self._replaying is not None and partition in self._replaying:
+            self._replaying.discard(partition)
+            if not self._replaying:
+                self.caught_up.set()
+
     def _refresh_assignment(self, consumer: Consumer) -> None:
         md = consumer.list_topics(self.cfg.reports_topic, timeout=self.cfg.request_timeout)
         t = md.topics.get(self.cfg.reports_topic)
@@ -152,8 +165,11 @@ class ReportReader:
                 log.info("cluster %s: reports topic %s does not exist yet; instrumented consumers "
                          "and the Spark listener create it", self.cfg.name, self.cfg.reports_topic)
                 self._warned_missing = True
+            self.caught_up.set()  # nothing to replay
             return
         new = set(t.partitions) - self._assigned
+        if self._replaying is None:
+            self._replaying = set(new)
         if new:
             consumer.incremental_assign(
                 [TopicPartition(self.cfg.reports_topic, p, OFFSET_BEGINNING) for p in sorted(new)])

@@ -1,0 +1,536 @@
+"""The PySpark listener: offset parsing (fast), and real Spark queries on the real broker.
+
+The Spark tests share one SparkSession (local[2], the spark-sql-kafka connector
+jars resolved by tools/fetch-jars), one LagListener and one exporter
+subprocess. Each starts its own query on its own topic and compares what the
+exporter serves with the offsets the test itself produced.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import re
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Producer
+
+from devenv.groups_tool import describe_group
+from devenv.kafka import KafkaCluster
+from exporter.reports import decode
+from spark_metrics.offsets import OffsetParseError, parse_offsets, parse_progress
+from tests.conftest import create_topic, produce, unique, wait_for
+from tests.exporter_proc import ExporterProcess, group_offsets, select, value
+
+# --- real progress shapes ------------------------------------------------------------------
+
+# json.loads(event.progress.json) of batch 1 of a classic PySpark 4.2.0 query reading two topics
+# (captured from a run against the test broker).
+CLASSIC_PROGRESS = {
+    "id": "ab7eaefa-9672-450a-86f9-5da60f46c128", "runId": "c237318d-6d74-4483-9e7a-60acedb6f0e4",
+    "name": "explore", "timestamp": "2026-11-21T20:30:15.001Z", "batchId": 1, "batchDuration": 782,
+    "numInputRows": 3, "inputRowsPerSecond": 3.0, "processedRowsPerSecond": 3.8,
+    "durationMs": {"addBatch": 616, "commitOffsets": 98, "getBatch": 0, "latestOffset": 8,
+                   "queryPlanning": 20, "triggerExecution": 782, "walCommit": 37},
+    "stateOperators": [],
+    "sources": [{
+        "description": "KafkaV2[Subscribe[ta, tb]]",
+        "startOffset": {"ta": {"0": 30, "1": 12}, "tb": {"0": 5}},
+        "endOffset": {"ta": {"0": 33, "1": 12}, "tb": {"0": 5}},
+        "latestOffset": {"ta": {"0": 33, "1": 12}, "tb": {"0": 5}},
+        "numInputRows": 3, "inputRowsPerSecond": 3.0, "processedRowsPerSecond": 3.8,
+        "metrics": {"avgOffsetsBehindLatest": "0.0", "maxOffsetsBehindLatest": "0",
+                    "minOffsetsBehindLatest": "0"}}],
+    "sink": {"description": "NoopTable", "numOutputRows": 3},
+}
+
+
+def _source(desc: str, end: Any, latest: Any = None, start: Any = None) -> dict[str, Any]:
+    return {"description": desc, "startOffset": start, "endOffset": end, "latestOffset": latest,
+            "numInputRows": 0, "inputRowsPerSecond": 0.0, "processedRowsPerSecond": 0.0,
+            "metrics": {}}
+
+
+def test_classic_progress_json() -> None:
+    info = parse_progress(json.dumps(CLASSIC_PROGRESS))
+    assert info.query_id == CLASSIC_PROGRESS["id"] and info.run_id == CLASSIC_PROGRESS["runId"]
+    assert info.name == "explore" and info.batch_id == 1 and info.batch_duration_ms == 782
+    assert info.input_rows_per_second == 3.0 and info.processed_rows_per_second == 3.8
+    assert info.kafka_sources == 1 and not info.errors
+    assert info.end_offsets == {"ta": {"0": 33, "1": 12}, "tb": {"0": 5}}
+    assert info.latest_offsets == {"ta": {"0": 33, "1": 12}, "tb": {"0": 5}}
+
+
+def test_first_batch_has_null_start_and_pre_4_0_has_no_batch_duration() -> None:
+    p = copy.deepcopy(CLASSIC_PROGRESS)
+    p["sources"][0]["startOffset"] = None
+    del p["batchDuration"]  # Spark < 4.0 (SPARK-44971)
+    info = parse_progress(p)
+    assert info.batch_duration_ms == 782  # durationMs.triggerExecution
+    assert info.end_offsets["ta"] == {"0": 33, "1": 12}
+
+
+def test_connect_progress_objects_and_repr_offsets() -> None:
+    from pyspark.sql.streaming.listener import StreamingQueryProgress
+
+    # Spark Connect builds the progress from JSON (PySpark 4.2: offsets JSON-encoded).
+    prog = StreamingQueryProgress.fromJson(copy.deepcopy(CLASSIC_PROGRESS))
+    assert json.loads(prog.sources[0].endOffset) == CLASSIC_PROGRESS["sources"][0]["endOffset"]
+    assert parse_progress(prog).end_offsets == {"ta": {"0": 33, "1": 12}, "tb": {"0": 5}}
+
+    # Connect 4.0/4.1: SourceProgress offsets are str(dict), a Python repr with single quotes.
+    repr_end = str(CLASSIC_PROGRESS["sources"][0]["endOffset"])
+    assert repr_end.startswith("{'ta': {'0': 33")
+    assert parse_offsets(repr_end) == {"ta": {"0": 33, "1": 12}, "tb": {"0": 5}}
+    with pytest.raises(ValueError):
+        json.loads(repr_end)
+    p = copy.deepcopy(CLASSIC_PROGRESS)
+    for s in p["sources"]:
+        s["endOffset"] = str(s["endOffset"])
+        s["latestOffset"] = str(s["latestOffset"])
+        s["startOffset"] = str(s["startOffset"])
+    assert parse_progress(p).end_offsets == {"ta": {"0": 33, "1": 12}, "tb": {"0": 5}}
+    # A progress object whose .json is unusable falls back to its typed (dict) fields.
+    prog2 = StreamingQueryProgress.fromJson(p)
+    prog2._jdict = None
+    info = parse_progress(prog2)
+    assert info.end_offsets == {"ta": {"0": 33, "1": 12}, "tb": {"0": 5}} and not info.errors
+    # The classic typed attribute: a JSON string.
+    assert parse_offsets('{"ta":{"0":33,"1":12}}') == {"ta": {"0": 33, "1": 12}}
+
+
+def test_multiple_sources_topics_and_non_kafka_sources() -> None:
+    p = copy.deepcopy(CLASSIC_PROGRESS)
+    p["sources"] = [
+        _source("KafkaV2[Subscribe[orders]]", {"orders": {"0": 100, "1": 90}},
+                {"orders": {"0": 120, "1": 90}}),
+        _source("KafkaV2[SubscribePattern[pay.*]]",
+                {"payments": {"0": 7}, "payouts": {"2": 3, "0": 1}}, {"payments": {"0": 9}}),
+        _source("RateStreamV2[rowsPerSecond=1, rampUpTimeSeconds=0, numPartitions=default",
+                "5", "5"),
+        _source("FileStreamSource[file:/tmp/in]", {"logOffset": 3}, None),
+        # a self-join reading `orders` a second time, further behind on partition 0
+        _source("KafkaSourceV1[Assign[orders-0]]", '{"orders":{"0":80}}', '{"orders":{"0":125}}'),
+    ]
+    info = parse_progress(p)
+    assert info.kafka_sources == 3 and not info.errors
+    assert info.end_offsets == {"orders": {"0": 80, "1": 90}, "payments": {"0": 7},
+                                "payouts": {"0": 1, "2": 3}}
+    assert info.latest_offsets == {"orders": {"0": 125, "1": 90}, "payments": {"0": 9}}
+
+
+def test_bad_offsets_are_reported_not_raised() -> None:
+    p = copy.deepcopy(CLASSIC_PROGRESS)
+    p["sources"].append(_source("KafkaV2[Subscribe[x]]", "{not offsets", None))
+    info = parse_progress(p)
+    assert info.kafka_sources == 2 and len(info.errors) == 1
+    assert info.end_offsets == {"ta": {"0": 33, "1": 12}, "tb": {"0": 5}}
+    for bad in ("[1, 2]", '{"t": {"x": 1}}', '{"t": [1]}', '{"t": {"0": "abc"}}'):
+        with pytest.raises(OffsetParseError):
+            parse_offsets(bad)
+    # -1 / -2 are Spark's "latest"/"earliest" markers, not positions
+    assert parse_offsets({"t": {"0": -1, "1": 4}}) == {"t": {"1": 4}}
+    assert parse_offsets(None) is None and parse_offsets("null") is None
+
+
+# --- the listener without Spark or Kafka ---------------------------------------------------
+
+class _Ev:
+    def __init__(self, **kw: Any) -> None:
+        self.__dict__.update(kw)
+
+
+def test_listener_never_blocks_when_kafka_is_unreachable(caplog: pytest.LogCaptureFixture) -> None:
+    from spark_metrics import LagListener
+
+    lst = LagListener(bootstrap_servers="127.0.0.1:1", heartbeat_interval=0.2, queue_size=5,
+                      producer_config={"message.timeout.ms": 1500})
+    qid, rid = CLASSIC_PROGRESS["id"], CLASSIC_PROGRESS["runId"]
+    t0 = time.monotonic()
+    lst.onQueryStarted(_Ev(id=qid, runId=rid, name="explore", timestamp="x"))
+    for _ in range(50):
+        lst.onQueryProgress(_Ev(progress=json.dumps(CLASSIC_PROGRESS)))
+    lst.onQueryProgress(_Ev(progress=object()))  # garbage: caught and counted
+    assert time.monotonic() - t0 < 0.5, "callbacks must return at once"
+    c = lst.counters
+    assert c["events_progress"] == 51 and c["callback_errors"] == 1
+    assert c["reports_queued"] + c.get("reports_dropped_queue_full", 0) >= 50
+    # The sender first fails to create the topic (5 s request timeout), then the reports
+    # expire in librdkafka's buffer: dropped, counted, and a warning says so.
+    wait_for(lambda: lst.counters.get("reports_failed"), 20, "an undeliverable report")
+    assert lst.counters.get("topic_errors") == 1
+    assert "not delivered" in caplog.text and "is Kafka reachable?" in caplog.text
+    lst.onQueryTerminated(_Ev(id=qid, runId=rid, exception=None))
+    t1 = time.monotonic()
+    lst.close(timeout=2)
+    assert time.monotonic() - t1 < 3
+    assert lst.errors >= 2 and lst.active_queries() == []
+
+
+def test_listener_reports_decode_as_the_exporter_expects() -> None:
+    from spark_metrics import LagListener
+
+    sent: list[tuple[bytes, bytes]] = []
+
+    class FakeProducer:  # stands in for librdkafka only to capture the bytes handed to it
+        def __init__(self, conf: dict[str, Any]) -> None:
+            self.conf = conf
+
+        def produce(self, topic: str, key: bytes, value: bytes, on_delivery: Any) -> None:
+            sent.append((key, value))
+
+        def poll(self, _t: float) -> int:
+            return 0
+
+        def flush(self, _t: float) -> int:
+            return 0
+
+    lst = LagListener(bootstrap_servers="127.0.0.1:1", cluster="prod", group="payments",
+                      heartbeat_interval=0.2, create_topic=False, probe_status=False,
+                      min_send_interval=0.05)
+    lst._sender._producer_factory = FakeProducer
+    qid, rid = CLASSIC_PROGRESS["id"], CLASSIC_PROGRESS["runId"]
+    lst.onQueryStarted(_Ev(id=qid, runId=rid, name="explore", timestamp="x"))
+    lst.onQueryProgress(_Ev(progress=json.dumps(CLASSIC_PROGRESS)))
+    wait_for(lambda: any(json.loads(v)["event"] == "heartbeat" for _, v in sent), 5, "a heartbeat")
+    lst.onQueryTerminated(_Ev(id=qid, runId=rid, exception="boom\nat line 1"))
+    lst.close(timeout=2)
+    reps = [decode(v, "prod", time.time()) for _, v in sent]
+    assert {k for k, _ in sent} == {f"spark/payments/{qid}".encode()}
+    assert reps[-1].event == "terminated" and reps[-1].exception == "boom\nat line 1"
+    assert reps[-1].batch_started is None
+    hb = [r for r in reps if r.event == "heartbeat"][-1]
+    assert hb.group == "payments" and hb.name == "explore" and hb.batch_id == 1
+    assert hb.end_offsets == {("ta", 0): 33, ("ta", 1): 12, ("tb", 0): 5}
+    assert hb.batch_started is not None and hb.last_progress is not None
+    assert hb.interval == 0.2 and hb.batch_duration_ms == 782
+    assert lst.counters.get("callback_errors", 0) == 0
+
+
+# --- real Spark, real broker, real exporter -------------------------------------------------
+
+INTERVAL = 1.0
+STALL_AFTER = 4.0
+LIVELOCK_AFTER = 6.0
+REPORT_STALE_AFTER = 5.0
+REPORT_EXPIRY = 12.0
+HEARTBEAT = 1.0
+
+
+@pytest.fixture(scope="module")
+def spark(kafka: KafkaCluster) -> Iterator[Any]:
+    from pyspark.sql import SparkSession
+
+    from devenv.jars import spark_kafka_jars
+
+    jars = spark_kafka_jars()
+    session = (SparkSession.builder.master("local[2]").appName("lagwatch-tests")
+               .config("spark.jars", ",".join(str(j) for j in jars))
+               .config("spark.ui.enabled", "false")
+               .config("spark.sql.shuffle.partitions", "2")
+               .config("spark.sql.streaming.forceDeleteTempCheckpointLocation", "true")
+               .config("spark.sql.streaming.stopTimeout", "60s")
+               .config("spark.driver.extraJavaOptions", "-XX:+UseSerialGC")
+               .getOrCreate())
+    session.sparkContext.setLogLevel("ERROR")
+    try:
+        yield session
+    finally:
+        for q in session.streams.active:
+            q.stop()
+        session.stop()
+
+
+@pytest.fixture(scope="module")
+def listener(spark: Any, kafka: KafkaCluster) -> Iterator[Any]:
+    from spark_metrics import LagListener
+
+    lst = LagListener(bootstrap_servers=kafka.bootstrap_servers, heartbeat_interval=HEARTBEAT)
+    spark.streams.addListener(lst)
+    try:
+        yield lst
+    finally:
+        spark.streams.removeListener(lst)
+        lst.close()
+    assert lst.counters.get("callback_errors", 0) == 0, lst.counters
+    assert lst.counters.get("parse_errors", 0) == 0, lst.counters
+
+
+class Exporter:
+    """The exporter subprocess under test; restartable in place."""
+
+    def __init__(self, kafka: KafkaCluster, config: Path) -> None:
+        self.kafka = kafka
+        self.config = config
+        self.proc = self._start()
+
+    def _start(self) -> ExporterProcess:
+        return ExporterProcess(
+            self.kafka.bootstrap_servers, "--interval", str(INTERVAL),
+            "--stall-after", str(STALL_AFTER), "--livelock-after", str(LIVELOCK_AFTER),
+            config=str(self.config)).wait_ready()
+
+    def restart(self) -> float:
+        """Stop, start again; returns the monotonic time the new one became ready."""
+        self.proc.stop()
+        os.unlink(self.proc.log.name)
+        self.proc = self._start()
+        return time.monotonic()
+
+    def group(self, gid: str) -> dict[str, Any] | None:
+        code, body, _ = self.proc.get(f"/api/v1/clusters/default/groups/{gid}")
+        return json.loads(body) if code == 200 else None
+
+
+@pytest.fixture(scope="module")
+def exporter(kafka: KafkaCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Exporter]:
+    cfg = tmp_path_factory.mktemp("spark-exporter") / "lagwatch.yml"
+    cfg.write_text(f"thresholds:\n  report_expiry: {REPORT_EXPIRY}\n"
+                   f"  report_stale_after: {REPORT_STALE_AFTER}\n")
+    exp = Exporter(kafka, cfg)
+    try:
+        yield exp
+    finally:
+        exp.proc.stop()
+        os.unlink(exp.proc.log.name)
+
+
+def _kafka_stream(spark: Any, kafka: KafkaCluster, topic: str) -> Any:
+    return (spark.readStream.format("kafka")
+            .option("kafka.bootstrap.servers", kafka.bootstrap_servers)
+            .option("subscribe", topic).option("startingOffsets", "earliest").load())
+
+
+def _stop(q: Any) -> None:
+    if q is not None and q.isActive:
+        q.stop()
+
+
+class BackgroundProducer:
+    """Keeps writing to ``topic`` until stopped; counts delivered records per partition."""
+
+    def __init__(self, kafka: KafkaCluster, topic: str, partitions: int) -> None:
+        self.topic = topic
+        self.partitions = partitions
+        self.delivered: dict[int, int] = dict.fromkeys(range(partitions), 0)
+        self.first_delivery: float | None = None
+        self._p = Producer({"bootstrap.servers": kafka.bootstrap_servers, "linger.ms": 5})
+        self._stop = threading.Event()
+        self._t = threading.Thread(target=self._run, daemon=True)
+
+    def _cb(self, err: Any, msg: Any) -> None:
+        if err is None:
+            self.delivered[msg.partition()] += 1
+            if self.first_delivery is None:
+                self.first_delivery = time.monotonic()
+
+    def _run(self) -> None:
+        i = 0
+        while not self._stop.wait(0.05):
+            self._p.produce(self.topic, value=b"x%d" % i, partition=i % self.partitions,
+                            on_delivery=self._cb)
+            self._p.poll(0)
+            i += 1
+
+    def start(self) -> BackgroundProducer:
+        self._t.start()
+        return self
+
+    def stop(self) -> dict[int, int]:
+        self._stop.set()
+        self._t.join()
+        assert self._p.flush(30) == 0
+        return dict(self.delivered)
+
+
+def _partition_values(samples: Any, family: str, group: str, topic: str) -> dict[int, float]:
+    return {p: v for (t, p), v in group_offsets(samples, group, family, [topic]).items()}
+
+
+@pytest.mark.spark
+def test_healthy_query_lag_matches_end_offsets(spark: Any, listener: Any, kafka: KafkaCluster,
+                                               exporter: Exporter) -> None:
+    from spark_metrics import LagListener
+
+    topic = create_topic(kafka, unique("spark-ok"), partitions=3)
+    name = unique("q-ok")
+    produce(kafka, topic, {0: 50, 1: 30, 2: 7})
+    # A second listener that only mirrors the offsets into a consumer group named like the
+    # query (its own reports go to a scratch topic so the exporter sees one reporter).
+    mirror = LagListener(bootstrap_servers=kafka.bootstrap_servers, commit_offsets_to_group=True,
+                         reports_topic=unique("scratch-reports"), heartbeat_interval=HEARTBEAT)
+    spark.streams.addListener(mirror)
+    q = None
+    try:
+        q = (_kafka_stream(spark, kafka, topic).writeStream.format("noop").queryName(name)
+             .trigger(processingTime="500 milliseconds").start())
+        wait_for(lambda: q.lastProgress is not None, 60, "the first batch")
+        produce(kafka, topic, {0: 10, 2: 5})  # more data while the query runs, then stop
+        want = {0: 60, 1: 30, 2: 12}
+
+        def caught_up() -> Any:
+            s = exporter.proc.metrics()
+            committed = _partition_values(s, "kafka_consumergroup_committed_offset", name, topic)
+            lag = _partition_values(s, "kafka_consumergroup_lag_offsets", name, topic)
+            hw = {int(dict(lab)["partition"]): v for lab, v in
+                  select(s, "kafka_partition_high_watermark_offset", topic=topic).items()}
+            status = value(s, "kafka_consumergroup_status", group=name, status="ok")
+            ok = committed == want and hw == want and lag == {p: 0 for p in want} and status == 1
+            return s if ok else None
+
+        s = wait_for(caught_up, 30, f"lag 0 at committed {want} for {name}")
+        # HW - endOffset per partition, with HW and endOffset as the test produced them
+        ends = listener._queries[str(q.id)].end_offsets[topic]
+        assert {int(p): o for p, o in ends.items()} == want
+        assert value(s, "kafka_consumergroup_info", group=name, type="spark") == 1
+        assert value(s, "kafka_consumergroup_members", group=name) == 1
+        assert value(s, "kafka_spark_query_batch_duration_seconds", group=name) is not None
+        g = exporter.group(name)
+        assert g is not None and g["type"] == "spark" and g["status"] == "ok", g
+        assert g["spark"]["query_id"] == str(q.id) and g["spark"]["active"] is True
+
+        # Kafka's own tool sees the query as a consumer group, committed = endOffset; the
+        # exporter still shows one group of type spark (the empty mirror group does not win).
+        def mirrored() -> Any:
+            rows = {r.partition: r for r in describe_group(kafka, name) if r.topic == topic}
+            return rows if {p: r.current_offset for p, r in rows.items()} == want else None
+
+        rows = wait_for(mirrored, 30, f"offsets committed to consumer group {name}")
+        assert {p: r.lag for p, r in rows.items()} == {p: 0 for p in want}
+        assert mirror.counters.get("commits", 0) >= 1
+        assert mirror.counters.get("commit_errors", 0) == 0, mirror.counters
+        seen_at = time.time()  # wait for a cycle sampled after the group surely existed
+
+        def sampled_after() -> Any:
+            m = exporter.proc.metrics()
+            t = value(m, "lagwatch_last_sample_timestamp_seconds")
+            return m if t is not None and t > seen_at else None
+
+        s = wait_for(sampled_after, 10, "an exporter cycle after the commit")
+        assert value(s, "kafka_consumergroup_info", group=name, type="spark") == 1
+        assert not select(s, "kafka_consumergroup_info", group=name, type="classic")
+    finally:
+        _stop(q)
+        spark.streams.removeListener(mirror)
+        mirror.close()
+
+
+@pytest.mark.spark
+def test_hung_batch_is_livelocked_and_survives_exporter_restart(
+        spark: Any, listener: Any, kafka: KafkaCluster, exporter: Exporter,
+        tmp_path: Path) -> None:
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import StringType
+
+    topic = create_topic(kafka, unique("spark-hang"), partitions=2)
+    name = unique("q-hang")
+    initial = {0: 20, 1: 10}
+    produce(kafka, topic, initial)
+    flag = tmp_path / "hang"
+
+    def hold(v):  # type: ignore[no-untyped-def] # runs in the Python worker while the flag exists
+        while os.path.exists(str(flag)):
+            time.sleep(0.1)
+        return v
+
+    hold_udf = F.udf(hold, StringType(), useArrow=False)
+    q = None
+    writer = None
+    try:
+        q = (_kafka_stream(spark, kafka, topic)
+             .select(hold_udf(F.col("value").cast("string")).alias("v"))
+             .writeStream.format("noop").queryName(name)
+             .trigger(processingTime="500 milliseconds").start())
+        wait_for(lambda: q.lastProgress is not None, 60, "batch 0")
+        flag.touch()  # the next batch will hang
+        writer = BackgroundProducer(kafka, topic, 2).start()
+        wait_for(lambda: writer.first_delivery, 10, "the producer to deliver")
+        t_hang = writer.first_delivery
+        assert t_hang is not None
+
+        def livelocked() -> Any:
+            g = exporter.group(name)
+            return g if g and g["status"] == "livelocked" else None
+
+        g = wait_for(livelocked, LIVELOCK_AFTER + 2 * INTERVAL + 30, f"{name} livelocked")
+        took = time.monotonic() - t_hang
+        # threshold + 2 cycles, plus the trigger interval and the scrape itself
+        assert took <= LIVELOCK_AFTER + 2 * INTERVAL + 1.5, f"livelocked only after {took:.1f}s"
+        m = re.search(r"batch (\d+) has been running for (\d+) seconds", " ".join(g["reasons"]))
+        assert m, g["reasons"]
+        assert m.group(1) == "1", "batch 0 completed, batch 1 hangs"
+        assert LIVELOCK_AFTER <= int(m.group(2)) <= took + 2, (m.group(0), took)
+        assert q.isActive and q.status["isTriggerActive"]  # Spark agrees: still in the batch
+        assert g["spark"]["batch_running_seconds"] >= LIVELOCK_AFTER
+
+        # The producer stops: lag = HW - endOffset of batch 0, exactly what the test wrote.
+        delivered = writer.stop()
+        writer = None
+        hw_want = {p: initial[p] + delivered[p] for p in initial}
+
+        def lag_settled() -> Any:
+            s = exporter.proc.metrics()
+            lag = _partition_values(s, "kafka_consumergroup_lag_offsets", name, topic)
+            committed = _partition_values(s, "kafka_consumergroup_committed_offset", name, topic)
+            want_lag = {p: hw_want[p] - initial[p] for p in initial}
+            return s if committed == initial and lag == want_lag else None
+
+        s = wait_for(lag_settled, 15, f"lag = HW - endOffset for {name}")
+        assert value(s, "kafka_consumergroup_status", group=name, status="livelocked") == 1
+        assert value(s, "kafka_consumergroup_info", group=name, type="spark") == 1
+
+        # (d) restart the exporter while the batch still hangs: the exporter replays the
+        # compacted reports before its first view, so the query is known within one cycle.
+        ready_at = exporter.restart()
+        g = wait_for(livelocked, 15, f"{name} livelocked after the restart", interval=0.1)
+        again = time.monotonic() - ready_at
+        assert again <= INTERVAL, f"hung query reported {again:.1f}s after the restart"
+        assert "has been running for" in " ".join(g["reasons"])
+    finally:
+        if writer is not None:
+            writer.stop()
+        if flag.exists():
+            flag.unlink()
+        _stop(q)
+
+
+@pytest.mark.spark
+def test_stopped_query_is_stopped_then_expires(spark: Any, listener: Any, kafka: KafkaCluster,
+                                               exporter: Exporter) -> None:
+    topic = create_topic(kafka, unique("spark-stop"), partitions=2)
+    name = unique("q-stop")
+    produce(kafka, topic, {0: 5, 1: 5})
+    q = None
+    try:
+        q = (_kafka_stream(spark, kafka, topic).writeStream.format("noop").queryName(name)
+             .trigger(processingTime="500 milliseconds").start())
+        wait_for(lambda: (exporter.group(name) or {}).get("partitions"), 60,
+                 f"{name} with offsets on the exporter")
+        produce(kafka, topic, {0: 3})  # lag while the query is gone
+        q.stop()
+        stopped_at = time.monotonic()
+
+        def stopped() -> Any:
+            g = exporter.group(name)
+            return g if g and g["status"] == "stopped" else None
+
+        g = wait_for(stopped, 10, f"{name} stopped")
+        assert g["spark"]["active"] is False
+        assert any("terminated" in r for r in g["reasons"]), g["reasons"]
+
+        def gone() -> bool:
+            s = exporter.proc.metrics()
+            return not any(dict(lab).get("group") == name for (_, lab) in s)
+
+        wait_for(gone, REPORT_EXPIRY + 10, f"series of {name} to expire")
+        took = time.monotonic() - stopped_at
+        assert took >= REPORT_EXPIRY - 1.0, f"series vanished after {took:.1f}s, before expiry"
+        assert exporter.group(name) is None
+    finally:
+        _stop(q)
