@@ -7,7 +7,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 KAFKA_VERSION := 4.2.1
 KAFKA_LEGACY_VERSION := 3.9.2
-SPARK_VERSION := 4.2.0
+SPARK_VERSION := 4.0.0
 PYTEST_ARGS ?=
 
 .PHONY: test demo setup prereqs jars system-packages lint dashboards clean

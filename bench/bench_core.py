@@ -105,6 +105,9 @@ def measure(cluster: KafkaCluster, groups: int, partitions: int, cycles: int) ->
                     render.append(time.monotonic() - s)
                 time.sleep(0.5)
             rss = peak_rss_mb(proc.pid)
+            kids = [k for t in Path(f"/proc/{proc.pid}/task").iterdir()
+                    for k in (t / "children").read_text().split()]
+            worker_rss = sum(peak_rss_mb(int(k)) for k in kids)
         finally:
             proc.terminate()
             proc.wait(30)
@@ -116,7 +119,7 @@ def measure(cluster: KafkaCluster, groups: int, partitions: int, cycles: int) ->
             "sample_s": statistics.median(sample_times[1:] or sample_times),
             "requests_per_cycle": per_cycle,
             "render_s": max(render), "render_median_s": statistics.median(render),
-            "metrics_mb": max(sizes) / 1e6, "peak_rss_mb": rss}
+            "metrics_mb": max(sizes) / 1e6, "peak_rss_mb": rss, "worker_rss_mb": worker_rss}
 
 
 def main() -> int:
@@ -126,13 +129,14 @@ def main() -> int:
     args = ap.parse_args()
     sizes = [tuple(int(x) for x in s.split("x")) for s in args.sizes.split(",")]
     print(f"{'groups':>6} {'parts':>5} {'group-parts':>11} {'cycle s':>8} {'max s':>6} {'kafka s':>8} "
-          f"{'req/cycle':>9} {'render s':>8} {'/metrics MB':>11} {'peak RSS MB':>11}", flush=True)
+          f"{'req/cycle':>9} {'render s':>8} {'/metrics MB':>11} {'peak RSS MB main+worker':>23}", flush=True)
     with KafkaCluster(heap="2g") as cluster:
         for g, p in sizes:
             r = measure(cluster, g, p, args.cycles)
             print(f"{g:>6} {p:>5} {g * p:>11} {r['cycle_s']:>8.2f} {r['cycle_max_s']:>6.2f} "
                   f"{r['sample_s']:>8.2f} {r['requests_per_cycle']:>9.0f} {r['render_s']:>8.2f} "
-                  f"{r['metrics_mb']:>11.1f} {r['peak_rss_mb']:>11.0f}", flush=True)
+                  f"{r['metrics_mb']:>11.1f} {r['peak_rss_mb']:>11.0f} + {r['worker_rss_mb']:.0f}",
+                  flush=True)
     return 0
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 CACHE = Path(os.environ.get("LAGWATCH_CACHE", ROOT / ".cache"))
 DEFAULT_KAFKA_VERSION = "4.2.1"
-SPARK_VERSION = "4.2.0"
+SPARK_VERSION = "4.0.0"
 
 
 class JarsMissing(RuntimeError):

@@ -53,7 +53,9 @@ class _PartState:
         self.committed = committed
         self.changed_at = now
         self.lag_since: float | None = None
-        self.samples: collections.deque[tuple[float, int, float | None]] = collections.deque(maxlen=3)
+        # last three (time, committed, lag seconds); a tuple, not a deque: 100k deques
+        # cost ~60 MB
+        self.samples: tuple[tuple[float, int, float | None], ...] = ()
         self.lagging = False
         self.rewind_until = 0.0
         self.last_view: PartitionView | None = None
@@ -296,7 +298,7 @@ class Evaluator:
             ps.lag_since = now
         stall_start = max(ps.changed_at, ps.lag_since) if ps.lag_since is not None else None
         stalled_s = (now - stall_start) if stall_start is not None else 0.0
-        ps.samples.append((now, committed, lag_s))
+        ps.samples = (*ps.samples[-2:], (now, committed, lag_s))
 
         owner_txt = _member_label(owner)
         status, reason = "ok", ""

@@ -150,6 +150,10 @@ class KafkaWorker:
                 self.proc.kill()
             self.proc.join(10)
 
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.is_alive():
+            self.proc.kill()
+
     def close(self) -> None:
         if self.conn is not None and self.proc is not None and self.proc.is_alive():
             with contextlib.suppress(Exception):

@@ -207,16 +207,17 @@ def fmt_value(v: float | int) -> str:
 
 
 class Lines:
-    """Sample lines of one family, in the order they were added."""
+    """Sample lines of one family, encoded as they are added (a list of 400k small
+    strings would cost more memory than the text itself)."""
 
-    __slots__ = ("name", "help", "kind", "lines")
+    __slots__ = ("name", "help", "kind", "buf")
 
     def __init__(self, name: str, help_text: str, kind: str = "gauge") -> None:
         self.name, self.help, self.kind = name, help_text, kind
-        self.lines: list[str] = []
+        self.buf = bytearray()
 
     def add(self, labels: str, v: float | int) -> None:
-        self.lines.append(f"{self.name}{{{labels}}} {fmt_value(v)}\n")
+        self.buf += f"{self.name}{{{labels}}} {fmt_value(v)}\n".encode()
 
     def header(self) -> str:
         return f"# HELP {self.name} {_escape_help(self.help)}\n# TYPE {self.name} {self.kind}\n"
@@ -226,8 +227,11 @@ def _doc_lines(name: str) -> Lines:
     return Lines(name, _DOC[name].help)
 
 
-def render_cluster(v: ClusterView, compat: frozenset[str] = frozenset()) -> dict[str, tuple[str, str]]:
-    """Family name -> (header, sample text) for one cluster's view."""
+Rendered = dict[str, tuple[bytes, bytearray]]
+
+
+def render_cluster(v: ClusterView, compat: frozenset[str] = frozenset()) -> Rendered:
+    """Family name -> (header, samples) for one cluster's view, encoded once."""
     names = [f.name for f in FAMILIES if f.name.startswith("kafka_")]
     fam = {n: _doc_lines(n) for n in names}
     cl = f'cluster="{escape_label(v.cluster)}"'
@@ -308,7 +312,7 @@ def render_cluster(v: ClusterView, compat: frozenset[str] = frozenset()) -> dict
         from exporter.compat import kafka_exporter_lines
 
         out.extend(kafka_exporter_lines(v))
-    return {f.name: (f.header(), "".join(f.lines)) for f in out}
+    return {f.name: (f.header().encode(), f.buf) for f in out}  # no copy of the buffers
 
 
 class ViewText:
@@ -317,33 +321,47 @@ class ViewText:
     def __init__(self, store: StoreProtocol, compat: frozenset[str] = frozenset()) -> None:
         self.store = store
         self.compat = compat
-        self._lock = threading.Lock()
-        self._cache: dict[str, tuple[ClusterView, dict[str, tuple[str, str]]]] = {}
+        self._locks: dict[str, threading.Lock] = {}
+        self._locks_guard = threading.Lock()
+        self._cache: dict[str, tuple[ClusterView, Rendered]] = {}
 
     def prerender(self, view: ClusterView) -> None:
         self._get(view)
 
-    def _get(self, view: ClusterView) -> dict[str, tuple[str, str]]:
-        with self._lock:
+    def _get(self, view: ClusterView) -> Rendered:
+        with self._locks_guard:
+            lock = self._locks.setdefault(view.cluster, threading.Lock())
+        # One render per cluster at a time: a scrape arriving mid-render waits for it
+        # instead of rendering the same view again, and the old text is dropped before
+        # the new one is built so two copies of ~50 MB never coexist.
+        with lock:
             hit = self._cache.get(view.cluster)
             if hit is not None and hit[0] is view:
                 return hit[1]
-        rendered = render_cluster(view, self.compat)
-        with self._lock:
+            self._cache.pop(view.cluster, None)
+            hit = None
+            rendered = render_cluster(view, self.compat)
             self._cache[view.cluster] = (view, rendered)
-        return rendered
+            return rendered
 
-    def text(self) -> str:
+    def chunks(self) -> list[bytes | bytearray]:
+        """The exposition as byte chunks, families contiguous across clusters.
+
+        Written to the socket one by one: joining 50 MB into one response body
+        would double the memory of every scrape."""
         parts = [self._get(v) for v in self.store.views()]
         names: list[str] = []
         for p in parts:
             names.extend(n for n in p if n not in names)
-        out: list[str] = []
+        out: list[bytes | bytearray] = []
         for n in names:
             present = [p[n] for p in parts if n in p]
             out.append(present[0][0])
-            out.extend(body for _h, body in present)
-        return "".join(out)
+            out.extend(body for _h, body in present if body)
+        return out
+
+    def text(self) -> str:
+        return b"".join(self.chunks()).decode()
 
 
 def metrics_table() -> str:
