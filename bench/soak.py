@@ -1,0 +1,136 @@
+"""Soak: consumer churn and topic churn against one local broker; RSS and open fds over time.
+
+    .venv/bin/python -m bench.soak --minutes 30
+
+Every few seconds a new topic and a consumer group with a live consumer process
+appear, the oldest consumer is killed, and the oldest topic and group are
+deleted, so groups, topics, members and series keep coming and going. Every
+minute it prints the exporter's RSS and open file descriptors (main process
+and Kafka worker child) and how many groups it exports. A benchmark: nothing
+is asserted; flat columns are the result.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from collections import deque
+from pathlib import Path
+
+import yaml
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from devenv.kafka import KafkaCluster, die_with_parent, free_port
+from tests.exporter_proc import parse_metrics, select
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def proc_stats(pid: int) -> tuple[float, int]:
+    rss = 0.0
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            rss = int(line.split()[1]) / 1024
+    return rss, len(list(Path(f"/proc/{pid}/fd").iterdir()))
+
+
+def children(pid: int) -> list[int]:
+    try:
+        return [int(x) for x in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        return []
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--minutes", type=float, default=30)
+    ap.add_argument("--churn-every", type=float, default=5.0)
+    ap.add_argument("--live", type=int, default=6, help="consumer groups alive at once")
+    args = ap.parse_args()
+    with KafkaCluster() as cluster, tempfile.TemporaryDirectory() as tmp:
+        bs = cluster.bootstrap_servers
+        admin = AdminClient({"bootstrap.servers": bs})
+        port = free_port()
+        cfg = Path(tmp) / "soak.yml"
+        cfg.write_text(yaml.safe_dump({
+            "interval": 2, "listen": f"127.0.0.1:{port}",
+            "thresholds": {"stall_after": 20, "livelock_after": 20, "report_expiry": 60},
+            "clusters": [{"name": "soak", "bootstrap_servers": bs}]}))
+        exporter = subprocess.Popen([sys.executable, "-m", "exporter", "--config", str(cfg)], cwd=ROOT,
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                    preexec_fn=die_with_parent)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:  # wait until the exporter answers
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2).read()
+                break
+            except OSError:
+                time.sleep(0.3)
+        live: deque[tuple[str, str, subprocess.Popen]] = deque()
+        topics: deque[str] = deque()
+        stop = threading.Event()
+        producer = Producer({"bootstrap.servers": bs, "linger.ms": 20})
+
+        def produce() -> None:
+            while not stop.wait(0.2):
+                for t in list(topics):
+                    with contextlib.suppress(Exception):  # topic just deleted
+                        producer.produce(t, value=b"x" * 200)
+                producer.poll(0)
+
+        threading.Thread(target=produce, daemon=True).start()
+        start = time.monotonic()
+        next_report = start
+        n = 0
+        print(f"{'min':>5} {'main RSS MB':>11} {'main fds':>8} {'worker RSS MB':>13} {'worker fds':>10} "
+              f"{'groups':>6} {'series':>7}", flush=True)
+        try:
+            while time.monotonic() - start < args.minutes * 60:
+                n += 1
+                topic, group = f"soak-t{n}", f"soak-g{n}"
+                admin.create_topics([NewTopic(topic, 2, 1)])[topic].result(30)
+                topics.append(topic)
+                mode = ("healthy", "nocommit", "slow")[n % 3]
+                proc = subprocess.Popen(
+                    [sys.executable, "-m", "devenv.scenario_consumer", "--mode", mode, "--bootstrap", bs,
+                     "--group", group, "--topic", topic, "--instrument"],
+                    cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                    preexec_fn=die_with_parent)
+                live.append((topic, group, proc))
+                if len(live) > args.live:
+                    old_topic, old_group, old = live.popleft()
+                    old.kill()
+                    old.wait(10)
+                    topics.remove(old_topic)
+                    with contextlib.suppress(Exception):  # may still be rebalancing
+                        admin.delete_consumer_groups([old_group])[old_group].result(30)
+                    admin.delete_topics([old_topic])[old_topic].result(30)
+                if time.monotonic() >= next_report:
+                    next_report += 60
+                    body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read()
+                    m = parse_metrics(body.decode())
+                    groups = len(select(m, "kafka_consumergroup_members"))
+                    main_rss, main_fds = proc_stats(exporter.pid)
+                    kids = children(exporter.pid)
+                    w_rss, w_fds = proc_stats(kids[0]) if kids else (0.0, 0)
+                    print(f"{(time.monotonic() - start) / 60:>5.1f} {main_rss:>11.0f} {main_fds:>8} "
+                          f"{w_rss:>13.0f} {w_fds:>10} {groups:>6} {len(m):>7}", flush=True)
+                time.sleep(args.churn_every)
+        finally:
+            stop.set()
+            for _t, _g, p in live:
+                p.kill()
+            exporter.terminate()
+            exporter.wait(30)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
