@@ -42,10 +42,14 @@ def proc_stats(pid: int) -> tuple[float, int]:
 
 
 def children(pid: int) -> list[int]:
-    try:
-        return [int(x) for x in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
-    except OSError:
-        return []
+    """Children of every thread (the Kafka worker is started by a sampler thread)."""
+    out = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            out += [int(x) for x in (task / "children").read_text().split()]
+        except OSError:
+            continue
+    return out
 
 
 def main() -> int:
