@@ -122,8 +122,9 @@ def main() -> int:
                     m = parse_metrics(body.decode())
                     groups = len(select(m, "kafka_consumergroup_members"))
                     main_rss, main_fds = proc_stats(exporter.pid)
-                    kids = children(exporter.pid)
-                    w_rss, w_fds = proc_stats(kids[0]) if kids else (0.0, 0)
+                    # the Kafka worker (and multiprocessing's small resource tracker)
+                    kid_stats = [proc_stats(k) for k in children(exporter.pid)]
+                    w_rss, w_fds = sum(r for r, _ in kid_stats), sum(f for _, f in kid_stats)
                     print(f"{(time.monotonic() - start) / 60:>5.1f} {main_rss:>11.0f} {main_fds:>8} "
                           f"{w_rss:>13.0f} {w_fds:>10} {groups:>6} {len(m):>7}", flush=True)
                 time.sleep(args.churn_every)
