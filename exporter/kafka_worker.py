@@ -134,7 +134,7 @@ class KafkaWorker:
         # Every stage of a cycle has its own request timeout; this only guards against a hang.
         return self._call(("sample", None), self.cfg.request_timeout * 12 + 30)
 
-    def timestamps(self, wanted: list[tuple[TP, int]]) -> dict[TP, float]:
+    def timestamps(self, wanted: list[tuple[TP, int]]) -> dict[tuple[str, int, int], float]:
         status, value = self._call(("timestamps", wanted), self.cfg.request_timeout * 3 + 10)
         if status != "ok":
             raise RuntimeError(value)

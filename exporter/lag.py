@@ -114,40 +114,55 @@ class RecordTimestamps:
             self._consumer = Consumer(self.conf)
         return self._consumer
 
-    def lookup(self, wanted: Iterable[tuple[TP, int]], budget: int = 2000
-               ) -> dict[TP, float]:
-        """Timestamps (seconds) of the record at each (tp, offset); missing if unreadable."""
-        out: dict[TP, float] = {}
-        todo: dict[TP, int] = {}
+    def lookup(self, wanted: Iterable[tuple[TP, int]], max_span: int = 5000
+               ) -> dict[tuple[str, int, int], float]:
+        """Timestamps (seconds) of the records at the wanted (tp, offset) pairs.
+
+        Many groups often read one partition at different offsets: each partition is
+        assigned once at its lowest wanted offset and read forward, picking up every
+        wanted offset within ``max_span`` records of it (the rest wait for a later
+        call). A wanted offset that no longer holds a record (compaction, control
+        records) gets the timestamp of the next record: the oldest one not consumed.
+        Keys of the result are (topic, partition, offset); unreadable ones are missing.
+        """
+        out: dict[tuple[str, int, int], float] = {}
+        todo: dict[TP, list[int]] = {}
         for tp, off in wanted:
-            hit = self.cache.get((tp[0], tp[1], off))
+            key = (tp[0], tp[1], off)
+            hit = self.cache.get(key)
             if hit is not None:
-                out[tp] = hit
-            elif len(todo) < budget:
-                todo[tp] = off
+                out[key] = hit
+            else:
+                todo.setdefault(tp, []).append(off)
         if not todo:
             return out
+        for offs in todo.values():
+            offs.sort()
+            del offs[sum(1 for o in offs if o - offs[0] <= max_span):]
         consumer = self._get_consumer()
         try:
-            consumer.assign([TopicPartition(t, p, o) for (t, p), o in todo.items()])
-            pending = set(todo)
+            consumer.assign([TopicPartition(t, p, offs[0]) for (t, p), offs in todo.items()])
             deadline = time.monotonic() + self.timeout
-            while pending and time.monotonic() < deadline:
+            while todo and time.monotonic() < deadline:
                 for msg in consumer.consume(num_messages=500, timeout=0.2):
                     tp = (msg.topic(), msg.partition())
-                    if tp not in pending:
+                    offs = todo.get(tp)
+                    if offs is None:
                         continue
                     err = msg.error()
                     if err is not None:
                         if err.code() == KafkaError._PARTITION_EOF:
-                            pending.discard(tp)  # nothing at or after the offset
+                            del todo[tp]  # nothing at or after the remaining offsets
                         continue
                     _kind, ts_ms = msg.timestamp()
-                    if ts_ms > 0:
-                        out[tp] = ts_ms / 1000.0
-                        self._remember(tp, todo[tp], ts_ms / 1000.0)
-                    pending.discard(tp)
-            self.reads += len(todo)
+                    while offs and offs[0] <= msg.offset():
+                        off = offs.pop(0)
+                        if ts_ms > 0:
+                            out[(tp[0], tp[1], off)] = ts_ms / 1000.0
+                            self._remember(tp, off, ts_ms / 1000.0)
+                        self.reads += 1
+                    if not offs:
+                        del todo[tp]
         finally:
             with contextlib.suppress(Exception):  # the next lookup reassigns anyway
                 consumer.unassign()

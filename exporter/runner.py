@@ -91,8 +91,7 @@ class ClusterRunner:
                          if self.cfg.lag_mode == "exact"]
                 if want:
                     try:
-                        got = self.worker.timestamps(want)
-                        exact_ts = {(tp[0], tp[1], off): got[tp] for tp, off in want if tp in got}
+                        exact_ts = self.worker.timestamps(want)
                     except Exception as e:  # noqa: BLE001 - lag seconds fall back to interpolation
                         self.evaluator.errors_by_stage["exact_lag"] += 1
                         log.warning("cluster %s: reading record timestamps failed: %s",
