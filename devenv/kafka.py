@@ -9,6 +9,11 @@ Every JVM carries ``-Dlagwatch.owner=<pid>`` and ``-Dlagwatch.dir=<dir>`` and
 dies with its parent (PR_SET_PDEATHSIG). A launcher that starts finds JVMs
 whose owner is gone (an interrupted run) and kills them and their directories,
 so an interrupted run never leaves a broker behind for the next one.
+
+Extra listeners (e.g. SASL_SSL for security tests) can be added next to the
+PLAINTEXT one, which stays the inter-broker and admin listener::
+
+    KafkaCluster(listeners=[Listener("SASL_SSL", config={"sasl.enabled.mechanisms": ...})])
 """
 
 from __future__ import annotations
@@ -92,6 +97,24 @@ def reap_orphans() -> list[int]:
 
 
 @dataclass
+class Listener:
+    """An extra listener on every node, next to PLAINTEXT (inter-broker, tools, admin).
+
+    ``config`` entries are written as ``listener.name.<name lower-cased>.<key>=<value>``,
+    Kafka's per-listener form (``sasl.enabled.mechanisms``, ``ssl.keystore.location``,
+    ``scram-sha-512.sasl.jaas.config`` ...).
+    """
+
+    name: str
+    protocol: str = ""  # security protocol; defaults to the name (SSL, SASL_SSL, SASL_PLAINTEXT)
+    config: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def security_protocol(self) -> str:
+        return self.protocol or self.name
+
+
+@dataclass
 class Broker:
     node_id: int
     port: int
@@ -99,10 +122,14 @@ class Broker:
     dir: Path
     proc: subprocess.Popen | None = None
     paused: bool = False
+    ports: dict[str, int] = field(default_factory=dict)  # extra listener name -> port
 
     @property
     def address(self) -> str:
         return f"127.0.0.1:{self.port}"
+
+    def listener_address(self, name: str) -> str:
+        return f"127.0.0.1:{self.ports[name]}"
 
     @property
     def log_file(self) -> Path:
@@ -140,10 +167,15 @@ class KafkaCluster:
     root: Path | None = None
     brokers: list[Broker] = field(default_factory=list)
     cluster_id: str = ""
+    listeners: list[Listener] = field(default_factory=list)
 
     @property
     def bootstrap_servers(self) -> str:
         return ",".join(b.address for b in self.brokers)
+
+    def bootstrap_for(self, listener: str) -> str:
+        """Bootstrap servers of one of the extra listeners."""
+        return ",".join(b.listener_address(listener) for b in self.brokers)
 
     @property
     def libs(self) -> Path:
@@ -164,15 +196,19 @@ class KafkaCluster:
         rf = min(3, self.brokers_count)
         for b in self.brokers:
             b.dir.mkdir(parents=True)
+            b.ports = {ln.name: free_port() for ln in self.listeners}
+            extra = "".join(f",{ln.name}://127.0.0.1:{b.ports[ln.name]}" for ln in self.listeners)
             props = {
                 "process.roles": "broker,controller",
                 "node.id": str(b.node_id),
                 "controller.quorum.voters": voters,
-                "listeners": f"PLAINTEXT://127.0.0.1:{b.port},CONTROLLER://127.0.0.1:{b.controller_port}",
-                "advertised.listeners": f"PLAINTEXT://127.0.0.1:{b.port}",
+                "listeners": f"PLAINTEXT://127.0.0.1:{b.port},CONTROLLER://127.0.0.1:{b.controller_port}"
+                             + extra,
+                "advertised.listeners": f"PLAINTEXT://127.0.0.1:{b.port}" + extra,
                 "controller.listener.names": "CONTROLLER",
                 "inter.broker.listener.name": "PLAINTEXT",
-                "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+                "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT" + "".join(
+                    f",{ln.name}:{ln.security_protocol}" for ln in self.listeners),
                 "log.dirs": str(b.dir / "data"),
                 "num.partitions": "1",
                 "default.replication.factor": str(rf),
@@ -189,6 +225,8 @@ class KafkaCluster:
                 "replica.lag.time.max.ms": "10000",
                 "log.segment.bytes": str(16 * 1024 * 1024),
             }
+            for ln in self.listeners:
+                props.update({f"listener.name.{ln.name.lower()}.{k}": v for k, v in ln.config.items()})
             props.update(self.extra_config)
             (b.dir / "server.properties").write_text(
                 "".join(f"{k}={v}\n" for k, v in props.items())

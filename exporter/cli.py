@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
 import signal
 import sys
 import threading
@@ -11,7 +12,7 @@ import threading
 from prometheus_client import CollectorRegistry
 
 from exporter import __version__
-from exporter.config import Config, ConfigError, build_config, load_yaml, parse_listen
+from exporter.config import _NAME_RE, Config, ConfigError, _bootstrap, build_config, load_yaml, parse_listen
 from exporter.metrics import SelfCollector
 from exporter.runner import Exporter
 from exporter.server import WebConfig, make_server, serve_in_thread
@@ -19,8 +20,18 @@ from exporter.server import WebConfig, make_server, serve_in_thread
 log = logging.getLogger("lagwatch")
 
 
+class _Parser(argparse.ArgumentParser):
+    """Usage errors become one-line ConfigErrors naming the flag (exit code 2 like the rest)."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        if message.startswith("argument ") and ": " in message:
+            flag, _, problem = message[len("argument "):].partition(": ")
+            raise ConfigError(flag.split("/")[0], problem)
+        raise ConfigError("command line", message)
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(
+    ap = _Parser(
         prog="lagwatch",
         description="Kafka consumer-lag exporter: lag in offsets and seconds, stalled, stopped "
                     "and livelocked consumers, Spark Structured Streaming queries.")
@@ -62,11 +73,15 @@ def load(argv: list[str] | None) -> Config:
         parse_listen(args.listen, "--listen")
     if args.interval is not None:
         try:
-            if float(args.interval) <= 0:
+            if not 0 < float(args.interval) < math.inf:
                 raise ValueError
         except ValueError:
             raise ConfigError("--interval", f"expected a positive number of seconds, got "
                                             f"{args.interval!r}") from None
+    if args.bootstrap_servers is not None:
+        _bootstrap(args.bootstrap_servers, "--bootstrap-servers")
+    if args.cluster is not None and not _NAME_RE.match(args.cluster):
+        raise ConfigError("--cluster", f"expected 1-63 characters [A-Za-z0-9._-], got {args.cluster!r}")
     return build_config(file_data, overrides)
 
 

@@ -108,7 +108,7 @@ def _expand_env(value: Any, where: str) -> Any:
             return os.environ[var]
         return _ENV_RE.sub(sub, value)
     if isinstance(value, dict):
-        return {k: _expand_env(v, f"{where}.{k}") for k, v in value.items()}
+        return {k: _expand_env(v, f"{where}.{k}" if where else str(k)) for k, v in value.items()}
     if isinstance(value, list):
         return [_expand_env(v, f"{where}[{i}]") for i, v in enumerate(value)]
     return value
@@ -121,6 +121,8 @@ def _positive(value: Any, where: str, *, minimum: float = 0.0, integer: bool = F
         num = int(value) if integer else float(value)
     except ValueError:
         raise ConfigError(where, f"expected a number, got {value!r}") from None
+    if integer and isinstance(value, float) and value != num:
+        raise ConfigError(where, f"expected a whole number, got {value!r}")
     if num != num or num in (float("inf"), float("-inf")):
         raise ConfigError(where, f"expected a finite number, got {value!r}")
     if num <= minimum:
@@ -229,7 +231,8 @@ def _cluster(raw: Any, where: str, defaults: dict[str, Any]) -> ClusterConfig:
         raise ConfigError(f"{where}.reports.enabled", f"expected true or false, got {enabled!r}")
     topic = reports.get("topic", raw.get("reports_topic", DEFAULT_REPORTS_TOPIC))
     if not isinstance(topic, str) or not re.fullmatch(r"[A-Za-z0-9._-]{1,249}", topic):
-        raise ConfigError(f"{where}.reports.topic", f"not a valid Kafka topic name: {topic!r}")
+        key = "reports.topic" if "topic" in reports else "reports_topic"
+        raise ConfigError(f"{where}.{key}", f"not a valid Kafka topic name: {topic!r}")
     return ClusterConfig(
         name=name,
         bootstrap_servers=_bootstrap(raw["bootstrap_servers"], f"{where}.bootstrap_servers"),
@@ -250,6 +253,8 @@ def load_yaml(path: str) -> dict[str, Any]:
         text = Path(path).read_text()
     except OSError as e:
         raise ConfigError("--config", f"cannot read {path}: {e.strerror}") from None
+    except UnicodeDecodeError as e:
+        raise ConfigError(path, f"not UTF-8 text (byte {e.start})") from None
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as e:
@@ -265,7 +270,7 @@ def load_yaml(path: str) -> dict[str, Any]:
 
 def build_config(file_data: dict[str, Any], overrides: dict[str, Any]) -> Config:
     """Merge the YAML file with CLI overrides (CLI wins) and validate everything."""
-    data = _expand_env(dict(file_data), "config")
+    data = _expand_env(dict(file_data), "")
     _check_keys(data, _TOP_KEYS, "")
     for k, v in overrides.items():
         if v is not None and k not in ("bootstrap_servers", "cluster"):
@@ -278,6 +283,13 @@ def build_config(file_data: dict[str, Any], overrides: dict[str, Any]) -> Config
                                             for k, v in th_over.items()})
 
     defaults = {k: data[k] for k in ("interval", "lag_mode", "request_timeout") if k in data}
+    # Validate top-level defaults here so errors name the key the operator wrote.
+    if "interval" in defaults:
+        _positive(defaults["interval"], "interval", minimum=0.05)
+    if "request_timeout" in defaults:
+        _positive(defaults["request_timeout"], "request_timeout")
+    if "lag_mode" in defaults and defaults["lag_mode"] not in LAG_MODES:
+        raise ConfigError("lag_mode", f"expected one of {', '.join(LAG_MODES)}, got {defaults['lag_mode']!r}")
     clusters_raw = data.get("clusters")
     if overrides.get("bootstrap_servers"):
         clusters_raw = [{"bootstrap_servers": overrides["bootstrap_servers"],

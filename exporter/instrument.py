@@ -38,10 +38,8 @@ def ensure_reports_topic(conf: dict[str, Any], topic: str, timeout: float = 10.0
     from confluent_kafka.admin import AdminClient, NewTopic
 
     admin = AdminClient(conf)
-    md = admin.list_topics(topic, timeout=timeout)
-    t = md.topics.get(topic)
-    if t is not None and t.error is None and t.partitions:
-        return
+    # Create first, never ask for its metadata: a metadata request for a missing topic makes a
+    # broker with auto.create.topics.enable (the default) create it, uncompacted, 1 partition.
     new = NewTopic(topic, num_partitions=3, replication_factor=-1,
                    config={"cleanup.policy": "compact", "min.compaction.lag.ms": "60000",
                            "segment.ms": "3600000"})
@@ -125,6 +123,9 @@ class InstrumentedConsumer(Consumer):
         self._last_poll = time.time()
         self._in_poll = 0
         self._interval = report_interval
+        self._member_id = ""
+        self._positions: dict[tuple[str, int], int] = {}
+        self._snapshot_at = 0.0
         skip = ("group.id", "client.id", "stats_cb", "statistics.interval.ms", "enable.auto.commit",
                 "auto.offset.reset", "group.protocol", "session.timeout.ms", "max.poll.interval.ms",
                 "heartbeat.interval.ms", "on_commit", "error_cb", "logger", "isolation.level",
@@ -140,20 +141,53 @@ class InstrumentedConsumer(Consumer):
     def poll(self, *args: Any, **kwargs: Any) -> Any:
         self._in_poll += 1
         self._last_poll = time.time()
+        msg = None
         try:
-            return super().poll(*args, **kwargs)
+            msg = super().poll(*args, **kwargs)
+            return msg
         finally:
             self._in_poll -= 1
             self._last_poll = time.time()
+            self._track((msg,) if msg is not None else ())
 
     def consume(self, *args: Any, **kwargs: Any) -> Any:
         self._in_poll += 1
         self._last_poll = time.time()
+        msgs = None
         try:
-            return super().consume(*args, **kwargs)
+            msgs = super().consume(*args, **kwargs)
+            return msgs
         finally:
             self._in_poll -= 1
             self._last_poll = time.time()
+            self._track(msgs or ())
+
+    def _track(self, msgs: Any) -> None:
+        """Positions and member id, kept by the polling thread itself.
+
+        confluent-kafka (2.16) lets one thread at a time into a consumer: a reporter thread
+        calling memberid() or position() would wait as long as the application keeps polling,
+        and a busy consumer would never report. So every record handed out moves its
+        partition's position (cheap), and a few times per report interval the member id and
+        librdkafka's positions of the current assignment replace the lot (revocations, seeks).
+        """
+        if msgs:
+            with self._stats_lock:
+                for m in msgs:
+                    if m.error() is None:
+                        self._positions[(m.topic(), m.partition())] = m.offset() + 1
+        now = time.monotonic()
+        if now - self._snapshot_at < self._interval / 4:
+            return
+        self._snapshot_at = now
+        try:
+            member_id = self.memberid() or ""
+            positions = {(tp.topic, tp.partition): tp.offset
+                         for tp in self.position(self.assignment()) if tp.offset >= 0}
+        except Exception:  # noqa: BLE001 - not in a group yet, or closed
+            return
+        with self._stats_lock:
+            self._member_id, self._positions = member_id, positions
 
     def close(self, *args: Any, **kwargs: Any) -> Any:
         with contextlib.suppress(Exception):
@@ -180,22 +214,13 @@ class InstrumentedConsumer(Consumer):
     def _report(self, closed: bool) -> dict[str, Any]:
         now = time.time()
         last_poll = now if self._in_poll else self._last_poll
-        try:
-            member_id = self.memberid() or ""
-        except Exception:  # noqa: BLE001 - not in a group yet
-            member_id = ""
         with self._stats_lock:
             parts = {tp: dict(v) for tp, v in self._partitions.items()}
-        # Positions straight from librdkafka (thread-safe): stats are only served inside
-        # poll(), so a consumer that wedges right after assignment would have none.
-        try:
-            for tp in self.position(self.assignment()):
-                entry = parts.setdefault((tp.topic, tp.partition), {"position": _INVALID,
-                                                                    "committed": _INVALID})
-                if tp.offset >= 0:
-                    entry["position"] = tp.offset
-        except Exception:  # noqa: BLE001 - fall back to what the statistics said
-            self.instrumentation_errors += 1
+            member_id, positions = self._member_id, dict(self._positions)
+        # Positions as of the last poll (see _track): statistics lag behind, so a consumer
+        # that wedges right after assignment would have none.
+        for tp, off in positions.items():
+            parts.setdefault(tp, {"position": _INVALID, "committed": _INVALID})["position"] = off
         items = []
         for (t, p), offs in sorted(parts.items()):
             item: dict[str, Any] = {"topic": t, "partition": p}

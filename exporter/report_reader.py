@@ -77,19 +77,24 @@ class ReportReader:
         """Validate and store one record; public so unit tests can feed real shapes."""
         now = time.time() if now is None else now
         received_at = min(now, msg_ts) if msg_ts else now
+        # The flood window runs on the records' own timestamps: a restart replays a reporter's
+        # history from the compacted topic in one burst, which is no flood (the newest must win).
+        t = received_at
         k = key or b""
         q = self._rate.get(k)
         if q is None:
             if len(self._rate) >= MAX_KEYS:
+                self._forget_idle_keys(t)
+            if len(self._rate) >= MAX_KEYS:
                 self._drop("flood")
                 return
             q = self._rate[k] = collections.deque()
-        while q and q[0] < now - FLOOD_WINDOW:
+        while q and q[0] < t - FLOOD_WINDOW:
             q.popleft()
         if len(q) >= FLOOD_PER_KEY:
             self._drop("flood")
             return
-        q.append(now)
+        q.append(t)
         try:
             rep = decode(value, self.cfg.name, received_at)
         except ReportError as e:
@@ -108,6 +113,17 @@ class ReportReader:
                 if old_s is None or old_s.sent_at <= rep.sent_at:
                     self._spark[sk] = rep
                 self.received["spark"] += 1
+
+    _pruned_at = 0.0
+
+    def _forget_idle_keys(self, t: float) -> None:
+        """Keys of departed reporters (every consumer restart is a new member id) leave the
+        table, so it never fills for good; at most once a second, it is a full scan."""
+        if abs(t - self._pruned_at) < 1.0:
+            return
+        self._pruned_at = t
+        for k in [k for k, q in self._rate.items() if not q or q[-1] < t - FLOOD_WINDOW]:
+            del self._rate[k]
 
     def _drop(self, reason: str) -> None:
         with self._lock:

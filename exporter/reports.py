@@ -138,7 +138,7 @@ def _offset(v: Any, what: str) -> int:
 
 
 def _partition(v: Any, what: str) -> int:
-    if isinstance(v, str) and v.isdigit() and len(v) < 8:
+    if isinstance(v, str) and v.isascii() and v.isdigit() and len(v) < 8:
         v = int(v)
     if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v < 1_000_000:
         raise ReportError("wrong_type", f"{what} must be a partition number")
@@ -173,6 +173,8 @@ def decode(raw: bytes | None, cluster: str, received_at: float) -> Report:
         d = json.loads(raw)
     except (ValueError, UnicodeDecodeError):
         raise ReportError("malformed", "not JSON") from None
+    except RecursionError:  # "[[[[..." well under the size limit still overflows the parser
+        raise ReportError("malformed", "nested too deeply") from None
     if not isinstance(d, dict):
         raise ReportError("malformed", "not a JSON object")
     if d.get("v") != VERSION:

@@ -20,6 +20,7 @@ from typing import Any
 from confluent_kafka import (
     ConsumerGroupTopicPartitions,
     IsolationLevel,
+    KafkaError,
     KafkaException,
     TopicPartition,
 )
@@ -31,6 +32,8 @@ from exporter.snapshot import TP, GroupSample, Member, PartitionOffsets, Snapsho
 
 log = logging.getLogger("lagwatch.sampler")
 OFFSET_INVALID = -1001
+# Errors that explain a metadata timeout: librdkafka reports them only through error_cb.
+_CREDENTIAL_ERRORS = (KafkaError._AUTHENTICATION, KafkaError.SASL_AUTHENTICATION_FAILED, KafkaError._SSL)
 
 
 def client_config(cfg: ClusterConfig, **extra: Any) -> dict[str, Any]:
@@ -68,8 +71,10 @@ class Sampler:
         self.cfg = cfg
         self._stats_lock = threading.Lock()
         self._stats_tx = 0
+        self._credential_error: str | None = None
         self.admin = AdminClient(client_config(
-            cfg, **{"statistics.interval.ms": 1000, "stats_cb": self._on_stats}))
+            cfg, **{"statistics.interval.ms": 1000, "stats_cb": self._on_stats,
+                    "error_cb": self._on_error}))
         self.leo: LeoReader | None
         try:
             self.leo = LeoReader(cfg.client, cfg.request_timeout)
@@ -86,6 +91,10 @@ class Sampler:
             return
         with self._stats_lock:
             self._stats_tx = tx
+
+    def _on_error(self, err: KafkaError) -> None:
+        if err.code() in _CREDENTIAL_ERRORS:
+            self._credential_error = err.str()  # librdkafka's text names the mechanism, not secrets
 
     @property
     def requests_total(self) -> int:
@@ -107,8 +116,13 @@ class Sampler:
         try:
             md = self.admin.list_topics(timeout=timeout)
         except KafkaException as e:
+            self.admin.poll(0)  # serves error_cb: "authentication failed" beats "transport failure"
+            msg = _err_text(e)
+            if self._credential_error:
+                msg = f"{msg} ({self._credential_error})"
             return Snapshot(self.cfg.name, taken_at, time.monotonic() - t0, {}, {},
-                            (("metadata", _err_text(e)),), ok=False)
+                            (("metadata", msg),), ok=False)
+        self._credential_error = None
         try:
             listing = self.admin.list_consumer_groups(request_timeout=timeout).result()
         except Exception as e:  # noqa: BLE001 - the whole cycle is reported failed

@@ -8,8 +8,11 @@ bcrypt hashes), so operators can reuse what they already have.
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import logging
+import re
+import socket
 import ssl
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -26,11 +29,17 @@ from exporter.metrics import ViewText
 from exporter.state import Store
 
 log = logging.getLogger("lagwatch.http")
+_BCRYPT_RE = re.compile(r"^\$2[abxy]\$\d\d\$[./A-Za-z0-9]{53}$")
+_WEB_KEYS = ("basic_auth_users", "tls_server_config")
+_TLS_KEYS = ("cert_file", "key_file")
+HANDSHAKE_TIMEOUT = 10.0  # a client that connects and sends nothing must not hold the server
+IDLE_TIMEOUT = 300.0
 
 
 class WebConfig:
     def __init__(self, path: str | None) -> None:
         self.cert_file = self.key_file = None
+        self.ssl_context: ssl.SSLContext | None = None
         self.users: dict[str, bytes] = {}
         if not path:
             return
@@ -43,12 +52,37 @@ class WebConfig:
             raise ConfigError("web_config", f"invalid YAML in {path}") from None
         if not isinstance(data, dict):
             raise ConfigError("web_config", "the top level must be a mapping")
+        # Unknown keys are errors: a typo must not silently turn authentication or TLS off.
+        for k in data:
+            if k not in _WEB_KEYS:
+                raise ConfigError(f"web_config.{k}", f"unknown or unsupported setting (lagwatch "
+                                                     f"supports: {', '.join(_WEB_KEYS)})")
         tls = data.get("tls_server_config") or {}
+        if not isinstance(tls, dict):
+            raise ConfigError("web_config.tls_server_config", "expected a mapping with cert_file "
+                                                              "and key_file")
+        for k in tls:
+            if k not in _TLS_KEYS:
+                raise ConfigError(f"web_config.tls_server_config.{k}",
+                                  f"not supported by lagwatch (supported: {', '.join(_TLS_KEYS)})")
         if tls:
             self.cert_file, self.key_file = tls.get("cert_file"), tls.get("key_file")
             if not self.cert_file or not self.key_file:
                 raise ConfigError("web_config.tls_server_config",
                                   "cert_file and key_file are both required")
+            for key, file in (("cert_file", self.cert_file), ("key_file", self.key_file)):
+                try:
+                    with open(str(file), "rb"):
+                        pass
+                except OSError as e:
+                    raise ConfigError(f"web_config.tls_server_config.{key}",
+                                      f"cannot read {file}: {e.strerror}") from None
+            self.ssl_context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            try:
+                self.ssl_context.load_cert_chain(str(self.cert_file), str(self.key_file))
+            except ssl.SSLError as e:
+                raise ConfigError("web_config.tls_server_config",
+                                  f"cannot load the certificate and key: {e.reason or e}") from None
         users = data.get("basic_auth_users") or {}
         if not isinstance(users, dict):
             raise ConfigError("web_config.basic_auth_users", "expected a mapping user: bcrypt-hash")
@@ -59,7 +93,7 @@ class WebConfig:
                 raise ConfigError("web_config.basic_auth_users",
                                   "basic auth needs the bcrypt package (pip install bcrypt)") from None
         for u, h in users.items():
-            if not isinstance(h, str) or not h.startswith("$2"):
+            if not isinstance(h, str) or not _BCRYPT_RE.match(h):
                 raise ConfigError(f"web_config.basic_auth_users.{u}", "expected a bcrypt hash")
             self.users[str(u)] = h.encode()
         self._ok_cache: dict[bytes, bool] = {}
@@ -177,13 +211,39 @@ def make_server(store: Store, registry: CollectorRegistry, view_text: ViewText, 
                         return
             self._json(404, {"error": "not found"})
 
-    server = ThreadingHTTPServer(listen, Handler)
-    server.daemon_threads = True
-    if web.cert_file:
-        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        ctx.load_cert_chain(web.cert_file, web.key_file)
-        server.socket = ctx.wrap_socket(server.socket, server_side=True)
+    server = _Server(listen, Handler)
+    server.ssl_context = web.ssl_context
     return server
+
+
+class _Server(ThreadingHTTPServer):
+    """TLS handshakes happen in the per-connection thread, with a timeout.
+
+    Wrapping the listening socket would run each handshake inside accept(), in the
+    single serving thread: one client that connects and sends nothing (a port scan, a
+    plain TCP health check) would block every scrape.
+    """
+
+    daemon_threads = True
+    ssl_context: ssl.SSLContext | None = None
+
+    def finish_request(self, request: Any, client_address: Any) -> None:
+        if self.ssl_context is None:
+            super().finish_request(request, client_address)
+            return
+        request.settimeout(HANDSHAKE_TIMEOUT)
+        try:
+            conn = self.ssl_context.wrap_socket(request, server_side=True)
+        except (OSError, ValueError) as e:  # plain HTTP on the TLS port, scanners, timeouts
+            log.debug("TLS handshake with %s failed: %s", client_address[0], e)
+            return
+        try:
+            conn.settimeout(IDLE_TIMEOUT)
+            super().finish_request(conn, client_address)
+        finally:
+            with contextlib.suppress(OSError):
+                conn.shutdown(socket.SHUT_RDWR)
+            conn.close()
 
 
 def serve_in_thread(server: ThreadingHTTPServer) -> threading.Thread:
