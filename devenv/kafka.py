@@ -234,7 +234,8 @@ class KafkaCluster:
             (b.dir / "log4j2.properties").write_text(_LOG4J2.format(log=b.log_file))
             fmt = subprocess.run(
                 [java, "-cp", f"{libs}/*", *self._log_opts(b), "kafka.tools.StorageTool",
-                 "format", "-t", self.cluster_id, "-c", str(b.dir / "server.properties")],
+                 # "--cluster-id=" because a random id may start with "-"
+                 "format", f"--cluster-id={self.cluster_id}", "-c", str(b.dir / "server.properties")],
                 capture_output=True, text=True,
             )
             if fmt.returncode != 0:

@@ -161,7 +161,8 @@ class Sampler:
             coordinator = None
             error = None
             try:
-                d = desc_f[gid].result(0)
+                # pop: drop each result as soon as it is used (100k partitions in flight)
+                d = desc_f.pop(gid).result(0)
                 state = _enum_name(d.state)
                 gtype = _enum_name(getattr(d, "type", gtype))
                 coordinator = d.coordinator.id if d.coordinator is not None else None
@@ -175,7 +176,7 @@ class Sampler:
                 errors.append(("describe_group", f"{gid}: {_err_text(e)}"))
             committed: dict[TP, int] = {}
             try:
-                res = off_f[gid].result(0)
+                res = off_f.pop(gid).result(0)
                 for tp in res.topic_partitions:
                     if tp.error is None and tp.offset >= 0:
                         committed[(tp.topic, tp.partition)] = tp.offset

@@ -144,6 +144,16 @@ def make_server(store: Store, registry: CollectorRegistry, view_text: ViewText, 
             if self.command != "HEAD":
                 self.wfile.write(body)
 
+        def _send_chunks(self, code: int, chunks: list[bytes | bytearray], ctype: str) -> None:
+            self.send_response(code)
+            self.send_header("Content-Type", ctype)
+            self.send_header("Content-Length", str(sum(len(c) for c in chunks)))
+            self.send_header("Cache-Control", "no-store")
+            self.end_headers()
+            if self.command != "HEAD":
+                for c in chunks:
+                    self.wfile.write(c)
+
         def _json(self, code: int, doc: Any) -> None:
             body = json.dumps(doc, allow_nan=False, ensure_ascii=False, indent=1).encode()
             self._send(code, body, "application/json; charset=utf-8")
@@ -170,7 +180,7 @@ def make_server(store: Store, registry: CollectorRegistry, view_text: ViewText, 
                 encoder, ctype = choose_encoder(self.headers.get("Accept"))
                 # view families first (cached text), then self-metrics (ends with "# EOF"
                 # in OpenMetrics)
-                self._send(200, view_text.text().encode() + encoder(registry), ctype)
+                self._send_chunks(200, [*view_text.chunks(), encoder(registry)], ctype)
             elif path == "/healthz":
                 self._send(200, b"ok\n", "text/plain")
             elif path == "/readyz":
