@@ -232,6 +232,7 @@ class KafkaCluster:
                 "".join(f"{k}={v}\n" for k, v in props.items())
             )
             (b.dir / "log4j2.properties").write_text(_LOG4J2.format(log=b.log_file))
+            (b.dir / "log4j.properties").write_text(_LOG4J1.format(log=b.log_file))
             fmt = subprocess.run(
                 [java, "-cp", f"{libs}/*", *self._log_opts(b), "kafka.tools.StorageTool",
                  # "--cluster-id=" because a random id may start with "-"
@@ -247,7 +248,9 @@ class KafkaCluster:
         return self
 
     def _log_opts(self, b: Broker) -> list[str]:
-        return [f"-Dlog4j2.configurationFile={b.dir / 'log4j2.properties'}"]
+        # Kafka 4 logs with log4j2, Kafka 3 with reload4j (log4j 1): configure both.
+        return [f"-Dlog4j2.configurationFile={b.dir / 'log4j2.properties'}",
+                f"-Dlog4j.configuration=file:{b.dir / 'log4j.properties'}"]
 
     def _spawn(self, b: Broker) -> None:
         cmd = [
@@ -365,6 +368,16 @@ logger.kafka.name = kafka
 logger.kafka.level = INFO
 logger.state.name = state.change.logger
 logger.state.level = WARN
+"""
+
+
+_LOG4J1 = """\
+log4j.rootLogger=INFO, file
+log4j.appender.file=org.apache.log4j.FileAppender
+log4j.appender.file.File={log}
+log4j.appender.file.layout=org.apache.log4j.PatternLayout
+log4j.appender.file.layout.ConversionPattern=[%d] %p %m (%c)%n
+log4j.logger.state.change.logger=WARN
 """
 
 
