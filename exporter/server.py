@@ -162,6 +162,11 @@ def make_server(store: Store, registry: CollectorRegistry, view_text: ViewText, 
             self.do_GET()
 
         def do_GET(self) -> None:  # noqa: N802 - http.server naming
+            # Liveness carries no data: left open so container health checks and probes
+            # work with basic auth on. Everything else, /readyz included, needs credentials.
+            if urlsplit(self.path).path == "/healthz":
+                self._send(200, b"ok\n", "text/plain")
+                return
             if not web.authorized(self.headers.get("Authorization")):
                 self._send(401, b"unauthorized\n", "text/plain",
                            {"WWW-Authenticate": 'Basic realm="lagwatch"'})
