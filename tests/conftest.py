@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from devenv.kafka import KafkaCluster
@@ -73,6 +73,15 @@ def create_topic(cluster: KafkaCluster, name: str, partitions: int = 3, rf: int 
     )
     fut[name].result(30)
     return name
+
+
+def commit_offsets(bootstrap: str, group: str, topic: str, offsets: dict[int, int]) -> None:
+    """Commit offsets for a group without ever joining it (what admin tools do)."""
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
+    try:
+        c.commit(offsets=[TopicPartition(topic, p, o) for p, o in offsets.items()], asynchronous=False)
+    finally:
+        c.close()
 
 
 def produce(cluster: KafkaCluster, topic: str, counts: dict[int, int], **conf: Any) -> None:

@@ -12,7 +12,15 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 from devenv.groups_tool import describe_group, list_groups
 from devenv.kafka import KafkaCluster
-from tests.conftest import admin_for, create_topic, exporter_config, produce, unique, wait_for
+from tests.conftest import (
+    admin_for,
+    commit_offsets,
+    create_topic,
+    exporter_config,
+    produce,
+    unique,
+    wait_for,
+)
 from tests.exporter_proc import ExporterProcess, group_offsets, select, value
 
 
@@ -48,15 +56,6 @@ class PollingConsumer(threading.Thread):
     def stop(self) -> None:
         self.stop_flag.set()
         self.join(15)
-
-
-def commit_offsets(bootstrap: str, group: str, topic: str, offsets: dict[int, int]) -> None:
-    """Commit offsets for a group without ever joining it (what admin tools do)."""
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
-    try:
-        c.commit(offsets=[TopicPartition(topic, p, o) for p, o in offsets.items()], asynchronous=False)
-    finally:
-        c.close()
 
 
 def assert_matches_tool(cluster: KafkaCluster, exp: ExporterProcess, group: str, topic: str,

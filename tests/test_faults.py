@@ -10,9 +10,9 @@ from confluent_kafka.admin import NewPartitions
 
 from devenv.groups_tool import describe_group
 from devenv.kafka import KafkaCluster
-from tests.conftest import admin_for, create_topic, exporter_config, produce, unique, wait_for
+from tests.conftest import admin_for, commit_offsets, create_topic, exporter_config, produce, unique, wait_for
 from tests.exporter_proc import ExporterProcess, group_offsets, value
-from tests.test_exporter_core import PollingConsumer, commit_offsets
+from tests.test_exporter_core import PollingConsumer
 from tests.test_scenarios import Recorder
 
 

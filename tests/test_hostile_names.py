@@ -21,13 +21,12 @@ from pathlib import Path
 from urllib.parse import quote
 
 import pytest
-from confluent_kafka import Consumer, TopicPartition
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as om_families
 from prometheus_client.parser import text_string_to_metric_families as prom_families
 
 from devenv.kafka import KafkaCluster
 from exporter.instrument import InstrumentedConsumer
-from tests.conftest import create_topic, exporter_config, produce, unique, wait_for
+from tests.conftest import commit_offsets, create_topic, exporter_config, produce, unique, wait_for
 from tests.exporter_proc import ExporterProcess, parse_metrics, select, value
 
 HOSTILE_SUFFIXES = {
@@ -43,15 +42,6 @@ HOSTILE_SUFFIXES = {
 }
 HOSTILE_CLIENT_ID = 'cli"ent\n<i>ü\\ 🚀'
 COMMITS = {0: 3, 1: 10}  # partition -> committed offset; each partition holds 10 records
-
-
-def commit(bootstrap: str, group: str, topic: str, offsets: dict[int, int]) -> None:
-    """Commit offsets for a group without joining it (what admin tools do)."""
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
-    try:
-        c.commit(offsets=[TopicPartition(topic, p, o) for p, o in offsets.items()], asynchronous=False)
-    finally:
-        c.close()
 
 
 class LiveMember(threading.Thread):
@@ -90,8 +80,8 @@ def hostile(kafka: KafkaCluster, tmp_path_factory: pytest.TempPathFactory) -> It
         produce(kafka, t, {0: 10, 1: 10})
     groups = {k: f"{prefix}-{v}" for k, v in HOSTILE_SUFFIXES.items()}
     for g in groups.values():
-        commit(bs, g, topic_dots, COMMITS)
-        commit(bs, g, long_topic, COMMITS)
+        commit_offsets(bs, g, topic_dots, COMMITS)
+        commit_offsets(bs, g, long_topic, COMMITS)
     member_group = f'{prefix}-member "\n<b>'
     member = LiveMember(bs, member_group, topic_dots)
     member.start()
@@ -254,9 +244,9 @@ def test_cardinality_guard_keeps_the_worst_groups(kafka: KafkaCluster, tmp_path:
     ok_groups = [f"{prefix}-a{i}" for i in range(3)]
     worst = [f"{prefix}-z{i}" for i in range(2)]
     for g in ok_groups:
-        commit(bs, g, topic, {0: 10, 1: 10, 2: 10})  # caught up: ok
+        commit_offsets(bs, g, topic, {0: 10, 1: 10, 2: 10})  # caught up: ok
     for g in worst:
-        commit(bs, g, topic, {0: 0, 1: 0, 2: 0})  # lag 10 and nobody consuming: stopped
+        commit_offsets(bs, g, topic, {0: 0, 1: 0, 2: 0})  # lag 10 and nobody consuming: stopped
     cfg = exporter_config(tmp_path, bs, max_group_partitions=6, clusters=[
         {"name": "test", "bootstrap_servers": bs, "groups": {"allow": f"^{prefix}-"}}])
     with ExporterProcess(None, config=cfg) as exp:

@@ -22,10 +22,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, TopicPartition
 
 from devenv.kafka import KafkaCluster, free_port
-from tests.conftest import create_topic, produce, unique, wait_for
+from tests.conftest import commit_offsets, create_topic, produce, unique, wait_for
 from tests.exporter_proc import group_offsets, parse_metrics, select, value
 
 pytestmark = [
@@ -103,14 +102,6 @@ def tree_bytes(root: Path) -> int:
             with contextlib.suppress(FileNotFoundError):
                 total += os.lstat(os.path.join(dirpath, f)).st_size
     return total
-
-
-def commit_offsets(bootstrap: str, group: str, topic: str, offsets: dict[int, int]) -> None:
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
-    try:
-        c.commit(offsets=[TopicPartition(topic, p, o) for p, o in offsets.items()], asynchronous=False)
-    finally:
-        c.close()
 
 
 def http_get(url: str, timeout: float = 5) -> tuple[int, bytes]:

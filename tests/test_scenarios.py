@@ -22,9 +22,17 @@ import pytest
 from confluent_kafka import Producer
 
 from devenv.kafka import KafkaCluster
-from tests.conftest import INTERVAL, LIVELOCK_AFTER, ROOT_DIR, STALL_AFTER, create_topic, unique, wait_for
+from tests.conftest import (
+    INTERVAL,
+    LIVELOCK_AFTER,
+    ROOT_DIR,
+    STALL_AFTER,
+    commit_offsets,
+    create_topic,
+    unique,
+    wait_for,
+)
 from tests.exporter_proc import ExporterProcess, select
-from tests.test_exporter_core import commit_offsets
 
 
 @dataclass

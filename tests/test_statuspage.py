@@ -32,9 +32,8 @@ from confluent_kafka import Producer
 
 from devenv.kafka import KafkaCluster
 from exporter.view import SEVERITY
-from tests.conftest import ROOT_DIR, create_topic, exporter_config, produce, wait_for
+from tests.conftest import ROOT_DIR, commit_offsets, create_topic, exporter_config, produce, wait_for
 from tests.exporter_proc import ExporterProcess
-from tests.test_exporter_core import commit_offsets
 
 CHROMIUM = "/usr/bin/chromium"
 ARTIFACTS = ROOT_DIR / "test-artifacts"
