@@ -8,7 +8,7 @@ client (sampler, record-timestamp reader, report reader) in a child, such an
 abort costs one cycle: the main process keeps serving what it knew with
 ``lagwatch_up 0``, counts ``lagwatch_errors_total{stage="worker_crash"}``,
 and starts a new child, which re-reads the compacted reports topic.
-Messages are plain pickled dataclasses over a multiprocessing pipe.
+Messages are pickled dataclasses over the child's stdin/stdout pipes.
 """
 
 from __future__ import annotations
@@ -16,8 +16,12 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import logging
-import multiprocessing
+import os
+import re
 import signal
+import subprocess
+import sys
+import time
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
@@ -43,13 +47,58 @@ class SampleResult:
     reports_dropped: dict[str, int]
 
 
-def _serve(conn: Connection, cfg: ClusterConfig, thresholds: Thresholds, log_level: str) -> None:
+class _RepeatFilter(logging.Filter):
+    """librdkafka repeats the same connection error several times a second while a
+    broker is down; let each distinct message through once a minute."""
+
+    def __init__(self, every: float) -> None:
+        super().__init__()
+        self.every = every
+        self.last: dict[str, float] = {}
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        # librdkafka's lines start with a timestamp-free facility and end with counters
+        key = re.sub(r"\d+(\.\d+)?(ms)?", "#", record.getMessage())
+        now = time.monotonic()
+        if now - self.last.get(key, -1e9) < self.every:
+            return False
+        if len(self.last) > 1000:
+            self.last.clear()
+        self.last[key] = now
+        return True
+
+
+class _Pipe:
+    """A request/response channel over two file descriptors (pickled messages)."""
+
+    def __init__(self, read_fd: int, write_fd: int) -> None:
+        self.reader = Connection(read_fd, writable=False)
+        self.writer = Connection(write_fd, readable=False)
+
+    def send(self, obj: Any) -> None:
+        self.writer.send(obj)
+
+    def recv(self) -> Any:
+        return self.reader.recv()
+
+    def poll(self, timeout: float) -> bool:
+        return self.reader.poll(timeout)
+
+    def close(self) -> None:
+        for c in (self.reader, self.writer):
+            with contextlib.suppress(Exception):
+                c.close()
+
+
+def _serve(conn: _Pipe, cfg: ClusterConfig, thresholds: Thresholds, log_level: str) -> None:
     """Child process main loop: answer requests until the parent goes away."""
     with contextlib.suppress(Exception):  # die with the parent even if it is SIGKILLed
         ctypes.CDLL("libc.so.6").prctl(1, signal.SIGKILL)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's business
     logging.basicConfig(level=log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger("lagwatch.librdkafka").setLevel(max(logging.WARNING, logging.getLogger().level))
+    rd_log = logging.getLogger("lagwatch.librdkafka")
+    rd_log.setLevel(max(logging.WARNING, logging.getLogger().level))
+    rd_log.addFilter(_RepeatFilter(60.0))
     from exporter.lag import RecordTimestamps
     from exporter.report_reader import ReportReader
     from exporter.sampler import Sampler, client_config
@@ -88,34 +137,50 @@ def _serve(conn: Connection, cfg: ClusterConfig, thresholds: Thresholds, log_lev
     sampler.close()
 
 
+def child_main() -> None:
+    """The child's entry point: the protocol runs on stdin and a private copy
+    of stdout; fd 1 then points at stderr so a stray print cannot corrupt it."""
+    proto_out = os.dup(1)
+    os.dup2(2, 1)
+    conn = _Pipe(0, proto_out)
+    try:
+        cfg, thresholds, log_level = conn.recv()
+    except (EOFError, OSError):
+        return
+    _serve(conn, cfg, thresholds, log_level)
+
+
 class KafkaWorker:
-    """Parent-side handle: one request at a time, with a deadline; restarts a dead child."""
+    """Parent-side handle: one request at a time, with a deadline; restarts a dead child.
+
+    A plain subprocess (not multiprocessing), so there is exactly one extra process
+    per cluster and no resource-tracker helper."""
 
     def __init__(self, cfg: ClusterConfig, thresholds: Thresholds, log_level: str = "INFO") -> None:
         self.cfg, self.thresholds, self.log_level = cfg, thresholds, log_level
-        self._ctx = multiprocessing.get_context("spawn")
-        self.proc: Any = None
-        self.conn: Connection | None = None
+        self.proc: subprocess.Popen | None = None
+        self.conn: _Pipe | None = None
         self.restarts = 0
 
     @property
     def pid(self) -> int | None:
         return self.proc.pid if self.proc is not None else None
 
-    def _ensure(self) -> Connection:
-        if self.proc is not None and self.proc.is_alive() and self.conn is not None:
+    def _ensure(self) -> _Pipe:
+        if self.proc is not None and self.proc.poll() is None and self.conn is not None:
             return self.conn
         if self.proc is not None:
             self.restarts += 1
             self._reap()
-        parent, child = self._ctx.Pipe()
-        self.proc = self._ctx.Process(target=_serve, name=f"lagwatch-kafka-{self.cfg.name}",
-                                      args=(child, self.cfg, self.thresholds, self.log_level),
-                                      daemon=True)
-        self.proc.start()
-        child.close()
-        self.conn = parent
-        return parent
+        self.proc = subprocess.Popen(
+            # -c, not -m: as __main__ the module's classes would pickle as __main__.X
+            [sys.executable, "-c", "from exporter.kafka_worker import child_main; child_main()"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE, close_fds=True)
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.conn = _Pipe(self.proc.stdout.fileno(), self.proc.stdin.fileno())
+        self.conn.send((self.cfg, self.thresholds, self.log_level))
+        return self.conn
 
     def _call(self, msg: tuple[str, Any], timeout: float) -> Any:
         conn = self._ensure()
@@ -126,7 +191,7 @@ class KafkaWorker:
                 raise WorkerCrashed(f"Kafka worker did not answer within {timeout:.0f}s; restarted")
             return conn.recv()
         except (EOFError, OSError, BrokenPipeError):
-            code = self.proc.exitcode if self.proc is not None else None
+            code = self.proc.poll() if self.proc is not None else None
             self._reap()
             raise WorkerCrashed(f"Kafka worker process died (exit code {code}); restarting") from None
 
@@ -141,22 +206,26 @@ class KafkaWorker:
         return value
 
     def _reap(self) -> None:
-        if self.conn is not None:
-            with contextlib.suppress(Exception):
-                self.conn.close()
+        # Popen owns the pipe fds (the _Pipe only borrows them): close through Popen.
         self.conn = None
         if self.proc is not None:
-            if self.proc.is_alive():
+            if self.proc.poll() is None:
                 self.proc.kill()
-            self.proc.join(10)
+            with contextlib.suppress(Exception):
+                self.proc.wait(10)
+            for f in (self.proc.stdin, self.proc.stdout):
+                with contextlib.suppress(Exception):
+                    if f is not None:
+                        f.close()
 
     def kill(self) -> None:
-        if self.proc is not None and self.proc.is_alive():
+        if self.proc is not None and self.proc.poll() is None:
             self.proc.kill()
 
     def close(self) -> None:
-        if self.conn is not None and self.proc is not None and self.proc.is_alive():
+        if self.conn is not None and self.proc is not None and self.proc.poll() is None:
             with contextlib.suppress(Exception):
                 self.conn.send(("stop", None))
-                self.proc.join(10)
+                self.proc.wait(10)
         self._reap()
+

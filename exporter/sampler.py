@@ -75,6 +75,7 @@ class Sampler:
         self.admin = AdminClient(client_config(
             cfg, **{"statistics.interval.ms": 1000, "stats_cb": self._on_stats,
                     "error_cb": self._on_error}))
+        self._last_listed: dict[str, Any] = {}
         self.leo: LeoReader | None
         try:
             self.leo = LeoReader(cfg.client, cfg.request_timeout)
@@ -114,7 +115,12 @@ class Sampler:
         errors: list[tuple[str, str]] = []
         timeout = self.cfg.request_timeout
         try:
-            md = self.admin.list_topics(timeout=timeout)
+            try:
+                md = self.admin.list_topics(timeout=timeout)
+            except KafkaException:
+                # The request may have gone to one hung broker; librdkafka picks another
+                # for the retry, so one paused broker does not blind the whole cycle.
+                md = self.admin.list_topics(timeout=timeout)
         except KafkaException as e:
             self.admin.poll(0)  # serves error_cb: "authentication failed" beats "transport failure"
             msg = _err_text(e)
@@ -123,14 +129,22 @@ class Sampler:
             return Snapshot(self.cfg.name, taken_at, time.monotonic() - t0, {}, {},
                             (("metadata", msg),), ok=False)
         self._credential_error = None
+        flt = self.cfg.filters
         try:
             listing = self.admin.list_consumer_groups(request_timeout=timeout).result()
-        except Exception as e:  # noqa: BLE001 - the whole cycle is reported failed
-            return Snapshot(self.cfg.name, taken_at, time.monotonic() - t0, {}, {},
-                            (("list_groups", _err_text(e)),), ok=False, brokers=len(md.brokers))
-        errors.extend(("list_groups", _err_text(e)) for e in listing.errors)
-        flt = self.cfg.filters
-        listed = {g.group_id: g for g in listing.valid if flt.group_ok(g.group_id)}
+            errors.extend(("list_groups", _err_text(e)) for e in listing.errors)
+            listed = {g.group_id: g for g in listing.valid if flt.group_ok(g.group_id)}
+            if listing.errors and self._last_listed:
+                # ListGroups goes to every broker: groups of a broker that did not answer
+                # are kept from the last cycle instead of vanishing.
+                listed = {**self._last_listed, **listed}
+            self._last_listed = listed
+        except Exception as e:  # noqa: BLE001 - fall back to the last known list of groups
+            if not self._last_listed:
+                return Snapshot(self.cfg.name, taken_at, time.monotonic() - t0, {}, {},
+                                (("list_groups", _err_text(e)),), ok=False, brokers=len(md.brokers))
+            errors.append(("list_groups", f"{_err_text(e)} (using the groups known last cycle)"))
+            listed = self._last_listed
         groups = self._describe_and_fetch(listed, errors)
 
         topics = {t for g in groups.values() for (t, _) in g.committed}

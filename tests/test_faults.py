@@ -37,8 +37,9 @@ def test_broker_down_at_start_then_recovers(tmp_path: Any) -> None:
             cluster.restart_broker(broker)
             wait_for(lambda: value(exp.metrics(), "lagwatch_up", cluster="test") == 1, 90,
                      "recovery once the broker is back (with backoff capped at 60 s)")
-            m = exp.metrics()
-            assert group_offsets(m, group, "kafka_consumergroup_lag_offsets") == {(topic, 0): 7.0}
+            # the group coordinator may need a cycle more than the metadata to load
+            wait_for(lambda: group_offsets(exp.metrics(), group, "kafka_consumergroup_lag_offsets")
+                     == {(topic, 0): 7.0}, 20, "the group's lag after recovery")
             assert exp.get("/readyz")[0] == 200
             assert exp.proc.poll() is None
     finally:
