@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import ctypes
 import logging
 import math
 import signal
@@ -85,7 +87,15 @@ def load(argv: list[str] | None) -> Config:
     return build_config(file_data, overrides)
 
 
+def _limit_malloc_arenas() -> None:
+    """Before any thread starts: glibc would give each thread (sampler, HTTP) its own
+    malloc arena, and the 50 MB render buffers would fragment across them."""
+    with contextlib.suppress(Exception):
+        ctypes.CDLL("libc.so.6").mallopt(-8, 2)  # M_ARENA_MAX
+
+
 def main(argv: list[str] | None = None) -> int:
+    _limit_malloc_arenas()
     try:
         config = load(argv)
         web = WebConfig(config.web_config)

@@ -176,6 +176,9 @@ class KafkaWorker:
             # -c, not -m: as __main__ the module's classes would pickle as __main__.X
             [sys.executable, "-c", "from exporter.kafka_worker import child_main; child_main()"],
             stdin=subprocess.PIPE,
+            # librdkafka runs a thread per broker; glibc gives each its own malloc arena
+            # and their fragmentation, not data, dominated the worker's RSS at scale.
+            env={**os.environ, "MALLOC_ARENA_MAX": os.environ.get("MALLOC_ARENA_MAX", "2")},
             stdout=subprocess.PIPE, close_fds=True)
         assert self.proc.stdin is not None and self.proc.stdout is not None
         self.conn = _Pipe(self.proc.stdout.fileno(), self.proc.stdin.fileno())
