@@ -90,7 +90,7 @@ FAMILIES: tuple[FamilyDoc, ...] = (
     FamilyDoc("lagwatch_sample_duration_seconds", "gauge", ("cluster",),
               "Duration of the last sampling cycle."),
     FamilyDoc("lagwatch_cycle_duration_seconds", "gauge", ("cluster",),
-              "Duration of the last whole cycle: sampling, record timestamps and evaluation."),
+              "Duration of the last whole cycle: sampling, record timestamps, evaluation, rendering."),
     FamilyDoc("lagwatch_last_sample_timestamp_seconds", "gauge", ("cluster",),
               "Unix time of the last successful sample."),
     FamilyDoc("lagwatch_data_age_seconds", "gauge", ("cluster",),

@@ -112,6 +112,8 @@ class ClusterRunner:
                               reports_dropped=last.reports_dropped if last else None)
             self.store.publish(view, stats)
             self.view_text.prerender(view)  # render here, not in the scrape
+            stats.cycle_duration = time.monotonic() - t0  # the render is part of the cycle
+            self.store.set_stats(self.cfg.name, stats)
             return snap.ok
         except Exception:  # noqa: BLE001 - the thread must survive anything
             self.evaluator.errors_by_stage["cycle"] += 1

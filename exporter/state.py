@@ -24,6 +24,10 @@ class Store:
             if view.up:
                 self._ready.add(view.cluster)
 
+    def set_stats(self, cluster: str, stats: SelfStats) -> None:
+        with self._lock:
+            self._stats[cluster] = stats
+
     def views(self) -> list[ClusterView]:
         with self._lock:
             return list(self._views.values())
