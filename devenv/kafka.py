@@ -222,7 +222,7 @@ class KafkaCluster:
                 "group.min.session.timeout.ms": "1000",
                 "group.consumer.min.session.timeout.ms": "1000",
                 "group.consumer.min.heartbeat.interval.ms": "500",
-                "replica.lag.time.max.ms": "10000",
+                "replica.lag.time.max.ms": "30000",  # Kafka's default; LEO > HW lasts until the ISR shrinks
                 "log.segment.bytes": str(16 * 1024 * 1024),
             }
             for ln in self.listeners:

@@ -69,7 +69,9 @@ class _RepeatFilter(logging.Filter):
 
 
 class _Pipe:
-    """A request/response channel over two file descriptors (pickled messages)."""
+    """A request/response channel over two file descriptors (pickled messages).
+
+    It owns the descriptors it is given and closes them exactly once."""
 
     def __init__(self, read_fd: int, write_fd: int) -> None:
         self.reader = Connection(read_fd, writable=False)
@@ -181,7 +183,11 @@ class KafkaWorker:
             env={**os.environ, "MALLOC_ARENA_MAX": os.environ.get("MALLOC_ARENA_MAX", "2")},
             stdout=subprocess.PIPE, close_fds=True)
         assert self.proc.stdin is not None and self.proc.stdout is not None
-        self.conn = _Pipe(self.proc.stdout.fileno(), self.proc.stdin.fileno())
+        # The pipe takes its own copies of the descriptors; Popen's are closed now, so no
+        # descriptor is ever closed twice (a reused number could belong to another cluster).
+        self.conn = _Pipe(os.dup(self.proc.stdout.fileno()), os.dup(self.proc.stdin.fileno()))
+        self.proc.stdout.close()
+        self.proc.stdin.close()
         self.conn.send((self.cfg, self.thresholds, self.log_level))
         return self.conn
 
@@ -209,17 +215,14 @@ class KafkaWorker:
         return value
 
     def _reap(self) -> None:
-        # Popen owns the pipe fds (the _Pipe only borrows them): close through Popen.
+        if self.conn is not None:
+            self.conn.close()
         self.conn = None
         if self.proc is not None:
             if self.proc.poll() is None:
                 self.proc.kill()
             with contextlib.suppress(Exception):
                 self.proc.wait(10)
-            for f in (self.proc.stdin, self.proc.stdout):
-                with contextlib.suppress(Exception):
-                    if f is not None:
-                        f.close()
 
     def kill(self) -> None:
         if self.proc is not None and self.proc.poll() is None:

@@ -63,12 +63,16 @@ class ReportReader:
                 del self._consumers[k]
             for k in [k for k, r in self._spark.items() if now - r.received_at > expiry]:
                 del self._spark[k]
+            # The cluster's group filter applies to reported groups and Spark queries too.
+            group_ok = self.cfg.filters.group_ok
             consumers: dict[str, list[ConsumerReport]] = {}
             for r in self._consumers.values():
-                consumers.setdefault(r.group, []).append(r)
+                if group_ok(r.group):
+                    consumers.setdefault(r.group, []).append(r)
             spark: dict[str, SparkReport] = {}
             for r in sorted(self._spark.values(), key=lambda r: r.received_at):
-                spark[r.group] = r  # latest run of a query name wins
+                if group_ok(r.group):
+                    spark[r.group] = r  # latest run of a query name wins
             return consumers, spark
 
     # -- ingestion ---------------------------------------------------------

@@ -43,6 +43,9 @@ def client_config(cfg: ClusterConfig, **extra: Any) -> dict[str, Any]:
         "client.id": f"lagwatch-{cfg.name}",
         "logger": logging.getLogger(f"lagwatch.librdkafka.{cfg.name}"),
         "socket.connection.setup.timeout.ms": int(cfg.request_timeout * 1000),
+        # A hung broker (SIGSTOP, GC pause) keeps its TCP connection up; without this its
+        # requests wait 60 s and metadata keeps being routed to it.
+        "socket.timeout.ms": max(100, int(cfg.request_timeout * 1000)),
         "reconnect.backoff.max.ms": 10000,
     }
     conf.update(cfg.client)
@@ -76,6 +79,7 @@ class Sampler:
             cfg, **{"statistics.interval.ms": 1000, "stats_cb": self._on_stats,
                     "error_cb": self._on_error}))
         self._last_listed: dict[str, Any] = {}
+        self._group_topics: dict[str, set[str]] = {}
         self.leo: LeoReader | None
         try:
             self.leo = LeoReader(cfg.client, cfg.request_timeout)
@@ -149,6 +153,15 @@ class Sampler:
 
         topics = {t for g in groups.values() for (t, _) in g.committed}
         topics |= {t for g in groups.values() for m in g.members for (t, _) in m.assignment}
+        # A group that could not be read this cycle (its coordinator is down) keeps its
+        # topics sampled: the partitions' offsets must not vanish with it.
+        for gid, g in groups.items():
+            if g.error is not None:
+                topics |= self._group_topics.get(gid, set())
+            else:
+                self._group_topics[gid] = {t for (t, _) in g.committed}
+        for gid in [gid for gid in self._group_topics if gid not in groups]:
+            del self._group_topics[gid]
         topics |= set(extra_topics)
         topics = {t for t in topics if flt.topic_ok(t) and t in md.topics}
         partitions = self._partition_offsets(md, topics, errors)

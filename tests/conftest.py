@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from devenv.kafka import KafkaCluster
@@ -75,11 +75,25 @@ def create_topic(cluster: KafkaCluster, name: str, partitions: int = 3, rf: int 
     return name
 
 
+_COORDINATOR_BUSY = {KafkaError.COORDINATOR_LOAD_IN_PROGRESS, KafkaError.COORDINATOR_NOT_AVAILABLE,
+                     KafkaError.NOT_COORDINATOR, KafkaError.REQUEST_TIMED_OUT, KafkaError._TIMED_OUT}
+
+
 def commit_offsets(bootstrap: str, group: str, topic: str, offsets: dict[int, int]) -> None:
     """Commit offsets for a group without ever joining it (what admin tools do)."""
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
     try:
-        c.commit(offsets=[TopicPartition(topic, p, o) for p, o in offsets.items()], asynchronous=False)
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                c.commit(offsets=[TopicPartition(topic, p, o) for p, o in offsets.items()],
+                         asynchronous=False)
+                return
+            except KafkaException as e:
+                # a freshly started cluster is still loading its group coordinators
+                if e.args[0].code() not in _COORDINATOR_BUSY or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
     finally:
         c.close()
 
