@@ -156,16 +156,21 @@ class Evaluator:
                 del self.hw_history[tp]
 
     def _cap(self, views: dict[str, GroupView]) -> tuple[dict[str, GroupView], int]:
-        total = sum(len(v.partitions) for v in views.values())
+        # A group without committed partitions still costs its group-level series:
+        # it counts as one, so thousands of empty groups cannot escape the cap.
+        def cost(v: GroupView) -> int:
+            return max(1, len(v.partitions))
+
+        total = sum(cost(v) for v in views.values())
         if total <= self.max_group_partitions:
             return views, 0
         kept: dict[str, GroupView] = {}
         used = 0
         order = sorted(views.values(), key=lambda v: (-SEVERITY[v.status], v.group))
         for v in order:
-            if used + len(v.partitions) <= self.max_group_partitions:
+            if used + cost(v) <= self.max_group_partitions:
                 kept[v.group] = v
-                used += len(v.partitions)
+                used += cost(v)
         return kept, total - used
 
     def lag_inputs(self, snap: Snapshot, lag_mode: str) -> list[tuple[TP, int]]:
