@@ -90,9 +90,12 @@ def test_leader_and_coordinator_failover_keeps_metrics_right(kafka3: KafkaCluste
                 for g in (live, idle):
                     seen = {s for _t, s in rec.statuses(g, killed_at)}
                     assert not seen & {"stopped", "rewind"}, (g, seen)
-                m = exp.metrics()
-                assert value(m, "lagwatch_up", cluster="test") == 1
-                assert value(m, "kafka_partition_in_sync_replicas", topic=topic, partition="0") in (2, 3)
+                # librdkafka sometimes aborts its process on this path (see kafka_worker.py):
+                # that costs one cycle of lagwatch_up 0, then a new worker samples again
+                wait_for(lambda: value(exp.metrics(), "lagwatch_up", cluster="test") == 1, 20,
+                         "lagwatch_up 1 after the failover")
+                assert value(exp.metrics(), "kafka_partition_in_sync_replicas", topic=topic,
+                             partition="0") in (2, 3)
             finally:
                 rec.stop_flag.set()
     finally:
