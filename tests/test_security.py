@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote
 
+import bcrypt  # a runtime dependency of lagwatch (basic auth)
 import pytest
 from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException, TopicPartition
 from confluent_kafka.admin import (
@@ -53,8 +54,6 @@ from confluent_kafka.admin import (
 from devenv.kafka import KafkaCluster, Listener
 from tests.conftest import KAFKA_VERSION, create_topic, exporter_config, produce, unique, wait_for
 from tests.exporter_proc import ExporterProcess, parse_metrics, select, value
-
-bcrypt = pytest.importorskip("bcrypt", reason="basic auth needs the bcrypt package")
 
 WEB_USER = "prometheus"
 SCRAM_USER = "lagwatch"
@@ -95,8 +94,8 @@ def _key_body(path: Path) -> list[str]:
 
 @pytest.fixture(scope="module")
 def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
-    if not shutil.which("openssl"):
-        pytest.skip("the openssl command is needed to create test certificates")
+    # `make test` installs openssl; without it this fails loudly instead of skipping.
+    assert shutil.which("openssl"), "openssl creates the test certificates (apt-get install openssl)"
     d = tmp_path_factory.mktemp("pki")
     _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.pem",
              "-days", "2", "-subj", "/CN=lagwatch test CA", "-addext", "basicConstraints=critical,CA:TRUE",
