@@ -25,6 +25,7 @@ from confluent_kafka import ConsumerGroupTopicPartitions, Producer, TopicPartiti
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from devenv.kafka import KafkaCluster, die_with_parent, free_port
+from devenv.procs import children, memory_mb
 from tests.exporter_proc import parse_metrics, value
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -52,13 +53,6 @@ def setup(cluster: KafkaCluster, groups: int, partitions: int, tag: str) -> None
                 f.result()
             pending = []
     wait(pending, 120)
-
-
-def peak_rss_mb(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
 
 
 def measure(cluster: KafkaCluster, groups: int, partitions: int, cycles: int) -> dict[str, float]:
@@ -104,10 +98,8 @@ def measure(cluster: KafkaCluster, groups: int, partitions: int, cycles: int) ->
                     urllib.request.urlopen(url, timeout=60).read()
                     render.append(time.monotonic() - s)
                 time.sleep(0.5)
-            rss = peak_rss_mb(proc.pid)
-            kids = [k for t in Path(f"/proc/{proc.pid}/task").iterdir()
-                    for k in (t / "children").read_text().split()]
-            worker_rss = sum(peak_rss_mb(int(k)) for k in kids)
+            rss = memory_mb(proc.pid, "VmHWM")
+            worker_rss = sum(memory_mb(k, "VmHWM") for k in children(proc.pid))
         finally:
             proc.terminate()
             proc.wait(30)

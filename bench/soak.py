@@ -28,28 +28,10 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from devenv.kafka import KafkaCluster, die_with_parent, free_port
+from devenv.procs import children, memory_mb, open_fds
 from tests.exporter_proc import parse_metrics, select
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def proc_stats(pid: int) -> tuple[float, int]:
-    rss = 0.0
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            rss = int(line.split()[1]) / 1024
-    return rss, len(list(Path(f"/proc/{pid}/fd").iterdir()))
-
-
-def children(pid: int) -> list[int]:
-    """Children of every thread (the Kafka worker is started by a sampler thread)."""
-    out = []
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        try:
-            out += [int(x) for x in (task / "children").read_text().split()]
-        except OSError:
-            continue
-    return out
 
 
 def main() -> int:
@@ -126,9 +108,9 @@ def main() -> int:
                     body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read()
                     m = parse_metrics(body.decode())
                     groups = len(select(m, "kafka_consumergroup_members"))
-                    main_rss, main_fds = proc_stats(exporter.pid)
+                    main_rss, main_fds = memory_mb(exporter.pid), open_fds(exporter.pid)
                     # the Kafka worker (and multiprocessing's small resource tracker)
-                    kid_stats = [proc_stats(k) for k in children(exporter.pid)]
+                    kid_stats = [(memory_mb(k), open_fds(k)) for k in children(exporter.pid)]
                     w_rss, w_fds = sum(r for r, _ in kid_stats), sum(f for _, f in kid_stats)
                     print(f"{(time.monotonic() - start) / 60:>5.1f} {main_rss:>11.0f} {main_fds:>8} "
                           f"{w_rss:>13.0f} {w_fds:>10} {groups:>6} {len(m):>7}", flush=True)

@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import ctypes
 import json
 import os
 import shutil
@@ -58,7 +57,7 @@ from typing import Any
 
 import yaml
 
-from devenv.kafka import BrokerStartError, KafkaCluster, free_port
+from devenv.kafka import BrokerStartError, KafkaCluster, die_with_parent, free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 CLUSTER = "demo"
@@ -103,12 +102,6 @@ class Interrupted(Exception):
 
 def say(*words: object) -> None:
     print(*words, flush=True)
-
-
-def _die_with_parent() -> None:
-    """preexec_fn: SIGKILL the child if the demo dies without cleaning up."""
-    with contextlib.suppress(Exception):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
 def _port(preferred: int) -> int:
@@ -193,7 +186,7 @@ class Demo:
         with open(log, "ab") as out:
             proc = subprocess.Popen(cmd, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
                                     stdin=subprocess.DEVNULL, start_new_session=True,
-                                    preexec_fn=_die_with_parent)
+                                    preexec_fn=die_with_parent)
         self.procs[name] = proc
         return proc
 

@@ -11,7 +11,7 @@ no committed offset has no series.
 
 from __future__ import annotations
 
-from exporter.metrics import Lines, escape_label
+from exporter.metrics import Lines, escape_label, partition_labels
 from exporter.view import ClusterView
 
 
@@ -34,8 +34,7 @@ def kafka_exporter_lines(v: ClusterView) -> list[Lines]:
     cl = f'cluster="{escape_label(v.cluster)}"'
     brokers.add(cl, v.brokers)
     per_topic: dict[str, int] = {}
-    for (t, p), po in v.partitions.items():
-        lab = f'{cl},topic="{escape_label(t)}",partition="{p}"'
+    for t, lab, po in partition_labels(v):
         per_topic[t] = per_topic.get(t, 0) + 1
         if po.hw is not None:
             current.add(lab, po.hw)

@@ -24,7 +24,6 @@ Rules per partition with lag > 0 (lag == 0 is always ``ok``):
 from __future__ import annotations
 
 import collections
-import time
 from dataclasses import dataclass, field
 
 from exporter.config import Thresholds
@@ -47,7 +46,7 @@ STOPPED_AFTER_CYCLES = 2
 
 class _PartState:
     __slots__ = ("committed", "changed_at", "lag_since", "samples", "lagging", "rewind_until",
-                 "last_view", "unowned")
+                 "unowned")
 
     def __init__(self, committed: int, now: float) -> None:
         self.committed = committed
@@ -58,7 +57,6 @@ class _PartState:
         self.samples: tuple[tuple[float, int, float | None], ...] = ()
         self.lagging = False
         self.rewind_until = 0.0
-        self.last_view: PartitionView | None = None
         self.unowned = 0  # consecutive cycles nobody owned the partition
 
 
@@ -431,6 +429,3 @@ def _spark_terminated_reason(rep: SparkReport, now: float) -> str:
     exc = f": {rep.exception.splitlines()[0][:200]}" if rep.exception else ""
     return f"query {rep.query_id} terminated {_fmt_s(now - rep.received_at)} ago{exc}"
 
-
-def wall_now() -> float:
-    return time.time()

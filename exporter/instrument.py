@@ -27,7 +27,7 @@ from typing import Any
 from confluent_kafka import Consumer, Producer
 
 from exporter.config import DEFAULT_REPORTS_TOPIC
-from exporter.reports import VERSION, encode, report_key
+from exporter.reports import TOPIC_CONFIG, TOPIC_PARTITIONS, VERSION, encode, report_key
 
 log = logging.getLogger("lagwatch.instrument")
 _INVALID = -1001
@@ -40,9 +40,7 @@ def ensure_reports_topic(conf: dict[str, Any], topic: str, timeout: float = 10.0
     admin = AdminClient(conf)
     # Create first, never ask for its metadata: a metadata request for a missing topic makes a
     # broker with auto.create.topics.enable (the default) create it, uncompacted, 1 partition.
-    new = NewTopic(topic, num_partitions=3, replication_factor=-1,
-                   config={"cleanup.policy": "compact", "min.compaction.lag.ms": "60000",
-                           "segment.ms": "3600000"})
+    new = NewTopic(topic, num_partitions=TOPIC_PARTITIONS, replication_factor=-1, config=TOPIC_CONFIG)
     fut = admin.create_topics([new], request_timeout=timeout)[topic]
     with contextlib.suppress(Exception):  # exists already, or not authorized: reports still flow
         fut.result(timeout)

@@ -131,8 +131,6 @@ def _serve(conn: _Pipe, cfg: ClusterConfig, thresholds: Thresholds, log_level: s
                 conn.send(("ok", exact.lookup(arg)))
             except Exception as e:  # noqa: BLE001 - reported to the parent, which counts it
                 conn.send(("error", str(e)))
-        elif kind == "stop":
-            break
     if reports:
         reports.stop()
     exact.close()
@@ -228,10 +226,4 @@ class KafkaWorker:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.kill()
 
-    def close(self) -> None:
-        if self.conn is not None and self.proc is not None and self.proc.poll() is None:
-            with contextlib.suppress(Exception):
-                self.conn.send(("stop", None))
-                self.proc.wait(10)
-        self._reap()
 

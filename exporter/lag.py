@@ -107,7 +107,6 @@ class RecordTimestamps:
         self.cache: dict[tuple[str, int, int], float] = {}
         self.cache_size = cache_size
         self._consumer: Consumer | None = None
-        self.reads = 0
 
     def _get_consumer(self) -> Consumer:
         if self._consumer is None:
@@ -160,7 +159,6 @@ class RecordTimestamps:
                         if ts_ms > 0:
                             out[(tp[0], tp[1], off)] = ts_ms / 1000.0
                             self._remember(tp, off, ts_ms / 1000.0)
-                        self.reads += 1
                     if not offs:
                         del todo[tp]
         finally:

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from exporter.snapshot import PartitionOffsets
 from exporter.view import STATUSES, ClusterView
 
 
@@ -223,6 +224,17 @@ class Lines:
         return f"# HELP {self.name} {_escape_help(self.help)}\n# TYPE {self.name} {self.kind}\n"
 
 
+def partition_labels(v: ClusterView) -> Iterator[tuple[str, str, PartitionOffsets]]:
+    """(topic, label string, offsets) of every partition, each topic's labels escaped once."""
+    cl = f'cluster="{escape_label(v.cluster)}"'
+    topic_lab: dict[str, str] = {}
+    for (topic, part), po in v.partitions.items():
+        tl = topic_lab.get(topic)
+        if tl is None:
+            tl = topic_lab[topic] = f'{cl},topic="{escape_label(topic)}"'
+        yield topic, f'{tl},partition="{part}"', po
+
+
 def _doc_lines(name: str) -> Lines:
     return Lines(name, _DOC[name].help)
 
@@ -238,12 +250,7 @@ def render_cluster(v: ClusterView, compat: frozenset[str] = frozenset()) -> Rend
     ls, hw, lso, leo = (fam["kafka_partition_log_start_offset"], fam["kafka_partition_high_watermark_offset"],
                         fam["kafka_partition_last_stable_offset"], fam["kafka_partition_log_end_offset"])
     reps, isr = fam["kafka_partition_replicas"], fam["kafka_partition_in_sync_replicas"]
-    topic_lab: dict[str, str] = {}
-    for (topic, part), po in v.partitions.items():
-        tl = topic_lab.get(topic)
-        if tl is None:
-            tl = topic_lab[topic] = f'{cl},topic="{escape_label(topic)}"'
-        lab = f'{tl},partition="{part}"'
+    for _topic, lab, po in partition_labels(v):
         if po.log_start is not None:
             ls.add(lab, po.log_start)
         if po.hw is not None:
@@ -359,9 +366,6 @@ class ViewText:
             out.append(present[0][0])
             out.extend(body for _h, body in present if body)
         return out
-
-    def text(self) -> str:
-        return b"".join(self.chunks()).decode()
 
 
 def metrics_table() -> str:

@@ -38,6 +38,11 @@ MAX_REPORT_BYTES = 256 * 1024
 MAX_PARTITIONS = 10_000
 MAX_NAME = 512
 MAX_OFFSET = 2**63 - 1
+# How reporters create the reports topic when it is missing: compacted, so the latest
+# report of every consumer member and Spark query survives an exporter restart.
+TOPIC_PARTITIONS = 3
+TOPIC_CONFIG = {"cleanup.policy": "compact", "min.compaction.lag.ms": "60000",
+                "segment.ms": "3600000"}
 # Reasons are a closed set: they are a label value of lagwatch_reports_dropped_total.
 DROP_REASONS = ("oversized", "malformed", "wrong_type", "bad_version", "unknown_cluster",
                 "absurd_value", "too_many_partitions", "flood")

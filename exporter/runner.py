@@ -29,11 +29,12 @@ class ClusterRunner:
         self.evaluator = Evaluator(cfg.name, config.thresholds, cfg.interval,
                                    config.history_points, config.max_group_partitions)
         self.worker = KafkaWorker(cfg, config.thresholds, config.log_level)
-        self._last_result: SampleResult | None = None
-        self._requests_base = self._requests_seen = 0
-        self._requests_worker: tuple[int | None, int] = (None, 0)
-        self.thresholds = config.thresholds
         self.cycles = 0
+        self.requests = 0  # Kafka requests over all worker lifetimes
+        self._worker_requests = 0  # the current worker's own (cumulative) count
+        self._worker_gen = 0
+        self.reports_received: dict[str, int] | None = None
+        self.reports_dropped: dict[str, int] | None = None
         self._stop = threading.Event()
         self.thread = threading.Thread(target=self._run, name=f"sampler-{cfg.name}", daemon=True)
         self._failures = 0
@@ -57,9 +58,8 @@ class ClusterRunner:
             else:
                 self._failures += 1
                 delay = min(MAX_BACKOFF, self.cfg.interval * 2 ** min(self._failures - 1, 6))
-            next_at = max(next_at + delay, time.monotonic() + min(delay, 0.05))
-            if not ok:
-                next_at = time.monotonic() + delay
+            # keep the cadence while healthy; after a failure, back off from now
+            next_at = max(next_at + delay, time.monotonic()) if ok else time.monotonic() + delay
             self._stop.wait(max(0.0, next_at - time.monotonic()))
 
     def cycle(self) -> bool:
@@ -80,9 +80,7 @@ class ClusterRunner:
             else:
                 snap = res.snapshot
                 consumer_reports, spark_reports = res.consumer_reports, res.spark_reports
-                # keep only the counters: holding the snapshot would keep a second copy alive
-                self._last_result = SampleResult(None, {}, {}, res.requests_total,  # type: ignore[arg-type]
-                                                 res.reports_received, res.reports_dropped)
+                self._count(res)
             exact_ts: dict[tuple[str, int, int], float] = {}
             if snap.ok:
                 want = self.evaluator.lag_inputs(snap, self.cfg.lag_mode)
@@ -105,30 +103,29 @@ class ClusterRunner:
                 log.info("cluster %s: sampling recovered", self.cfg.name)
             for stage, msg in snap.errors if snap.ok else ():
                 log.warning("cluster %s: %s: %s", self.cfg.name, stage, msg)
-            last = self._last_result
-            stats = SelfStats(cycles=self.cycles, requests=self._requests(last),
+            stats = SelfStats(cycles=self.cycles, requests=self.requests,
                               cycle_duration=time.monotonic() - t0,
-                              reports_received=last.reports_received if last else None,
-                              reports_dropped=last.reports_dropped if last else None)
+                              reports_received=self.reports_received,
+                              reports_dropped=self.reports_dropped)
             self.store.publish(view, stats)
-            self.view_text.prerender(view)  # render here, not in the scrape
-            stats.cycle_duration = time.monotonic() - t0  # the render is part of the cycle
-            self.store.set_stats(self.cfg.name, stats)
+            # Render right after publishing (scrapes wait for it rather than render twice);
+            # the render is part of the cycle, so the published duration is updated in place.
+            self.view_text.prerender(view)
+            stats.cycle_duration = time.monotonic() - t0
             return snap.ok
         except Exception:  # noqa: BLE001 - the thread must survive anything
             self.evaluator.errors_by_stage["cycle"] += 1
             log.exception("cluster %s: sampling cycle failed", self.cfg.name)
             return False
 
-    def _requests(self, last: SampleResult | None) -> int:
-        """Monotonic across worker restarts: a new child starts its counters at 0."""
-        if last is None:
-            return self._requests_base
-        if self._requests_worker != (self.worker.pid, self.worker.restarts):
-            self._requests_base = self._requests_seen
-            self._requests_worker = (self.worker.pid, self.worker.restarts)
-        self._requests_seen = self._requests_base + last.requests_total
-        return self._requests_seen
+    def _count(self, res: SampleResult) -> None:
+        """Keep the counters, not the result (its snapshot would stay alive for a cycle).
+        A restarted worker counts requests from 0 again: the total stays monotonic."""
+        if self._worker_gen != self.worker.restarts:  # a new worker process
+            self._worker_gen, self._worker_requests = self.worker.restarts, 0
+        self.requests += res.requests_total - self._worker_requests
+        self._worker_requests = res.requests_total
+        self.reports_received, self.reports_dropped = res.reports_received, res.reports_dropped
 
 
 class Exporter:

@@ -24,17 +24,9 @@ class Store:
             if view.up:
                 self._ready.add(view.cluster)
 
-    def set_stats(self, cluster: str, stats: SelfStats) -> None:
-        with self._lock:
-            self._stats[cluster] = stats
-
     def views(self) -> list[ClusterView]:
         with self._lock:
             return list(self._views.values())
-
-    def view(self, cluster: str) -> ClusterView | None:
-        with self._lock:
-            return self._views.get(cluster)
 
     def self_stats(self, cluster: str) -> SelfStats:
         with self._lock:

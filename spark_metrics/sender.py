@@ -24,13 +24,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from exporter.reports import MAX_REPORT_BYTES, encode
+from exporter.reports import MAX_REPORT_BYTES, TOPIC_CONFIG, TOPIC_PARTITIONS, encode
 
 log = logging.getLogger("lagwatch.spark")
 
-TOPIC_CONFIG = {"cleanup.policy": "compact", "min.compaction.lag.ms": "60000",
-                "segment.ms": "3600000"}
-TOPIC_PARTITIONS = 3
 TOPIC_RETRY = 30.0
 WARN_EVERY = 60.0
 

@@ -13,7 +13,6 @@ directory under ``workdir`` and dies with the process that started it.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import json
 import math
 import shutil
@@ -29,19 +28,10 @@ from typing import Any
 
 import yaml
 
-from devenv.kafka import free_port
+from devenv.kafka import die_with_parent, free_port
 
 PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
 PROMTOOL = shutil.which("promtool") or "/usr/bin/promtool"
-_PR_SET_PDEATHSIG = 1
-
-
-def _die_with_parent() -> None:
-    """preexec_fn: the server gets SIGKILL if the test process dies without stopping it."""
-    with contextlib.suppress(Exception):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-
-
 class PromQLError(AssertionError):
     """Prometheus answered a query with an error (bad PromQL, evaluation error, ...)."""
 
@@ -83,7 +73,7 @@ class PrometheusProcess:
                     f"--web.listen-address=127.0.0.1:{self.port}", "--log.level=info"]
         with open(self.log_file, "wb") as out:
             self.proc = subprocess.Popen(self.cmd, stdout=out, stderr=subprocess.STDOUT,
-                                         stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent)
+                                         stdin=subprocess.DEVNULL, preexec_fn=die_with_parent)
 
     # -- process ---------------------------------------------------------------
     def output(self, tail: int = 4000) -> str:

@@ -24,6 +24,7 @@ from typing import Any
 import pytest
 
 from devenv.kafka import KafkaCluster, free_port
+from devenv.procs import children
 from tests.conftest import commit_offsets, create_topic, produce, unique, wait_for
 from tests.exporter_proc import group_offsets, parse_metrics, select, value
 
@@ -109,20 +110,6 @@ def http_get(url: str, timeout: float = 5) -> tuple[int, bytes]:
             return r.status, r.read()
     except urllib.error.HTTPError as e:
         return e.code, e.read()
-
-
-def children(pid: int) -> list[int]:
-    out = []
-    for d in Path("/proc").iterdir():
-        if not d.name.isdigit():
-            continue
-        try:
-            stat = (d / "stat").read_text()
-        except OSError:
-            continue
-        if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
-            out.append(int(d.name))
-    return out
 
 
 def find_exporter(root_pid: int, listen: str) -> int | None:
