@@ -1,0 +1,33 @@
+"""What /proc says about a process: its children, memory and open files (benchmarks, tests)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def children(pid: int) -> list[int]:
+    """Direct children of every thread of ``pid`` (the exporter's Kafka worker is started
+    by a sampler thread, so the main thread's list alone would miss it)."""
+    out: list[int] = []
+    try:
+        tasks = list(Path(f"/proc/{pid}/task").iterdir())
+    except OSError:
+        return out
+    for task in tasks:
+        try:
+            out += [int(x) for x in (task / "children").read_text().split()]
+        except OSError:
+            continue
+    return out
+
+
+def memory_mb(pid: int, field: str = "VmRSS") -> float:
+    """``VmRSS`` (now) or ``VmHWM`` (peak) of a process, in MB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(f"{field}:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def open_fds(pid: int) -> int:
+    return len(list(Path(f"/proc/{pid}/fd").iterdir()))
