@@ -93,6 +93,15 @@ def reap_orphans() -> list[int]:
         d = next((a for a in argv if a.startswith(b"-Dlagwatch.dir=")), None)
         if d:
             shutil.rmtree(d.split(b"=", 1)[1].decode(), ignore_errors=True)
+    # Brokers die with their launcher (PDEATHSIG), so a killed run leaves only its
+    # directory: remove those whose recorded owner is gone.
+    for root in Path(tempfile.gettempdir()).glob("lagwatch-kafka-*"):
+        try:
+            owner_pid = int((root / "owner").read_text())
+        except (OSError, ValueError):
+            continue
+        if not Path(f"/proc/{owner_pid}").exists():
+            shutil.rmtree(root, ignore_errors=True)
     return killed
 
 
@@ -187,6 +196,7 @@ class KafkaCluster:
         reap_orphans()
         libs = self.libs
         self.root = Path(tempfile.mkdtemp(prefix="lagwatch-kafka-"))
+        (self.root / "owner").write_text(str(os.getpid()))
         self.cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
         self.brokers = [
             Broker(i + 1, free_port(), free_port(), self.root / f"node{i + 1}")
