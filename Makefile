@@ -10,10 +10,15 @@ KAFKA_LEGACY_VERSION := 3.9.2
 SPARK_VERSION := 4.0.0
 PYTEST_ARGS ?=
 
-.PHONY: test demo setup prereqs jars system-packages lint dashboards clean
+.PHONY: test test-unit demo setup prereqs jars system-packages lint dashboards clean
 
 test: setup
+	$(VENV)/bin/ruff check .
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# Fast feedback: the tests that need no broker, Spark or image (seconds).
+test-unit: $(VENV)/.installed
+	$(PY) -m pytest -m unit -q $(PYTEST_ARGS)
 
 demo: setup
 	$(PY) -m devenv.demo

@@ -1,6 +1,6 @@
 """``--compat kafka_exporter``: kafka_exporter's family names and ``consumergroup`` label.
 
-Same meanings as danielqsj/kafka_exporter (reference/peers.md §2), so
+Same meanings as danielqsj/kafka_exporter v1.9.0 (its README's metric list), so
 Grafana dashboard 7589 keeps working during a migration. kafka_exporter's
 ``kafka_consumergroup_members`` has the same name as lagwatch's own family, so
 instead of a second family lagwatch's series get a ``consumergroup`` label

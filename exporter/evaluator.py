@@ -1,35 +1,23 @@
 """Snapshot + reports + memory of earlier cycles -> statuses, lag seconds, reasons.
 
-Unlike Burrow, which evaluates only when a commit arrives, every partition is
-evaluated every cycle against the *current* HW, so a group that stops
-committing is noticed as its lag grows, with thresholds in seconds.
-
-Rules per partition with lag > 0 (lag == 0 is always ``ok``):
-
-* ``livelocked``: the owner's own reports say its last poll is older than
-  ``livelock_after`` while it is still a group member (precise); or the
-  owner is a member but stopped reporting; or the committed offset has been
-  frozen for ``stall_after`` while members keep leaving and rejoining
-  (broker-side heuristic: at least two joins inside ``window``).
-  For Spark: a batch running longer than ``livelock_after`` while the driver
-  keeps sending heartbeats.
-* ``stopped``: nobody owns the partition (no members, no live driver, or a
-  terminated query) and there is no rejoin pattern.
-* ``stalled``: committed frozen for ``stall_after`` while a member owns it.
-* ``rewind``: committed moved backwards (held for 5 cycles so scrapes see it).
-* ``lagging``: lag above ``lag_seconds``, or committed advancing at every one
-  of the last two cycles while lag seconds grew at each (sticky until it shrinks).
+Per partition, each cycle: lag in offsets and seconds against the *current* HW,
+then :func:`exporter.memory.observe` (pure), :func:`exporter.rules.classify`
+(the status rules, one predicate each, see ``exporter/rules.py``) and
+:func:`exporter.memory.remember` (the only place memory changes). A group's
+status is its worst partition's.
 """
 
 from __future__ import annotations
 
 import collections
-from dataclasses import dataclass, field
 
 from exporter.config import Thresholds
 from exporter.lag import HwHistory, lag_seconds
+from exporter.memory import GroupMemory, PartitionMemory, observe, remember, remember_members
 from exporter.reports import ConsumerReport, SparkReport
+from exporter.rules import PartitionFacts, classify, fmt_seconds, reason
 from exporter.snapshot import TP, GroupSample, Member, PartitionOffsets, Snapshot
+from exporter.status import Status
 from exporter.view import (
     SEVERITY,
     ClusterView,
@@ -40,45 +28,12 @@ from exporter.view import (
 )
 
 MAX_REASONS = 5
-REWIND_HOLD_CYCLES = 5
-STOPPED_AFTER_CYCLES = 2
-
-
-class _PartState:
-    __slots__ = ("committed", "changed_at", "lag_since", "samples", "lagging", "rewind_until",
-                 "unowned")
-
-    def __init__(self, committed: int, now: float) -> None:
-        self.committed = committed
-        self.changed_at = now
-        self.lag_since: float | None = None
-        # last three (time, committed, lag seconds); a tuple, not a deque: 100k deques
-        # cost ~60 MB
-        self.samples: tuple[tuple[float, int, float | None], ...] = ()
-        self.lagging = False
-        self.rewind_until = 0.0
-        self.unowned = 0  # consecutive cycles nobody owned the partition
-
-
-@dataclass
-class _GroupState:
-    members: set[str] = field(default_factory=set)
-    joins: collections.deque[float] = field(default_factory=lambda: collections.deque(maxlen=64))
-    seen_once: bool = False
-    parts: dict[TP, _PartState] = field(default_factory=dict)
-    last_view: GroupView | None = None
 
 
 def _member_label(m: Member | None) -> str:
     if m is None:
         return ""
     return f"{m.client_id or '?'}@{m.host or '?'} ({m.member_id})"
-
-
-def _fmt_s(v: float | None) -> str:
-    if v is None:
-        return "unknown"
-    return f"{v:.0f}s" if v >= 10 else f"{v:.1f}s"
 
 
 class Evaluator:
@@ -92,7 +47,7 @@ class Evaluator:
         self.history_points = history_points
         self.max_group_partitions = max_group_partitions
         self.hw_history: dict[TP, HwHistory] = {}
-        self.groups: dict[str, _GroupState] = {}
+        self.groups: dict[str, GroupMemory] = {}
         self.errors_by_stage: collections.Counter[str] = collections.Counter()
         self.last_good: ClusterView | None = None
         self._lag_memo: dict[tuple[str, int, int], float | None] = {}
@@ -126,7 +81,7 @@ class Evaluator:
                 samples[gid] = _spark_sample(rep, now, self.th)
         views: dict[str, GroupView] = {}
         for gid, g in samples.items():
-            state = self.groups.setdefault(gid, _GroupState())
+            state = self.groups.setdefault(gid, GroupMemory())
             views[gid] = self._group(g, state, snap.partitions, consumer_reports.get(gid, []),
                                      spark_reports.get(gid) if g.type == "spark" else None,
                                      exact_ts or {}, now)
@@ -189,27 +144,19 @@ class Evaluator:
         return want
 
     # -- one group -----------------------------------------------------------
-    def _group(self, g: GroupSample, st: _GroupState, partitions: dict[TP, PartitionOffsets],
+    def _group(self, g: GroupSample, st: GroupMemory, partitions: dict[TP, PartitionOffsets],
                reports: list[ConsumerReport], spark: SparkReport | None,
                exact_ts: dict[tuple[str, int, int], float], now: float) -> GroupView:
         if g.error is not None:
             prev = st.last_view
-            reason = f"group could not be read: {g.error}"
-            view = GroupView(g.group_id, g.type, g.state, "error", (reason,),
+            reason_txt = f"group could not be read: {g.error}"
+            return GroupView(g.group_id, g.type, g.state, Status.ERROR, (reason_txt,),
                              prev.members if prev else (), prev.partitions if prev else (),
                              prev.spark if prev else None)
-            return view
 
-        member_ids = {m.member_id for m in g.members}
-        if st.seen_once:
-            st.joins.extend(now for _ in member_ids - st.members)
-        st.seen_once = True
-        st.members = member_ids
-        while st.joins and st.joins[0] < now - self.th.window:
-            st.joins.popleft()
-        churn = len(st.joins) >= 2
-
+        rejoins = remember_members(st, {m.member_id for m in g.members}, now, self.th.window)
         owner_of: dict[TP, Member] = {m_tp: m for m in g.members for m_tp in m.assignment}
+        # Classic groups publish assignments only when stable; KIP-848 groups always do.
         assignment_known = g.type in ("consumer", "spark") or g.state == "stable" or not g.members
         fresh_reports = [r for r in reports if not r.closed]
         report_of: dict[TP, ConsumerReport] = {}
@@ -219,28 +166,24 @@ class Evaluator:
         report_by_member = {r.member_id: r for r in fresh_reports if r.member_id}
 
         parts: list[PartitionView] = []
-        seen: set[TP] = set()
         for tp in sorted(g.committed):
-            seen.add(tp)
-            committed = g.committed[tp]
-            ps = st.parts.get(tp)
-            if ps is None:
-                ps = st.parts[tp] = _PartState(committed, now)
-            po = partitions.get(tp)
             owner = owner_of.get(tp)
             rep = report_of.get(tp)
             if owner is not None and owner.member_id in report_by_member:
                 rep = report_by_member[owner.member_id]
-            parts.append(self._partition(g, tp, committed, ps, po, owner, rep, spark,
-                                         assignment_known, churn, exact_ts, now))
-        for tp in list(st.parts):
-            if tp not in seen:
-                del st.parts[tp]
+            if g.type == "spark":
+                owned = spark is not None and not spark.terminated and bool(g.members)
+            else:
+                owned = owner is not None or (bool(g.members) and not assignment_known)
+            parts.append(self._partition(g, tp, st, partitions.get(tp), owner, owned, rep, spark,
+                                         rejoins, exact_ts, now))
+        for tp in [tp for tp in st.parts if tp not in g.committed]:
+            del st.parts[tp]
 
-        worst = max((p.status for p in parts), key=SEVERITY.__getitem__, default="ok")
+        worst = max((p.status for p in parts), key=SEVERITY.__getitem__, default=Status.OK)
         if g.type == "spark" and spark is not None and spark.terminated:
-            worst = "stopped"
-        bad = sorted((p for p in parts if p.status != "ok"),
+            worst = Status.STOPPED
+        bad = sorted((p for p in parts if p.status != Status.OK),
                      key=lambda p: (-SEVERITY[p.status], -(p.lag_offsets or 0)))
         reasons = [p.reason for p in bad[:MAX_REASONS]]
         if len(bad) > MAX_REASONS:
@@ -258,144 +201,62 @@ class Evaluator:
         st.last_view = view
         return view
 
-    def _partition(self, g: GroupSample, tp: TP, committed: int, ps: _PartState,
-                   po: PartitionOffsets | None, owner: Member | None,
-                   rep: ConsumerReport | None, spark: SparkReport | None, assignment_known: bool,
-                   churn: bool, exact_ts: dict[tuple[str, int, int], float], now: float
-                   ) -> PartitionView:
-        th = self.th
-        topic, part = tp
-        position = rep.positions.get(tp) if rep else None
-        if spark is not None:
-            position = None  # Spark's in-flight batch end is not visible to the listener
-
-        # committed-offset movement
-        rewound = committed < ps.committed
-        if committed != ps.committed:
-            ps.committed = committed
-            ps.changed_at = now
-        if rewound:
-            ps.rewind_until = now + REWIND_HOLD_CYCLES * self.interval
-            ps.lagging = False
-
+    def _partition(self, g: GroupSample, tp: TP, st: GroupMemory, po: PartitionOffsets | None,
+                   owner: Member | None, owned: bool, rep: ConsumerReport | None,
+                   spark: SparkReport | None, rejoins: int,
+                   exact_ts: dict[tuple[str, int, int], float], now: float) -> PartitionView:
+        committed = g.committed[tp]
+        mem = st.parts.get(tp)
+        if mem is None:
+            mem = st.parts[tp] = PartitionMemory(committed, now)
         hw = po.hw if po else None
-        if hw is None:
-            lag_off = None
-            lag_s = None
-        else:
-            lag_off = max(0, hw - committed)
-            key = (topic, part, committed)
-            if key in self._lag_memo:  # many groups read the same partitions
-                lag_s = self._lag_memo[key]
-            else:
-                lag_s = lag_seconds(now, committed, hw, self.hw_history.get(tp), exact_ts.get(key))
-                if lag_s is None and lag_off > 0:
-                    # Older than anything we know: report at least our own history's age.
-                    h = self.hw_history.get(tp)
-                    lag_s = max(0.0, now - h.oldest) if h and h.oldest else None
-                self._lag_memo[key] = lag_s
+        lag_off = None if hw is None else max(0, hw - committed)
+        lag_s = None if lag_off is None else self._lag_seconds(tp, committed, hw, lag_off, exact_ts, now)
+        obs = observe(mem, committed, lag_off, lag_s, owned, now, self.interval, self.th.lag_seconds)
+        facts = PartitionFacts(
+            topic=tp[0], partition=tp[1], committed=committed, hw=hw, lag_offsets=lag_off,
+            lag_seconds=lag_s, stalled_seconds=obs.stalled_seconds,
+            frozen_seconds=obs.frozen_seconds, lagging=obs.lagging, rewinding=obs.rewinding,
+            owned=owned, unowned_confirmed=obs.unowned_confirmed, owner=_member_label(owner),
+            group_state=g.state, rejoins=rejoins, **_report_facts(rep, now, self.th),
+            **_spark_facts(spark, now))
+        status, rule = classify(facts, self.th)
+        remember(mem, committed, obs, status)
+        position = rep.positions.get(tp) if rep and spark is None else None
+        return PartitionView(tp[0], tp[1], committed, position, lag_off, lag_s,
+                             obs.stalled_seconds if lag_off else 0.0, status,
+                             reason(rule, facts, self.th), facts.owner)
 
-        if lag_off is None or lag_off == 0:
-            ps.lag_since = None
-        elif ps.lag_since is None:
-            ps.lag_since = now
-        stall_start = max(ps.changed_at, ps.lag_since) if ps.lag_since is not None else None
-        stalled_s = (now - stall_start) if stall_start is not None else 0.0
-        ps.samples = (*ps.samples[-2:], (now, committed, lag_s))
+    def _lag_seconds(self, tp: TP, committed: int, hw: int, lag_off: int,
+                     exact_ts: dict[tuple[str, int, int], float], now: float) -> float | None:
+        key = (tp[0], tp[1], committed)
+        if key in self._lag_memo:  # many groups read the same partitions
+            return self._lag_memo[key]
+        h = self.hw_history.get(tp)
+        lag_s = lag_seconds(now, committed, hw, h, exact_ts.get(key))
+        if lag_s is None and lag_off > 0:
+            # Older than anything we know: report at least our own history's age.
+            lag_s = max(0.0, now - h.oldest) if h and h.oldest else None
+        self._lag_memo[key] = lag_s
+        return lag_s
 
-        owner_txt = _member_label(owner)
-        status, reason = "ok", ""
-        has_members = bool(g.members)
-        if g.type == "spark":
-            owned = spark is not None and not spark.terminated and has_members
-        else:
-            owned = owner is not None or (has_members and not assignment_known)
-        ps.unowned = 0 if owned else ps.unowned + 1
-        # A coordinator failover or rebalance can show a group empty for one cycle:
-        # `stopped` needs two cycles in a row without an owner.
-        unowned_confirmed = ps.unowned >= STOPPED_AFTER_CYCLES
 
-        if lag_off is None:
-            status, reason = "ok", ""
-        elif lag_off == 0:
-            ps.lagging = False
-        else:
-            where = f"{topic}[{part}]"
-            nums = f"committed {committed}, HW {hw}, lag {lag_off} ({_fmt_s(lag_s)})"
-            poll_age = rep.poll_age(now) if rep else None
-            report_stale = (rep is not None and
-                            now - rep.received_at > max(th.report_stale_after, 3 * rep.interval))
-            batch_running = spark.batch_running(now) if spark else None
-            if spark is not None and spark.terminated:
-                status, reason = "stopped", (f"{where}: query terminated; {nums}")
-            elif spark is not None and not owned:
-                status, reason = "stopped", (
-                    f"{where}: driver of query {spark.query_id} sent nothing for "
-                    f"{_fmt_s(now - spark.received_at)}; {nums}")
-            elif (spark is not None and batch_running is not None
-                  and batch_running >= th.livelock_after):
-                status, reason = "livelocked", (
-                    f"{where}: batch {0 if spark.batch_id is None else spark.batch_id + 1} "
-                    f"has been running for "
-                    f"{batch_running:.0f} seconds while {lag_off} records wait; driver alive "
-                    f"(heartbeat {_fmt_s(now - spark.received_at)} ago); {nums}")
-            elif (owned and rep is not None and not report_stale and poll_age is not None
-                  and poll_age >= th.livelock_after):
-                status, reason = "livelocked", (
-                    f"{where}: owner {rep.client_id}@{rep.host} ({rep.member_id}) is in the group "
-                    f"but last polled {poll_age:.0f}s ago; {nums}")
-            elif (owner is not None and rep is not None and report_stale
-                  and stalled_s >= th.livelock_after):
-                status, reason = "livelocked", (
-                    f"{where}: owner {owner_txt} is still a member but its reports stopped "
-                    f"{_fmt_s(now - rep.received_at)} ago; {nums}")
-            elif churn and stalled_s >= th.stall_after:
-                status, reason = "livelocked", (
-                    f"{where}: members keep leaving and rejoining ({len(self._joins(g))} joins in "
-                    f"{th.window:.0f}s) but the committed offset has not moved for "
-                    f"{stalled_s:.0f}s; {nums}")
-            elif now < ps.rewind_until:
-                status, reason = "rewind", f"{where}: committed offset moved backwards; {nums}"
-            elif unowned_confirmed:
-                status, reason = "stopped", (
-                    f"{where}: no member owns the partition (group {g.state}); "
-                    f"committed unchanged for {now - ps.changed_at:.0f}s; {nums}")
-            elif stalled_s >= th.stall_after:
-                status, reason = "stalled", (
-                    f"{where}: committed offset frozen for {stalled_s:.0f}s; owner "
-                    f"{owner_txt or 'unknown (rebalancing)'}; {nums}")
-            elif self._lagging(ps, lag_s):
-                status, reason = "lagging", (
-                    f"{where}: lag growing while committing; owner {owner_txt or 'unknown'}; {nums}")
-        if status != "lagging" and status != "ok":
-            ps.lagging = False
-        if status == "ok" and lag_off and now < ps.rewind_until:
-            status, reason = "rewind", f"{topic}[{part}]: committed offset moved backwards"
-        return PartitionView(topic, part, committed, position, lag_off, lag_s,
-                             stalled_s if lag_off else 0.0, status, reason, owner_txt)
+def _report_facts(rep: ConsumerReport | None, now: float, th: Thresholds) -> dict:
+    if rep is None:
+        return {}
+    silent = now - rep.received_at
+    return {"has_report": True, "poll_age": rep.poll_age(now), "report_silent_seconds": silent,
+            "report_stale": silent > max(th.report_stale_after, 3 * rep.interval),
+            "reporter": f"{rep.client_id}@{rep.host} ({rep.member_id})"}
 
-    def _joins(self, g: GroupSample) -> collections.deque[float]:
-        return self.groups[g.group_id].joins
 
-    def _lagging(self, ps: _PartState, lag_s: float | None) -> bool:
-        if lag_s is None:
-            return False
-        if lag_s > self.th.lag_seconds:
-            ps.lagging = True
-            return True
-        s = ps.samples
-        if ps.lagging:
-            # sticky until the lag shrinks
-            if len(s) >= 2 and s[-2][2] is not None and lag_s < s[-2][2]:
-                ps.lagging = False
-            return ps.lagging
-        if len(s) < 3 or any(x[2] is None for x in s):
-            return False
-        (_, c0, l0), (_, c1, l1), (_, c2, l2) = s
-        growing = c0 < c1 < c2 and l0 < l1 < l2  # type: ignore[operator]
-        if growing and l2 >= self.interval and l2 - l0 >= 0.5 * self.interval:  # type: ignore[operator]
-            ps.lagging = True
-        return ps.lagging
+def _spark_facts(spark: SparkReport | None, now: float) -> dict:
+    if spark is None:
+        return {}
+    return {"spark": True, "spark_terminated": spark.terminated, "query_id": spark.query_id,
+            "spark_silent_seconds": now - spark.received_at,
+            "batch_running": spark.batch_running(now),
+            "running_batch_id": 0 if spark.batch_id is None else spark.batch_id + 1}
 
 
 # -- Spark queries as groups ------------------------------------------------------
@@ -427,5 +288,5 @@ def _spark_info(rep: SparkReport, now: float) -> SparkInfo:
 
 def _spark_terminated_reason(rep: SparkReport, now: float) -> str:
     exc = f": {rep.exception.splitlines()[0][:200]}" if rep.exception else ""
-    return f"query {rep.query_id} terminated {_fmt_s(now - rep.received_at)} ago{exc}"
+    return f"query {rep.query_id} terminated {fmt_seconds(now - rep.received_at)} ago{exc}"
 

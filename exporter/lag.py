@@ -6,7 +6,7 @@ became readable is interpolated between the two points whose HW brackets C.
 It costs no requests and is accurate to one sampling interval. Runs of equal
 HW keep only their first and last point, so an idle topic does not push its
 history out, and a record written after a long idle gap gets the gap's end,
-not its start (kafka-lag-exporter's idle-topic bug, reference/peers.md §5).
+not its start (kafka-lag-exporter's idle-topic bug, seglo/kafka-lag-exporter#37 and #121).
 
 When C is older than the table (exporter just started, or a group rewound to
 reprocess) interpolation cannot know; instead of extrapolating absurd values we

@@ -9,10 +9,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from exporter.snapshot import TP, PartitionOffsets
+from exporter.status import Status
 
-# Severity order: a group's status is its worst partition's.
-STATUSES = ("ok", "lagging", "rewind", "stalled", "livelocked", "stopped", "error")
-SEVERITY = {s: i for i, s in enumerate(STATUSES)}
+# Label values in severity order (a group's status is its worst partition's).
+STATUSES: tuple[str, ...] = tuple(s.value for s in Status)
+SEVERITY: dict[str, int] = {s.value: s.severity for s in Status}
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,7 +25,7 @@ class PartitionView:
     lag_offsets: int | None
     lag_seconds: float | None
     stalled_seconds: float
-    status: str
+    status: Status
     reason: str
     owner: str  # "client_id@host (member_id)" or ""
 
@@ -56,7 +57,7 @@ class GroupView:
     group: str
     type: str
     state: str
-    status: str
+    status: Status
     reasons: tuple[str, ...]
     members: tuple[MemberView, ...]
     partitions: tuple[PartitionView, ...]

@@ -36,6 +36,17 @@ def wait_for(cond: Callable[[], Any], timeout: float, what: str, interval: float
     raise AssertionError(f"timed out after {timeout}s waiting for {what}; last value: {last!r}")
 
 
+BROKER_FIXTURES = frozenset({"kafka", "kafka3", "exporter"})
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """`make test-unit` must stay broker-free and fast: a unit test asking for a broker is
+    a mistake in the test, reported at collection."""
+    for item in items:
+        if item.get_closest_marker("unit") and BROKER_FIXTURES & set(getattr(item, "fixturenames", ())):
+            raise pytest.UsageError(f"{item.nodeid} is marked unit but uses a broker fixture")
+
+
 def unique(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:8]}"
 

@@ -23,6 +23,8 @@ import yaml
 from exporter.metrics import FAMILIES
 from exporter.view import STATUSES
 
+pytestmark = pytest.mark.unit  # no broker: runs with `make test-unit`
+
 ROOT = Path(__file__).resolve().parent.parent
 ALERTS = ROOT / "alerts"
 RULES = ALERTS / "lagwatch.rules.yml"

@@ -22,6 +22,8 @@ import pytest
 from devenv.kafka import free_port
 from tests.exporter_proc import ROOT, ExporterProcess, parse_metrics
 
+pytestmark = pytest.mark.unit  # no broker: runs with `make test-unit`
+
 PREFIX = "lagwatch: configuration error: "
 # One valid cluster; cases add keys around it.
 CLUSTER = "clusters:\n  - name: a\n    bootstrap_servers: 127.0.0.1:9092\n"

@@ -24,6 +24,8 @@ from dashboards.queries import all_queries, dashboard_queries, load_dashboards, 
 from exporter.metrics import FAMILIES
 from exporter.view import STATUSES
 
+pytestmark = pytest.mark.unit  # no broker: runs with `make test-unit`
+
 ROOT = Path(__file__).resolve().parent.parent
 DASH_DIR = ROOT / "dashboards"
 DS = {"type": "prometheus", "uid": "${datasource}"}

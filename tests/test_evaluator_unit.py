@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import pytest
+
 from exporter.config import Thresholds
 from exporter.evaluator import Evaluator
 from exporter.lag import HwHistory, lag_seconds
 from exporter.reports import ConsumerReport, SparkReport
 from exporter.snapshot import GroupSample, Member, PartitionOffsets, Snapshot
+
+pytestmark = pytest.mark.unit  # no broker: runs with `make test-unit`
 
 T0 = 1_800_000_000.0
 TP = ("orders", 3)

@@ -68,7 +68,7 @@ CLUSTER = "test"  # the cluster name exporter_config() gives
 # kafka_exporter's kafka_consumergroup_members{consumergroup} replaces lagwatch's own
 # kafka_consumergroup_members{group} (same family name), so queries on it lose the group label.
 
-# The two queries of Grafana dashboard 7589 quoted in reference/dashboards-alerts.md §1.
+# The two queries of Grafana dashboard 7589 (danielqsj/kafka_exporter's kafka_exporter_overview.json).
 Q7589_LAG = 'sum(kafka_consumergroup_lag{instance="$instance",topic=~"$topic"}) by (consumergroup, topic)'
 Q7589_RATE = "sum(delta(kafka_consumergroup_current_offset[5m])/5) by (consumergroup, topic)"
 

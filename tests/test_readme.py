@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import re
 
+import pytest
+
 from exporter.metrics import metrics_table
 from tests.conftest import ROOT_DIR
+
+pytestmark = pytest.mark.unit  # no broker: runs with `make test-unit`
 
 README = (ROOT_DIR / "README.md").read_text()
 

@@ -36,6 +36,8 @@ from exporter.reports import (
     report_key,
 )
 
+pytestmark = pytest.mark.unit  # no broker: runs with `make test-unit`
+
 CLUSTER = "c"
 NOW = 1_800_000_000.0
 # database=None: no .hypothesis/ directory in the repository.

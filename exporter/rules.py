@@ -1,0 +1,204 @@
+"""Status rules: one pure predicate per rule, run in severity order by :func:`classify`.
+
+Each rule answers one question about one partition with lag > 0 (lag 0, or an
+unknown high watermark, is always ``ok``), from the :class:`PartitionFacts` of
+this cycle. Rules are in the style of Burrow's evaluator (small named checks,
+https://github.com/linkedin/Burrow/wiki/Consumer-Lag-Evaluation-Rules) but are
+run every cycle against the current high watermark, not only when a commit
+arrives, so a group that stops committing is noticed while its lag grows.
+
+The classifier walks :data:`RULES` from the most to the least severe status and
+takes the first rule that holds. Where a less severe status must win over a
+more severe one, the more severe rule says so itself (``unowned`` yields to an
+offset reset and to a rejoin loop), so each rule can be read on its own.
+Reason texts are built in one place, :func:`reason`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from exporter.config import Thresholds
+from exporter.status import Status
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PartitionFacts:
+    """Everything the rules may look at for one partition in one cycle (read-only)."""
+
+    topic: str
+    partition: int
+    committed: int
+    hw: int | None
+    lag_offsets: int | None
+    lag_seconds: float | None
+    stalled_seconds: float  # committed frozen while lag > 0, from the later of the two
+    frozen_seconds: float  # committed unchanged (whether or not there was lag)
+    lagging: bool  # the lag trend of :func:`exporter.memory.lag_trend`
+    rewinding: bool  # the committed offset moved backwards recently
+    owned: bool  # a member (or a live Spark driver) owns the partition
+    unowned_confirmed: bool  # nobody owned it for enough cycles in a row
+    owner: str = ""  # "client@host (member)" of the owning member, "" when unknown
+    group_state: str = ""
+    rejoins: int = 0  # members that joined the group within the window
+    # from the owner's own reports (instrumented consumers)
+    has_report: bool = False
+    report_stale: bool = False
+    report_silent_seconds: float = 0.0
+    poll_age: float | None = None
+    reporter: str = ""  # "client@host (member)" as the report names it
+    # Spark queries
+    spark: bool = False
+    spark_terminated: bool = False
+    spark_silent_seconds: float = 0.0
+    query_id: str = ""
+    batch_running: float | None = None
+    running_batch_id: int = 0
+
+
+Predicate = Callable[[PartitionFacts, Thresholds], bool]
+
+
+# -- stopped ------------------------------------------------------------------------
+
+def spark_terminated(f: PartitionFacts, th: Thresholds) -> bool:
+    """The Spark query terminated (its listener said so) and left records unread."""
+    return f.spark and f.spark_terminated
+
+
+def spark_driver_gone(f: PartitionFacts, th: Thresholds) -> bool:
+    """The Spark driver stopped sending heartbeats for ``report_stale_after``."""
+    return f.spark and not f.owned
+
+
+def unowned(f: PartitionFacts, th: Thresholds) -> bool:
+    """Nobody has owned the partition for two cycles in a row (one empty cycle may be a
+    rebalance or a coordinator failover). It yields to an offset reset, which needs an
+    empty group, and to a rejoin loop, which empties the group between rejoins."""
+    return f.unowned_confirmed and not f.rewinding and not _any_livelock(f, th)
+
+
+# -- livelocked ---------------------------------------------------------------------
+
+def batch_hung(f: PartitionFacts, th: Thresholds) -> bool:
+    """A Spark micro-batch has run longer than ``livelock_after`` while the driver still
+    sends heartbeats (a hung batch emits no progress events at all)."""
+    return f.spark and f.batch_running is not None and f.batch_running >= th.livelock_after
+
+
+def not_polling(f: PartitionFacts, th: Thresholds) -> bool:
+    """The owner is still a member, its reports are fresh, and they say it last polled
+    more than ``livelock_after`` ago: it heartbeats but does not poll (precise)."""
+    return (f.owned and f.has_report and not f.report_stale and f.poll_age is not None
+            and f.poll_age >= th.livelock_after)
+
+
+def reports_stopped(f: PartitionFacts, th: Thresholds) -> bool:
+    """The owner is still a member but its reports went silent while the committed offset
+    stayed frozen for ``livelock_after``: its process is wedged, reporter thread included."""
+    return (bool(f.owner) and f.has_report and f.report_stale
+            and f.stalled_seconds >= th.livelock_after)
+
+
+def rejoin_loop(f: PartitionFacts, th: Thresholds) -> bool:
+    """Members keep leaving and rejoining (two joins or more within ``window``) while the
+    committed offset is frozen for ``stall_after``: the ``max.poll.interval.ms`` kick-out
+    loop, seen from the broker without instrumentation."""
+    return f.rejoins >= 2 and f.stalled_seconds >= th.stall_after
+
+
+_LIVELOCK_RULES: tuple[Predicate, ...] = (batch_hung, not_polling, reports_stopped, rejoin_loop)
+
+
+def _any_livelock(f: PartitionFacts, th: Thresholds) -> bool:
+    return any(rule(f, th) for rule in _LIVELOCK_RULES)
+
+
+# -- stalled, rewind, lagging ----------------------------------------------------------
+
+def stalled(f: PartitionFacts, th: Thresholds) -> bool:
+    """The committed offset has been frozen for ``stall_after`` with lag > 0 while a member
+    owns the partition (it polls but does not commit, or processes very slowly). An offset
+    reset restarts the clock and is reported as ``rewind`` first."""
+    return f.stalled_seconds >= th.stall_after and not f.rewinding
+
+
+def rewind(f: PartitionFacts, th: Thresholds) -> bool:
+    """The committed offset moved backwards (an offset reset); held for a few cycles so
+    that scrapes see it."""
+    return f.rewinding
+
+
+def lagging(f: PartitionFacts, th: Thresholds) -> bool:
+    """Lag seconds above ``lag_seconds``, or the committed offset advancing in each of the
+    last two cycles while lag seconds grew in each (sticky until the lag shrinks)."""
+    return f.lagging
+
+
+# The classifier's table, most severe status first; within a status, the first rule
+# that holds names the reason.
+RULES: tuple[tuple[str, Status, Predicate], ...] = (
+    ("spark_terminated", Status.STOPPED, spark_terminated),
+    ("spark_driver_gone", Status.STOPPED, spark_driver_gone),
+    ("unowned", Status.STOPPED, unowned),
+    ("batch_hung", Status.LIVELOCKED, batch_hung),
+    ("not_polling", Status.LIVELOCKED, not_polling),
+    ("reports_stopped", Status.LIVELOCKED, reports_stopped),
+    ("rejoin_loop", Status.LIVELOCKED, rejoin_loop),
+    ("stalled", Status.STALLED, stalled),
+    ("rewind", Status.REWIND, rewind),
+    ("lagging", Status.LAGGING, lagging),
+)
+
+
+def classify(f: PartitionFacts, th: Thresholds) -> tuple[Status, str | None]:
+    """(status, name of the rule that decided it); ``(OK, None)`` when no rule holds."""
+    if not f.lag_offsets:  # lag 0, or unknown high watermark
+        return Status.OK, None
+    for name, status, holds in RULES:
+        if holds(f, th):
+            return status, name
+    return Status.OK, None
+
+
+# -- reasons ---------------------------------------------------------------------------
+
+_REASONS = {
+    "spark_terminated": "{where}: query terminated; {nums}",
+    "spark_driver_gone": "{where}: driver of query {query_id} sent nothing for {spark_silent}; {nums}",
+    "unowned": ("{where}: no member owns the partition (group {group_state}); "
+                "committed unchanged for {frozen:.0f}s; {nums}"),
+    "batch_hung": ("{where}: batch {batch_id} has been running for {running:.0f} seconds while "
+                   "{lag} records wait; driver alive (heartbeat {spark_silent} ago); {nums}"),
+    "not_polling": "{where}: owner {reporter} is in the group but last polled {poll_age:.0f}s ago; {nums}",
+    "reports_stopped": ("{where}: owner {owner} is still a member but its reports stopped "
+                        "{report_silent} ago; {nums}"),
+    "rejoin_loop": ("{where}: members keep leaving and rejoining ({rejoins} joins in {window:.0f}s) "
+                    "but the committed offset has not moved for {stalled:.0f}s; {nums}"),
+    "stalled": "{where}: committed offset frozen for {stalled:.0f}s; owner {owner_or_rebalancing}; {nums}",
+    "rewind": "{where}: committed offset moved backwards; {nums}",
+    "lagging": "{where}: lag growing while committing; owner {owner_or_unknown}; {nums}",
+}
+
+
+def fmt_seconds(v: float | None) -> str:
+    if v is None:
+        return "unknown"
+    return f"{v:.0f}s" if v >= 10 else f"{v:.1f}s"
+
+
+def reason(rule: str | None, f: PartitionFacts, th: Thresholds) -> str:
+    """The human-readable reason for the rule that decided a partition's status."""
+    if rule is None:
+        return ""
+    nums = (f"committed {f.committed}, HW {f.hw}, lag {f.lag_offsets} "
+            f"({fmt_seconds(f.lag_seconds)})")
+    return _REASONS[rule].format(
+        where=f"{f.topic}[{f.partition}]", nums=nums, lag=f.lag_offsets, query_id=f.query_id,
+        spark_silent=fmt_seconds(f.spark_silent_seconds), group_state=f.group_state,
+        frozen=f.frozen_seconds, batch_id=f.running_batch_id, running=f.batch_running or 0.0,
+        reporter=f.reporter, poll_age=f.poll_age or 0.0, owner=f.owner,
+        report_silent=fmt_seconds(f.report_silent_seconds), rejoins=f.rejoins,
+        window=th.window, stalled=f.stalled_seconds,
+        owner_or_rebalancing=f.owner or "unknown (rebalancing)", owner_or_unknown=f.owner or "unknown")

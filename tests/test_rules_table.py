@@ -1,0 +1,172 @@
+"""The status rules as a table: one numbered row per rule and per edge case.
+
+Rows drive :func:`exporter.rules.classify` with the facts the evaluator builds
+for one partition (real shapes: offsets, seconds, member labels as the broker
+reports them). Edge rows that need several cycles (first cycle, coordinator
+move) run through the evaluator itself. Run alone: ``pytest -m unit``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from exporter.config import Thresholds
+from exporter.evaluator import Evaluator
+from exporter.memory import lag_trend
+from exporter.rules import RULES, PartitionFacts, classify, reason
+from exporter.snapshot import GroupSample, Member, PartitionOffsets, Snapshot
+from exporter.status import Status
+from exporter.view import SEVERITY, STATUSES
+
+pytestmark = pytest.mark.unit
+
+TH = Thresholds(stall_after=30, livelock_after=20, lag_seconds=3600, window=300, report_stale_after=30)
+OWNER = "billing-7@/10.0.0.5 (consumer-billing-7-3f2a)"
+BASE = PartitionFacts(
+    topic="orders", partition=3, committed=150, hw=200, lag_offsets=50, lag_seconds=40.0,
+    stalled_seconds=0.0, frozen_seconds=0.0, lagging=False, rewinding=False, owned=True,
+    unowned_confirmed=False, owner=OWNER, group_state="stable")
+REPORT = {"has_report": True, "reporter": "billing-7@host-a (consumer-billing-7-3f2a)",
+          "report_silent_seconds": 3.0}
+SPARK = {"spark": True, "query_id": "5b0e", "spark_silent_seconds": 4.0, "owner": ""}
+
+# (row, what it checks, facts changed from BASE, expected status, fragment of the reason)
+ROWS: list[tuple[int, str, dict, Status, str]] = [
+    (1, "healthy: lag, committing, owned", {}, Status.OK, ""),
+    (2, "lag 0 is ok whatever else holds",
+     {"lag_offsets": 0, "stalled_seconds": 999.0, "unowned_confirmed": True, "owned": False},
+     Status.OK, ""),
+    (3, "unknown HW is ok (nothing to judge)",
+     {"hw": None, "lag_offsets": None, "lag_seconds": None, "stalled_seconds": 999.0},
+     Status.OK, ""),
+    (4, "spark_terminated", {**SPARK, "spark_terminated": True, "owned": False},
+     Status.STOPPED, "orders[3]: query terminated; committed 150, HW 200, lag 50 (40s)"),
+    (5, "spark_driver_gone", {**SPARK, "owned": False, "spark_silent_seconds": 45.0},
+     Status.STOPPED, "driver of query 5b0e sent nothing for 45s"),
+    (6, "unowned: nobody owns it two cycles in a row",
+     {"owned": False, "owner": "", "unowned_confirmed": True, "frozen_seconds": 61.0,
+      "group_state": "empty"},
+     Status.STOPPED, "no member owns the partition (group empty); committed unchanged for 61s"),
+    (7, "unowned for one cycle only (coordinator move, rebalance) is not stopped",
+     {"owned": False, "owner": "", "unowned_confirmed": False, "group_state": "empty"},
+     Status.OK, ""),
+    (8, "unowned yields to an offset reset (a reset needs an empty group)",
+     {"owned": False, "owner": "", "unowned_confirmed": True, "rewinding": True},
+     Status.REWIND, "committed offset moved backwards"),
+    (9, "unowned yields to the rejoin loop",
+     {"owned": False, "owner": "", "unowned_confirmed": True, "rejoins": 3,
+      "stalled_seconds": 30.0},
+     Status.LIVELOCKED, "members keep leaving and rejoining (3 joins in 300s)"),
+    (10, "batch_hung", {**SPARK, "batch_running": 25.0, "running_batch_id": 8},
+     Status.LIVELOCKED, "batch 8 has been running for 25 seconds while 50 records wait"),
+    (11, "batch running below livelock_after", {**SPARK, "batch_running": 19.0}, Status.OK, ""),
+    (12, "not_polling: fresh reports say the last poll is old", {**REPORT, "poll_age": 21.0},
+     Status.LIVELOCKED,
+     "owner billing-7@host-a (consumer-billing-7-3f2a) is in the group but last polled 21s ago"),
+    (13, "last poll below livelock_after", {**REPORT, "poll_age": 19.0}, Status.OK, ""),
+    (14, "reports_stopped: an owner whose reports went silent, committed frozen",
+     {**REPORT, "poll_age": 2.0, "report_stale": True, "report_silent_seconds": 95.0,
+      "stalled_seconds": 20.0},
+     Status.LIVELOCKED, f"owner {OWNER} is still a member but its reports stopped 95s ago"),
+    (15, "silent reports while the committed offset still moves recently",
+     {**REPORT, "report_stale": True, "stalled_seconds": 10.0}, Status.OK, ""),
+    (16, "rejoin_loop", {"rejoins": 2, "stalled_seconds": 31.0}, Status.LIVELOCKED,
+     "but the committed offset has not moved for 31s"),
+    (17, "rejoins but the committed offset moved within stall_after",
+     {"rejoins": 5, "stalled_seconds": 29.0}, Status.OK, ""),
+    (18, "stalled", {"stalled_seconds": 30.0}, Status.STALLED,
+     f"orders[3]: committed offset frozen for 30s; owner {OWNER}; committed 150, HW 200"),
+    (19, "stalled while the assignment is unknown (rebalancing)",
+     {"stalled_seconds": 45.0, "owner": ""}, Status.STALLED, "owner unknown (rebalancing)"),
+    (20, "stalled yields to a recent rewind", {"stalled_seconds": 45.0, "rewinding": True},
+     Status.REWIND, "moved backwards"),
+    (21, "rewind", {"rewinding": True}, Status.REWIND,
+     "orders[3]: committed offset moved backwards; committed 150, HW 200, lag 50 (40s)"),
+    (22, "lagging", {"lagging": True}, Status.LAGGING,
+     f"lag growing while committing; owner {OWNER}"),
+    (23, "lagging without a known owner", {"lagging": True, "owner": ""}, Status.LAGGING,
+     "owner unknown;"),
+    (24, "livelocked beats stalled", {**REPORT, "poll_age": 50.0, "stalled_seconds": 50.0},
+     Status.LIVELOCKED, "last polled 50s ago"),
+]
+
+
+@pytest.mark.parametrize(("row", "what", "changes", "status", "fragment"), ROWS,
+                         ids=[f"{r[0]:02d}-{r[1]}" for r in ROWS])
+def test_rule_row(row: int, what: str, changes: dict, status: Status, fragment: str) -> None:
+    facts = dataclasses.replace(BASE, **changes)
+    got, rule = classify(facts, TH)
+    assert got == status, f"row {row} ({what}): {got} by rule {rule}"
+    text = reason(rule, facts, TH)
+    assert fragment in text, f"row {row}: {text!r}"
+    assert (text == "") == (status == Status.OK)
+
+
+def test_rows_are_numbered_and_every_rule_has_a_row() -> None:
+    assert [r[0] for r in ROWS] == list(range(1, len(ROWS) + 1))
+    decided = set()
+    for _, _, changes, _, _ in ROWS:
+        decided.add(classify(dataclasses.replace(BASE, **changes), TH)[1])
+    assert {name for name, _, _ in RULES} <= decided
+
+
+def test_classifier_runs_rules_in_severity_order() -> None:
+    severities = [status.severity for _, status, _ in RULES]
+    assert severities == sorted(severities, reverse=True)
+    assert STATUSES == ("ok", "lagging", "rewind", "stalled", "livelocked", "stopped", "error")
+    assert all(SEVERITY[s] == Status(s).severity for s in STATUSES)
+
+
+# lag_trend: (was lagging, samples (t, committed, lag s), lag s now, expected)
+TREND_ROWS = [
+    ("above lag_seconds", False, ((0, 1, 1.0), (1, 1, 1.0), (2, 1, 4000.0)), 4000.0, True),
+    ("committing while lag grows", False, ((0, 10, 1.0), (1, 20, 2.0), (2, 30, 3.0)), 3.0, True),
+    ("lag grows but committed frozen", False, ((0, 10, 1.0), (1, 10, 2.0), (2, 10, 3.0)), 3.0,
+     False),
+    ("growth smaller than half an interval", False,
+     ((0, 10, 1.0), (1, 20, 1.1), (2, 30, 1.2)), 1.2, False),
+    ("sticky while the lag does not shrink", True, ((0, 10, 5.0), (1, 11, 6.0), (2, 11, 6.0)),
+     6.0, True),
+    ("sticky ends when the lag shrinks", True, ((0, 10, 5.0), (1, 11, 6.0), (2, 20, 2.0)), 2.0,
+     False),
+    ("first cycles: not enough samples", False, ((0, 10, 5.0),), 5.0, False),
+]
+
+
+@pytest.mark.parametrize(("what", "was", "samples", "lag_s", "expected"), TREND_ROWS,
+                         ids=[r[0] for r in TREND_ROWS])
+def test_lag_trend(what: str, was: bool, samples: tuple, lag_s: float, expected: bool) -> None:
+    assert lag_trend(was, samples, lag_s, 3600, 1.0) is expected
+
+
+# -- edge rows over several cycles, through the evaluator -----------------------------
+
+T0 = 1_800_000_000.0
+TP = ("orders", 3)
+MEMBER = Member("consumer-billing-7-3f2a", "billing-7", "/10.0.0.5", None, (TP,))
+
+
+def _cycle(ev: Evaluator, i: int, committed: int, hw: int, members: tuple[Member, ...]) -> str:
+    snap = Snapshot("c", T0 + 10 * i, 0.01, {TP: PartitionOffsets(1, 3, 3, 0, hw, hw, hw)},
+                    {"g": GroupSample("g", "classic", "stable" if members else "empty", members, 1,
+                                      {TP: committed})})
+    return ev.evaluate(snap).groups["g"].status
+
+
+def test_edge_first_cycle_of_an_old_frozen_group_is_ok() -> None:
+    """The exporter cannot know how long an offset was frozen before it started."""
+    ev = Evaluator("c", TH, interval=10)
+    assert _cycle(ev, 0, 150, 10_000, (MEMBER,)) == Status.OK
+
+
+def test_edge_coordinator_move_shows_the_group_empty_for_one_cycle() -> None:
+    ev = Evaluator("c", TH, interval=10)
+    # a consumer keeping 5 records (about 5 s) behind; the group looks empty at cycle 2
+    got = [_cycle(ev, i, 195 + 10 * i, 200 + 10 * i, () if i == 2 else (MEMBER,))
+           for i in range(5)]
+    assert got == ["ok"] * 5
+    # while two empty cycles in a row are stopped
+    got = [_cycle(ev, i, 235, 300, ()) for i in range(5, 7)]
+    assert got == ["ok", "stopped"]
