@@ -212,11 +212,12 @@ class Evaluator:
         hw = po.hw if po else None
         lag_off = None if hw is None else max(0, hw - committed)
         lag_s = None if lag_off is None else self._lag_seconds(tp, committed, hw, lag_off, exact_ts, now)
-        obs = observe(mem, committed, lag_off, lag_s, owned, now, self.interval, self.th.lag_seconds)
+        obs = observe(mem, committed, hw, lag_off, lag_s, owned, now, self.interval, self.th.lag_seconds)
         facts = PartitionFacts(
             topic=tp[0], partition=tp[1], committed=committed, hw=hw, lag_offsets=lag_off,
             lag_seconds=lag_s, stalled_seconds=obs.stalled_seconds,
-            frozen_seconds=obs.frozen_seconds, lagging=obs.lagging, rewinding=obs.rewinding,
+            frozen_seconds=obs.frozen_seconds, new_data_seconds=obs.new_data_seconds,
+            lagging=obs.lagging, rewinding=obs.rewinding,
             owned=owned, unowned_confirmed=obs.unowned_confirmed, owner=_member_label(owner),
             group_state=g.state, rejoins=rejoins, **_report_facts(rep, now, self.th),
             **_spark_facts(spark, now))

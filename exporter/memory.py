@@ -25,12 +25,15 @@ Sample = tuple[float, int, float | None]  # (time, committed, lag seconds)
 class PartitionMemory:
     """Per partition of a group. Slotted and tuple-based: 100k of these must stay small."""
 
-    __slots__ = ("committed", "changed_at", "lag_since", "samples", "lagging", "rewind_until",
-                 "unowned")
+    __slots__ = ("committed", "changed_at", "freeze_hw", "quiet_at", "new_data_at", "lag_since",
+                 "samples", "lagging", "rewind_until", "unowned")
 
     def __init__(self, committed: int, now: float) -> None:
         self.committed = committed
         self.changed_at = now
+        self.freeze_hw: int | None = None  # HW when the committed offset last moved
+        self.quiet_at = now  # last sample at which HW was still freeze_hw
+        self.new_data_at: float | None = None  # records arrived after the freeze, from then on
         self.lag_since: float | None = None
         self.samples: tuple[Sample, ...] = ()  # the last three; a tuple, not a deque (memory)
         self.lagging = False
@@ -47,9 +50,13 @@ class Observation:
     rewinding: bool
     stalled_seconds: float
     frozen_seconds: float
+    new_data_seconds: float | None
     unowned_confirmed: bool
     lagging: bool
     next_changed_at: float
+    next_freeze_hw: int | None
+    next_quiet_at: float
+    next_new_data_at: float | None
     next_lag_since: float | None
     next_samples: tuple[Sample, ...]
     next_lagging: bool
@@ -76,11 +83,24 @@ def lag_trend(was_lagging: bool, samples: tuple[Sample, ...], lag_s: float,
     return c0 < c1 < c2 and l0 < l1 < l2 and l2 >= interval and l2 - l0 >= 0.5 * interval
 
 
-def observe(mem: PartitionMemory, committed: int, lag_off: int | None, lag_s: float | None,
-            owned: bool, now: float, interval: float, lag_threshold: float) -> Observation:
+def observe(mem: PartitionMemory, committed: int, hw: int | None, lag_off: int | None,
+            lag_s: float | None, owned: bool, now: float, interval: float,
+            lag_threshold: float) -> Observation:
     """Pure: this cycle's derived values and the memory the next cycle will need."""
     rewound = committed < mem.committed
-    changed_at = now if committed != mem.committed else mem.changed_at
+    moved = committed != mem.committed
+    changed_at = now if moved else mem.changed_at
+    # Did records arrive after the committed offset stopped moving? Without that, a frozen
+    # offset with lag may be a tail the consumer read but commits only with the next records.
+    if moved or mem.freeze_hw is None:
+        freeze_hw, quiet_at, new_data_at = hw, now, None
+    else:
+        freeze_hw, quiet_at, new_data_at = mem.freeze_hw, mem.quiet_at, mem.new_data_at
+        if new_data_at is None and hw is not None:
+            if hw > freeze_hw:
+                new_data_at = quiet_at  # they arrived after the last sample without them
+            else:
+                quiet_at = now
     rewind_until = now + REWIND_HOLD_CYCLES * interval if rewound else mem.rewind_until
     has_lag = bool(lag_off)
     lag_since = (mem.lag_since if mem.lag_since is not None else now) if has_lag else None
@@ -98,8 +118,11 @@ def observe(mem: PartitionMemory, committed: int, lag_off: int | None, lag_s: fl
         now_lagging = next_lagging = lag_trend(was_lagging, samples, lag_s, lag_threshold, interval)
     return Observation(
         rewinding=now < rewind_until, stalled_seconds=stalled_s,
-        frozen_seconds=now - changed_at, unowned_confirmed=unowned >= STOPPED_AFTER_CYCLES,
-        lagging=now_lagging, next_changed_at=changed_at, next_lag_since=lag_since,
+        frozen_seconds=now - changed_at,
+        new_data_seconds=None if new_data_at is None else now - new_data_at,
+        unowned_confirmed=unowned >= STOPPED_AFTER_CYCLES,
+        lagging=now_lagging, next_changed_at=changed_at, next_freeze_hw=freeze_hw,
+        next_quiet_at=quiet_at, next_new_data_at=new_data_at, next_lag_since=lag_since,
         next_samples=samples, next_lagging=next_lagging, next_rewind_until=rewind_until,
         next_unowned=unowned)
 
@@ -109,6 +132,9 @@ def remember(mem: PartitionMemory, committed: int, obs: Observation, status: Sta
     severe status took over, so a consumer recovering from a stall starts afresh."""
     mem.committed = committed
     mem.changed_at = obs.next_changed_at
+    mem.freeze_hw = obs.next_freeze_hw
+    mem.quiet_at = obs.next_quiet_at
+    mem.new_data_at = obs.next_new_data_at
     mem.lag_since = obs.next_lag_since
     mem.samples = obs.next_samples
     mem.rewind_until = obs.next_rewind_until

@@ -35,6 +35,7 @@ class PartitionFacts:
     lag_seconds: float | None
     stalled_seconds: float  # committed frozen while lag > 0, from the later of the two
     frozen_seconds: float  # committed unchanged (whether or not there was lag)
+    new_data_seconds: float | None = None  # since records first arrived after the freeze
     lagging: bool  # the lag trend of :func:`exporter.memory.lag_trend`
     rewinding: bool  # the committed offset moved backwards recently
     owned: bool  # a member (or a live Spark driver) owns the partition
@@ -119,9 +120,14 @@ def _any_livelock(f: PartitionFacts, th: Thresholds) -> bool:
 
 def stalled(f: PartitionFacts, th: Thresholds) -> bool:
     """The committed offset has been frozen for ``stall_after`` with lag > 0 while a member
-    owns the partition (it polls but does not commit, or processes very slowly). An offset
-    reset restarts the clock and is reported as ``rewind`` first."""
-    return f.stalled_seconds >= th.stall_after and not f.rewinding
+    owns the partition and new records kept arriving (it polls but does not commit, or
+    processes very slowly). Records must have arrived after the offset froze, and
+    ``stall_after`` ago at least: with no new data, the same picture is also what a healthy
+    consumer leaves when it commits only when records arrive (the tail of a burst), so a
+    quiet partition is judged by the age of its lag instead (``lag_above_threshold``).
+    An offset reset restarts the clock and is reported as ``rewind`` first."""
+    return (f.stalled_seconds >= th.stall_after and f.new_data_seconds is not None
+            and f.new_data_seconds >= th.stall_after and not f.rewinding)
 
 
 def rewind(f: PartitionFacts, th: Thresholds) -> bool:
@@ -130,9 +136,14 @@ def rewind(f: PartitionFacts, th: Thresholds) -> bool:
     return f.rewinding
 
 
-def lagging(f: PartitionFacts, th: Thresholds) -> bool:
-    """Lag seconds above ``lag_seconds``, or the committed offset advancing in each of the
-    last two cycles while lag seconds grew in each (sticky until the lag shrinks)."""
+def lag_above_threshold(f: PartitionFacts, th: Thresholds) -> bool:
+    """The oldest unconsumed record is older than ``lag_seconds``."""
+    return f.lag_seconds is not None and f.lag_seconds > th.lag_seconds
+
+
+def lag_growing(f: PartitionFacts, th: Thresholds) -> bool:
+    """The committed offset advanced in each of the last two cycles while lag seconds grew
+    in each (sticky until the lag shrinks)."""
     return f.lagging
 
 
@@ -148,7 +159,8 @@ RULES: tuple[tuple[str, Status, Predicate], ...] = (
     ("rejoin_loop", Status.LIVELOCKED, rejoin_loop),
     ("stalled", Status.STALLED, stalled),
     ("rewind", Status.REWIND, rewind),
-    ("lagging", Status.LAGGING, lagging),
+    ("lag_above_threshold", Status.LAGGING, lag_above_threshold),
+    ("lag_growing", Status.LAGGING, lag_growing),
 )
 
 
@@ -178,7 +190,8 @@ _REASONS = {
                     "but the committed offset has not moved for {stalled:.0f}s; {nums}"),
     "stalled": "{where}: committed offset frozen for {stalled:.0f}s; owner {owner_or_rebalancing}; {nums}",
     "rewind": "{where}: committed offset moved backwards; {nums}",
-    "lagging": "{where}: lag growing while committing; owner {owner_or_unknown}; {nums}",
+    "lag_above_threshold": "{where}: oldest unconsumed record is {lag_age} old{quiet}; {nums}",
+    "lag_growing": "{where}: lag growing while committing; owner {owner_or_unknown}; {nums}",
 }
 
 
@@ -201,4 +214,8 @@ def reason(rule: str | None, f: PartitionFacts, th: Thresholds) -> str:
         reporter=f.reporter, poll_age=f.poll_age or 0.0, owner=f.owner,
         report_silent=fmt_seconds(f.report_silent_seconds), rejoins=f.rejoins,
         window=th.window, stalled=f.stalled_seconds,
-        owner_or_rebalancing=f.owner or "unknown (rebalancing)", owner_or_unknown=f.owner or "unknown")
+        owner_or_rebalancing=f.owner or "unknown (rebalancing)", owner_or_unknown=f.owner or "unknown",
+        lag_age=fmt_seconds(f.lag_seconds),
+        quiet="" if f.new_data_seconds is not None or f.frozen_seconds < th.stall_after else (
+            f"; committed unchanged for {f.frozen_seconds:.0f}s and no record arrived since: "
+            "read but not committed (commits only with new records?) or stuck on them"))

@@ -76,20 +76,33 @@ ROWS: list[tuple[int, str, dict, Status, str]] = [
      "but the committed offset has not moved for 31s"),
     (17, "rejoins but the committed offset moved within stall_after",
      {"rejoins": 5, "stalled_seconds": 29.0}, Status.OK, ""),
-    (18, "stalled", {"stalled_seconds": 30.0}, Status.STALLED,
+    (18, "stalled", {"stalled_seconds": 30.0, "new_data_seconds": 30.0}, Status.STALLED,
      f"orders[3]: committed offset frozen for 30s; owner {OWNER}; committed 150, HW 200"),
     (19, "stalled while the assignment is unknown (rebalancing)",
-     {"stalled_seconds": 45.0, "owner": ""}, Status.STALLED, "owner unknown (rebalancing)"),
-    (20, "stalled yields to a recent rewind", {"stalled_seconds": 45.0, "rewinding": True},
+     {"stalled_seconds": 45.0, "new_data_seconds": 40.0, "owner": ""}, Status.STALLED,
+     "owner unknown (rebalancing)"),
+    (20, "stalled yields to a recent rewind",
+     {"stalled_seconds": 45.0, "new_data_seconds": 45.0, "rewinding": True},
      Status.REWIND, "moved backwards"),
     (21, "rewind", {"rewinding": True}, Status.REWIND,
      "orders[3]: committed offset moved backwards; committed 150, HW 200, lag 50 (40s)"),
-    (22, "lagging", {"lagging": True}, Status.LAGGING,
+    (22, "lag_growing", {"lagging": True}, Status.LAGGING,
      f"lag growing while committing; owner {OWNER}"),
     (23, "lagging without a known owner", {"lagging": True, "owner": ""}, Status.LAGGING,
      "owner unknown;"),
     (24, "livelocked beats stalled", {**REPORT, "poll_age": 50.0, "stalled_seconds": 50.0},
      Status.LIVELOCKED, "last polled 50s ago"),
+    (25, "quiet tail: committed and HW both frozen (a burst's uncommitted tail) is not stalled",
+     {"stalled_seconds": 58.0, "frozen_seconds": 58.0, "new_data_seconds": None}, Status.OK, ""),
+    (26, "records arrived after the freeze, but less than stall_after ago",
+     {"stalled_seconds": 58.0, "frozen_seconds": 58.0, "new_data_seconds": 20.0}, Status.OK, ""),
+    (27, "lag_above_threshold", {"lag_seconds": 4000.0, "frozen_seconds": 10.0,
+                                 "new_data_seconds": 10.0},
+     Status.LAGGING, "orders[3]: oldest unconsumed record is 4000s old; committed 150"),
+    (28, "quiet tail older than lag_seconds: told what it may be",
+     {"lag_seconds": 4000.0, "stalled_seconds": 3900.0, "frozen_seconds": 3900.0},
+     Status.LAGGING, "committed unchanged for 3900s and no record arrived since: read but not "
+                     "committed"),
 ]
 
 
@@ -170,3 +183,29 @@ def test_edge_coordinator_move_shows_the_group_empty_for_one_cycle() -> None:
     # while two empty cycles in a row are stopped
     got = [_cycle(ev, i, 235, 300, ()) for i in range(5, 7)]
     assert got == ["ok", "stopped"]
+
+
+def test_edge_burst_tail_is_not_stalled_but_a_consumer_stuck_in_it_is() -> None:
+    """A burst of 3,000 records every 60 s (3 s cycles). The healthy consumer reads each
+    burst at once but commits only while records arrive, so the burst's last 40 records
+    stay uncommitted until the next burst. The stuck one stops in the middle of a burst."""
+    th = dataclasses.replace(TH, stall_after=30)
+    healthy, stuck = Evaluator("c", th, interval=3), Evaluator("c", th, interval=3)
+    got_healthy, got_stuck = [], []
+    for i in range(80):  # 240 s, bursts at 0, 60, 120, 180 s
+        t, burst = 3 * i, (3 * i) // 60
+        hw = 3000 * (burst + 1)
+        committed = hw - 40 if t % 60 >= 3 else hw - 3000 - 40 if burst else 0
+        got_healthy.append(_cycle_at(healthy, t, committed, hw))
+        got_stuck.append(_cycle_at(stuck, t, min(committed, 4500), hw))
+    assert set(got_healthy) == {"ok"}, got_healthy
+    first = got_stuck.index("stalled")
+    # stuck at 4500 since t=63; records arrived after it froze at t=120 (last quiet sample
+    # 117); stalled once they waited stall_after
+    assert 3 * first == 147, (first, got_stuck)
+
+
+def _cycle_at(ev: Evaluator, t: float, committed: int, hw: int) -> str:
+    snap = Snapshot("c", T0 + t, 0.01, {TP: PartitionOffsets(1, 3, 3, 0, hw, hw, hw)},
+                    {"g": GroupSample("g", "classic", "stable", (MEMBER,), 1, {TP: committed})})
+    return ev.evaluate(snap).groups["g"].status
