@@ -10,7 +10,7 @@ KAFKA_LEGACY_VERSION := 3.9.2
 SPARK_VERSION := 4.0.0
 PYTEST_ARGS ?=
 
-.PHONY: test demo setup prereqs jars system-packages lint dashboards clean
+.PHONY: test demo setup prereqs jars system-packages go-tools lint dashboards manifests clean
 
 test: setup
 	$(PY) -m pytest $(PYTEST_ARGS)
@@ -18,7 +18,7 @@ test: setup
 demo: setup
 	$(PY) -m devenv.demo
 
-setup: prereqs $(VENV)/.installed jars system-packages
+setup: prereqs $(VENV)/.installed jars system-packages go-tools
 
 prereqs:
 	@tools/check-prereqs
@@ -37,11 +37,20 @@ jars:
 system-packages:
 	@tools/install-system-packages
 
+# Helm (built from its Go module, once) and the chart's custom-resource checker.
+go-tools:
+	@tools/install-helm >/dev/null
+	@tools/build-crcheck >/dev/null
+
 lint:
 	$(VENV)/bin/ruff check .
 
 dashboards:
 	$(PY) -m dashboards.generate
+
+# deploy/manifests/ from the Helm chart (after changing the chart, the alerts or the dashboards).
+manifests: go-tools
+	tools/render-manifests
 
 clean:
 	rm -rf $(VENV) .cache .pytest_cache
