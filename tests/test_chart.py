@@ -21,7 +21,7 @@ import os
 import signal
 import subprocess
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +38,6 @@ from tests.image_build import (
     RUN,
     TAGS,
     alive,
-    buildah,
     built,
     config,
     find_exporter,
@@ -276,13 +275,11 @@ class Pod:
     the Secrets the operator created), its volume mounts, user and dropped capabilities."""
 
     def __init__(self, docs: list[dict[str, Any]], secrets: dict[str, dict[str, str]], image: dict[str, Any],
-                 container: str, tmp_path: Path) -> None:
+                 tmp_path: Path) -> None:
         spec = one(docs, "Deployment")["spec"]["template"]["spec"]
         (self.c,) = spec["containers"]
         ctx = {**spec.get("securityContext", {}), **self.c.get("securityContext", {})}
         self.uid, self.gid = ctx["runAsUser"], ctx["runAsGroup"]
-        self.secrets = secrets
-        self.container = container
         self.opts = ["--user", f"{self.uid}:{self.gid}"]
         self.opts += [a for cap in ctx["capabilities"]["drop"] for a in ("--cap-drop", cap)]
         configmaps = {d["metadata"]["name"]: d["data"] for d in docs if d["kind"] == "ConfigMap"}
@@ -304,15 +301,25 @@ class Pod:
                 os.chmod(d / fname, 0o644)
             os.chmod(d, 0o755)
             self.opts += ["-v", f"{d}:{m['mountPath']}:{'ro' if m.get('readOnly') else 'rw'}"]
+        self.env = list(config(image)["Env"])
         for e in self.c.get("env", []):
             ref = e.get("valueFrom", {}).get("secretKeyRef")
             val = secrets[ref["name"]][ref["key"]] if ref else e["value"]
             self.opts += ["-e", f"{e['name']}={val}"]
+            self.env.append(f"{e['name']}={val}")
         self.ports = {p["name"]: p["containerPort"] for p in self.c["ports"]}
         self.command = [*config(image)["Entrypoint"], *self.c["args"]]
+        self.pid = 0  # the container's process, once started
+        self.last_probe = ""
 
-    def run(self, *command: str) -> subprocess.CompletedProcess[str]:
-        return buildah(*RUN, *self.opts, self.container, "--", *command, check=False, timeout=60)
+    def exec(self, *command: str) -> subprocess.CompletedProcess[str]:
+        """Run a command in the running container (its mounts and root, user, env), as the
+        kubelet runs an exec probe."""
+        assert self.pid, "the container is not running"
+        return subprocess.run(["nsenter", f"--target={self.pid}", "--mount", "--root", "--wd",
+                               f"--setuid={self.uid}", f"--setgid={self.gid}",
+                               "/usr/bin/env", "-i", *self.env, *command],
+                              capture_output=True, text=True, timeout=30)
 
     def http(self, probe: dict[str, Any], headers: dict[str, str] | None = None) -> int:
         get = probe["httpGet"]
@@ -321,17 +328,33 @@ class Pod:
 
     def probe(self, probe: dict[str, Any]) -> bool:
         if "exec" in probe:
-            return self.run(*probe["exec"]["command"]).returncode == 0
+            r = self.exec(*probe["exec"]["command"])
+            self.last_probe = f"exit {r.returncode}: {r.stdout}{r.stderr}"[-3000:]
+            return r.returncode == 0
         return 200 <= self.http(probe) < 400
 
 
+# Files buildah bind-mounts over in every container it runs.
+RUNTIME_FILES = ("run/.containerenv", "etc/hosts", "etc/resolv.conf", "etc/hostname")
+
+
 @contextlib.contextmanager
-def read_only(root: Path) -> Iterator[None]:
-    """Make a working container's root filesystem read-only, as readOnlyRootFilesystem does."""
+def read_only(root: Path, mountpoints: list[str]) -> Iterator[Callable[[], None]]:
+    """Make a working container's root filesystem read-only, as readOnlyRootFilesystem does;
+    yields a function that makes it writable again.
+
+    The runtime's mount points are created first, as any container runtime does in its own
+    writable layer before it starts the process. buildah's own clean-up after the process exits
+    needs a writable root (it panics otherwise), so the test calls the function before stopping
+    the exporter."""
+    for d in mountpoints:
+        (root / d.lstrip("/")).mkdir(parents=True, exist_ok=True)
+    for f in RUNTIME_FILES:
+        (root / f).touch(exist_ok=True)
     subprocess.run(["mount", "--bind", str(root), str(root)], check=True)
     try:
         subprocess.run(["mount", "-o", "remount,bind,ro", str(root)], check=True)
-        yield
+        yield lambda: subprocess.run(["mount", "-o", "remount,bind,rw", str(root)], check=True)
     finally:
         subprocess.run(["umount", str(root)], check=True)
 
@@ -369,71 +392,81 @@ def test_rendered_container_runs_from_the_image(helm: str, kafka: KafkaCluster, 
     values_file.write_text(yaml.safe_dump(values))
     docs = objects(helm, values=[values_file])
     endpoint = one(docs, "ServiceMonitor")["spec"]["endpoints"][0]
+    # ServiceMonitor port (a Service port name) -> the Service's targetPort (a container port name).
+    (svc_port,) = [p for p in one(docs, "Service")["spec"]["ports"] if p["name"] == endpoint["port"]]
 
-    with working_container(TAGS["bookworm"], "lagwatch-chart-test") as (name, root), read_only(root):
-        pod = Pod(docs, secrets, image, name, tmp_path)
+    with working_container(TAGS["bookworm"], "lagwatch-chart-test") as (name, root):
+        pod = Pod(docs, secrets, image, tmp_path)
         assert pod.command[:3] == ["lagwatch", "--config", "/etc/lagwatch/config/lagwatch.yml"]
-        log = tmp_path / "lagwatch.log"
-        with log.open("wb") as out:
-            proc = subprocess.Popen([*BUILDAH, *RUN, *pod.opts, name, "--", *pod.command], stdout=out,
-                                    stderr=subprocess.STDOUT, start_new_session=True)
+        with read_only(root, [m["mountPath"] for m in pod.c["volumeMounts"]]) as writable:
+            log = tmp_path / "lagwatch.log"
+            with log.open("wb") as out:
+                proc = subprocess.Popen([*BUILDAH, *RUN, *pod.opts, name, "--", *pod.command], stdout=out,
+                                        stderr=subprocess.STDOUT, start_new_session=True)
 
-        def output() -> str:
-            return log.read_text(errors="replace")[-4000:]
+            def output() -> str:
+                return log.read_text(errors="replace")[-4000:]
 
-        pid = None
-        try:
-            def started() -> int | None:
-                assert proc.poll() is None, f"buildah run exited {proc.returncode}:\n{output()}"
-                return find_exporter(proc.pid, f"0.0.0.0:{port}")
+            pid = None
+            try:
+                def started() -> int | None:
+                    assert proc.poll() is None, f"buildah run exited {proc.returncode}:\n{output()}"
+                    return find_exporter(proc.pid, f"0.0.0.0:{port}")
 
-            pid = wait_for(started, 60, "the exporter process under buildah run")
-            assert ids(pid) == ({pod.uid}, {pod.gid})
-            # The root filesystem is read-only for it, as readOnlyRootFilesystem makes it.
-            r = pod.run("/opt/lagwatch/bin/python", "-c", "open('/opt/lagwatch/x', 'w')")
-            assert r.returncode != 0 and "Read-only file system" in r.stderr, r.stdout + r.stderr
+                pid = pod.pid = wait_for(started, 60, "the exporter process under buildah run")
+                assert ids(pid) == ({pod.uid}, {pod.gid})
+                # The root filesystem is read-only for it, as readOnlyRootFilesystem makes it.
+                r = pod.exec("/opt/lagwatch/bin/python", "-c", "open('/opt/lagwatch/x', 'w')")
+                assert r.returncode != 0 and "Read-only file system" in r.stderr, r.stdout + r.stderr
 
-            # Probed on the paths the chart declares; scraped the way its ServiceMonitor says.
-            wait_for(lambda: pod.probe(pod.c["livenessProbe"]), 60, f"the liveness probe\n{output()}")
-            wait_for(lambda: pod.probe(pod.c["readinessProbe"]), 60, f"the readiness probe\n{output()}")
-            headers = {}
-            if auth:
-                assert "exec" in pod.c["readinessProbe"]
-                creds = {k: secrets[ref["name"]][ref["key"]] for k, ref in endpoint["basicAuth"].items()}
-                token = base64.b64encode(f"{creds['username']}:{creds['password']}".encode()).decode()
-                headers = {"Authorization": f"Basic {token}"}
-                # The probe really authenticates: with a wrong password it fails.
-                secrets["lagwatch-scrape"]["password"] = "wrong"
-                assert not Pod(docs, secrets, image, name, tmp_path / "wrong").probe(pod.c["readinessProbe"])
-            else:
-                assert pod.c["readinessProbe"]["httpGet"]["path"] == "/readyz"
-            url = f"{endpoint['scheme']}://127.0.0.1:{pod.ports[endpoint['port']]}{endpoint['path']}"
-            assert http_get(url)[0] == (401 if auth else 200)
-
-            want = {(topic, 0): 2, (topic, 1): 3}
-
-            def scraped() -> Any:
-                code, body = http_get(url, 5, headers)
-                assert code == 200, body
-                m = parse_metrics(body.decode())
-                got = group_offsets(m, group, "kafka_consumergroup_committed_offset", [topic])
-                return m if got == want else None
-
-            m = wait_for(scraped, 90, f"the group's committed offsets on /metrics\n{output()}")
-            assert value(m, "lagwatch_up", cluster="test") == 1
-            assert group_offsets(m, group, "kafka_consumergroup_lag_offsets", [topic]) == {
-                (topic, 0): 5, (topic, 1): 0}
-
-            os.kill(pid, signal.SIGTERM)  # what the kubelet sends first
-            assert proc.wait(30) == 0, output()
-            assert password not in output()
-        finally:
-            if pid is not None and alive(pid):
-                os.kill(pid, signal.SIGKILL)
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGTERM)
+                # Probed on the paths the chart declares; scraped the way its ServiceMonitor says.
+                wait_for(lambda: pod.probe(pod.c["livenessProbe"]), 60, f"the liveness probe\n{output()}")
                 try:
-                    proc.wait(20)
-                except subprocess.TimeoutExpired:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                    proc.wait(10)
+                    wait_for(lambda: pod.probe(pod.c["readinessProbe"]), 60, "the readiness probe")
+                except AssertionError as e:
+                    raise AssertionError(f"{e}\n{getattr(pod, 'last_probe', '')}\n{output()}") from None
+                headers = {}
+                if auth:
+                    assert "exec" in pod.c["readinessProbe"]
+                    creds = {k: secrets[ref["name"]][ref["key"]] for k, ref in endpoint["basicAuth"].items()}
+                    token = base64.b64encode(f"{creds['username']}:{creds['password']}".encode()).decode()
+                    headers = {"Authorization": f"Basic {token}"}
+                    # The probe really authenticates: with a wrong password it fails.
+                    secrets["lagwatch-scrape"]["password"] = "wrong"
+                    wrong = Pod(docs, secrets, image, tmp_path / "wrong")
+                    wrong.pid = pid
+                    assert not wrong.probe(pod.c["readinessProbe"])
+                    assert "HTTP Error 401" in wrong.last_probe, wrong.last_probe
+                else:
+                    assert pod.c["readinessProbe"]["httpGet"]["path"] == "/readyz"
+                url = f"{endpoint['scheme']}://127.0.0.1:{pod.ports[svc_port['targetPort']]}{endpoint['path']}"
+                assert http_get(url)[0] == (401 if auth else 200)
+
+                want = {(topic, 0): 2, (topic, 1): 3}
+
+                def scraped() -> Any:
+                    code, body = http_get(url, 5, headers)
+                    assert code == 200, body
+                    m = parse_metrics(body.decode())
+                    got = group_offsets(m, group, "kafka_consumergroup_committed_offset", [topic])
+                    return m if got == want else None
+
+                m = wait_for(scraped, 90, f"the group's committed offsets on /metrics\n{output()}")
+                assert value(m, "lagwatch_up", cluster="test") == 1
+                assert group_offsets(m, group, "kafka_consumergroup_lag_offsets", [topic]) == {
+                    (topic, 0): 5, (topic, 1): 0}
+
+                writable()
+                os.kill(pid, signal.SIGTERM)  # what the kubelet sends first
+                assert proc.wait(30) == 0, output()
+                assert password not in output()
+            finally:
+                if pid is not None and alive(pid):
+                    os.kill(pid, signal.SIGKILL)
+                if proc.poll() is None:
+                    os.killpg(proc.pid, signal.SIGTERM)
+                    try:
+                        proc.wait(20)
+                    except subprocess.TimeoutExpired:
+                        os.killpg(proc.pid, signal.SIGKILL)
+                        proc.wait(10)
