@@ -18,6 +18,8 @@ import base64
 import contextlib
 import json
 import os
+import re
+import shlex
 import signal
 import subprocess
 import uuid
@@ -94,6 +96,11 @@ def one(docs: list[dict[str, Any]], kind: str) -> dict[str, Any]:
     found = [d for d in docs if d["kind"] == kind]
     assert len(found) == 1, f"{len(found)} {kind} objects"
     return found[0]
+
+
+def config_text(docs: list[dict[str, Any]]) -> str:
+    """lagwatch's configuration file as the chart's ConfigMap holds it."""
+    return next(d for d in docs if d["metadata"]["name"] == "lagwatch-config")["data"]["lagwatch.yml"]
 
 
 def validate(docs: list[dict[str, Any]], crcheck: str, tmp_path: Path) -> list[str]:
@@ -205,7 +212,7 @@ def test_secrets_come_from_secrets_never_from_values(helm: str) -> None:
         "name": "LAGWATCH_KAFKA_EU_PASSWORD",
         "valueFrom": {"secretKeyRef": {"name": "lagwatch-kafka-eu", "key": "password"}}}
     assert all("valueFrom" in e for e in env.values()), env
-    cfg = next(d for d in docs if d["metadata"]["name"] == "lagwatch-config")["data"]["lagwatch.yml"]
+    cfg = config_text(docs)
     assert "${LAGWATCH_KAFKA_EU_PASSWORD}" in cfg
     sm = one(docs, "ServiceMonitor")["spec"]["endpoints"][0]
     assert sm["basicAuth"] == {"username": {"name": "lagwatch-scrape", "key": "username"},
@@ -470,3 +477,24 @@ def test_rendered_container_runs_from_the_image(helm: str, kafka: KafkaCluster, 
                     except subprocess.TimeoutExpired:
                         os.killpg(proc.pid, signal.SIGKILL)
                         proc.wait(10)
+
+
+def test_the_readme_install_command_renders_what_it_promises(helm: str, crcheck: str, tmp_path: Path) -> None:
+    readme = (ROOT / "README.md").read_text()
+    section = readme[readme.index("## Deploy on Kubernetes"):]
+    m = re.search(r"^helm install (.*?[^\\])$", section.replace("\\\n", " "), re.M)
+    assert m, "no helm install command in the README's deploy section"
+    args = shlex.split(m.group(1))
+    r = subprocess.run([helm, "template", *args], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    docs = [d for d in yaml.safe_load_all(r.stdout) if d]
+    kinds = sorted(d["kind"] for d in docs)
+    assert kinds == sorted(["ServiceAccount", "ConfigMap", "Service", "Deployment", "ServiceMonitor",
+                            "PrometheusRule", "ConfigMap", "ConfigMap", "ConfigMap"]), kinds
+    assert validate(docs, crcheck, tmp_path) == []
+    cfg = yaml.safe_load(config_text(docs))
+    assert cfg["clusters"] == [{"name": "prod", "bootstrap_servers": "my-cluster-kafka-bootstrap.kafka:9092"}]
+    (c,) = one(docs, "Deployment")["spec"]["template"]["spec"]["containers"]
+    assert c["image"] == "registry.example.com/lagwatch:0.1.0"
+    for kind in ("ServiceMonitor", "PrometheusRule"):
+        assert one(docs, kind)["metadata"]["labels"]["release"] == "kube-prometheus-stack"
