@@ -223,6 +223,17 @@ def test_secrets_come_from_secrets_never_from_values(helm: str) -> None:
     assert r.returncode != 0 and "config.listen is set by the chart" in r.stderr
 
 
+@pytest.mark.parametrize(("setting", "error"), [
+    ("serviceMonitor.enabeld=true", "additional properties 'enabeld' not allowed"),
+    ("service.port=http", "/service/port"),
+    ("secretEnv.PASSWORD.secretName=kafka", "missing property 'key'"),
+])
+def test_values_schema_refuses_typos(helm: str, setting: str, error: str) -> None:
+    """values.schema.json: a mistyped key fails the install instead of being silently ignored."""
+    r = render(helm, setting, check=False)
+    assert r.returncode != 0 and error in r.stderr, r.stderr
+
+
 def test_prometheus_rule_is_the_alerts_file(helm: str, tmp_path: Path) -> None:
     rule = one(objects(helm, "prometheusRule.enabled=true", "prometheusRule.labels.release=kps"),
                "PrometheusRule")
