@@ -3,12 +3,13 @@
 #   docker build -t lagwatch .
 #   docker run -p 9308:9308 lagwatch --bootstrap-servers kafka:9092
 #
-# BASE_IMAGE must provide python3 (>= 3.11) with the venv module, useradd and CA certificates.
-# It is used for both stages, so the venv built in the first stage finds the same interpreter
-# at the same path in the second. For reproducible builds pin it by digest:
+# BASE_IMAGE must provide python3 (>= 3.11) with the venv module, useradd and CA certificates:
+# the official python images, or a Debian-based image with Debian's python3, with or without
+# Debian's python3-pip. It is used for both stages, so the venv built in the first stage finds
+# the same interpreter at the same path in the second. For reproducible builds pin it by digest:
 #   --build-arg BASE_IMAGE=docker.io/library/python:3.11.13-slim-bookworm@sha256:<digest>
-# CI builds without a Docker daemon or registry access, on a debootstrapped Debian bookworm base
-# (Debian's python3): see tools/build-image.
+# CI builds without a Docker daemon or registry access, on debootstrapped Debian bookworm bases
+# (Debian's python3, without and with python3-pip): see tools/build-image.
 ARG BASE_IMAGE=docker.io/library/python:3.11.13-slim-bookworm
 
 # ---------------------------------------------------------------- builder: venv + wheel
