@@ -120,6 +120,13 @@ def test_image_holds_the_exporter_and_no_build_tools(container: tuple[str, Path]
         bad = FORBIDDEN_DISTS & distributions(sp)
         assert not bad, f"{sp.relative_to(root)} holds {sorted(bad)}"
     assert not list(root.glob("usr/share/python-wheels/*.whl")), "ensurepip's pip wheel is in the image"
+    # Debian's installer packages (on the bookworm-pip base) are purged through dpkg, not deleted
+    # behind its back.
+    installed = {e.split("\n", 1)[0].removeprefix("Package: ")
+                 for e in (root / "var/lib/dpkg/status").read_text().split("\n\n")
+                 if "\nStatus: install ok installed" in e}
+    assert "python3" in installed
+    assert not installed & {"python3-pip", "python3-setuptools", "python3-wheel"}, installed
     for leftover in ("root/.cache/pip", "src", "tmp/wheels", "tmp/requirements.txt"):
         assert not (root / leftover).exists(), f"/{leftover} from the build stage is in the final image"
     size = tree_bytes(root)
