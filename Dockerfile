@@ -3,12 +3,13 @@
 #   docker build -t lagwatch .
 #   docker run -p 9308:9308 lagwatch --bootstrap-servers kafka:9092
 #
-# BASE_IMAGE must provide python3 (>= 3.11) with the venv module, useradd and CA certificates.
-# It is used for both stages, so the venv built in the first stage finds the same interpreter
-# at the same path in the second. For reproducible builds pin it by digest:
+# BASE_IMAGE must provide python3 (>= 3.11) with the venv module, useradd and CA certificates:
+# the official python images, or a Debian-based image with Debian's python3, with or without
+# Debian's python3-pip. It is used for both stages, so the venv built in the first stage finds
+# the same interpreter at the same path in the second. For reproducible builds pin it by digest:
 #   --build-arg BASE_IMAGE=docker.io/library/python:3.11.13-slim-bookworm@sha256:<digest>
-# CI builds without a Docker daemon or registry access, on a debootstrapped Debian bookworm base
-# (Debian's python3): see tools/build-image.
+# CI builds without a Docker daemon or registry access, on debootstrapped Debian bookworm bases
+# (Debian's python3, without and with python3-pip): see tools/build-image.
 ARG BASE_IMAGE=docker.io/library/python:3.11.13-slim-bookworm
 
 # ---------------------------------------------------------------- builder: venv + wheel
@@ -36,11 +37,25 @@ RUN /opt/lagwatch/bin/pip wheel --no-deps --wheel-dir /tmp/wheels . \
 
 # ---------------------------------------------------------------- runtime
 FROM ${BASE_IMAGE}
-# No installer in the runtime image: drop a system pip (official python images ship one) and
-# ensurepip's bundled wheels; then an unprivileged user with a fixed numeric id.
+# No installer in the runtime image: drop the base's pip, setuptools and wheel, and ensurepip's
+# bundled wheels; then an unprivileged user with a fixed numeric id. Official python images install
+# pip under /usr/local, where pip removes itself. Debian's python3-pip is owned by dpkg and PEP 668
+# makes pip refuse to touch it ("externally-managed-environment"), so dpkg removes those packages
+# (and whatever apt installed only for them, such as a compiler pulled in as a recommendation).
+# setuptools and wheel go first: once pip has removed itself it cannot remove them.
 RUN set -eu; \
-    if python3 -m pip --version >/dev/null 2>&1; then \
-        python3 -m pip uninstall -y -q --disable-pip-version-check pip setuptools wheel; \
+    debian_pkgs=; \
+    for mod in setuptools wheel pip; do \
+        dir=$(python3 -c "import os, $mod; print(os.path.dirname($mod.__file__))" 2>/dev/null) || continue; \
+        if command -v dpkg >/dev/null 2>&1 && owner=$(dpkg -S "$dir" 2>/dev/null); then \
+            debian_pkgs="$debian_pkgs ${owner%%:*}"; \
+        else \
+            python3 -m pip uninstall -y -q --disable-pip-version-check "$mod"; \
+        fi; \
+    done; \
+    if [ -n "$debian_pkgs" ]; then \
+        DEBIAN_FRONTEND=noninteractive apt-get purge -y -q --auto-remove $debian_pkgs >/dev/null; \
+        rm -rf /var/cache/apt/*.bin /var/log/apt /var/log/dpkg.log; \
     fi; \
     rm -rf /usr/share/python-wheels \
         "$(python3 -c 'import ensurepip, os; print(os.path.dirname(ensurepip.__file__))')/_bundled" \

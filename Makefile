@@ -10,7 +10,7 @@ KAFKA_LEGACY_VERSION := 3.9.2
 SPARK_VERSION := 4.0.0
 PYTEST_ARGS ?=
 
-.PHONY: test test-unit demo setup prereqs jars system-packages lint dashboards clean
+.PHONY: test test-unit demo runtime-setup setup prereqs jars system-packages go-tools lint dashboards manifests clean
 
 test: setup
 	$(VENV)/bin/ruff check .
@@ -20,10 +20,12 @@ test: setup
 test-unit: $(VENV)/.installed
 	$(PY) -m pytest -m unit -q $(PYTEST_ARGS)
 
-demo: setup
+demo: runtime-setup
 	$(PY) -m devenv.demo
 
-setup: prereqs $(VENV)/.installed jars system-packages
+# What the demo needs; the tests also need the Go-built chart tools.
+runtime-setup: prereqs $(VENV)/.installed jars system-packages
+setup: runtime-setup go-tools
 
 prereqs:
 	@tools/check-prereqs
@@ -42,11 +44,20 @@ jars:
 system-packages:
 	@tools/install-system-packages
 
+# Helm (built from its Go module, once) and the chart's custom-resource checker.
+go-tools:
+	@tools/install-helm >/dev/null
+	@tools/build-crcheck >/dev/null
+
 lint:
 	$(VENV)/bin/ruff check .
 
 dashboards:
 	$(PY) -m dashboards.generate
+
+# deploy/manifests/ from the Helm chart (after changing the chart, the alerts or the dashboards).
+manifests: go-tools
+	tools/render-manifests
 
 clean:
 	rm -rf $(VENV) .cache .pytest_cache

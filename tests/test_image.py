@@ -1,22 +1,18 @@
 """The container image, built without a Docker daemon and run against the real test broker.
 
-``tools/build-image`` builds the top-level Dockerfile with ``buildah bud --isolation chroot
---storage-driver vfs`` on a debootstrapped Debian bookworm base. The tests read the image's
-config, look inside its root filesystem, and run its ENTRYPOINT with ``buildah run`` (chroot
-isolation, host network, the image's own user and environment) against the session broker,
-then scrape ``/metrics`` from the host.
+``tools/build-image`` builds the top-level Dockerfile on two debootstrapped Debian bookworm bases,
+one without and one with Debian's ``python3-pip`` (where PEP 668 makes pip refuse to uninstall
+the system pip). For each, the tests read the image's config, look inside its root filesystem,
+and run its ENTRYPOINT with ``buildah run`` (chroot isolation, host network, the image's own user
+and environment) against the session broker, then scrape ``/metrics`` from the host.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import os
-import shutil
 import signal
 import subprocess
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,9 +20,22 @@ from typing import Any
 import pytest
 
 from devenv.kafka import KafkaCluster, free_port
-from devenv.procs import children
 from tests.conftest import commit_offsets, create_topic, produce, unique, wait_for
 from tests.exporter_proc import group_offsets, parse_metrics, select, value
+from tests.image_build import (
+    BASES,
+    BUILDAH,
+    RUN,
+    TAGS,
+    alive,
+    buildah,
+    built,
+    config,
+    find_exporter,
+    http_get,
+    ids,
+    working_container,
+)
 
 pytestmark = [
     pytest.mark.image,
@@ -34,10 +43,6 @@ pytestmark = [
     pytest.mark.timeout(1800),
 ]
 
-ROOT = Path(__file__).resolve().parent.parent
-TAG = "localhost/lagwatch:test"
-BUILDAH = ["buildah", "--storage-driver", "vfs"]
-RUN = ["run", "--isolation", "chroot", "--network", "host"]
 USER_ID = 10001
 MAX_IMAGE_BYTES = 250 * 1000 * 1000  # 149 MB when written; pyspark alone would add > 300 MB
 FORBIDDEN_DISTS = {"pip", "setuptools", "wheel", "pyspark", "py4j", "spark-metrics", "spark_metrics",
@@ -45,39 +50,16 @@ FORBIDDEN_DISTS = {"pip", "setuptools", "wheel", "pyspark", "py4j", "spark-metri
 BUILD_TOOLS = ("pip", "pip3", "gcc", "cc", "c++", "g++", "make", "ld", "curl")
 
 
-def buildah(*args: str, check: bool = True, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    # `make test` installs buildah; elsewhere deselect with -m "not image" rather than skip.
-    assert shutil.which("buildah"), "buildah missing (apt-get install buildah)"
-    r = subprocess.run([*BUILDAH, *args], capture_output=True, text=True, timeout=timeout)
-    if check and r.returncode != 0:
-        raise AssertionError(f"buildah {' '.join(args)} exited {r.returncode}:\n{r.stdout}{r.stderr}")
-    return r
-
-
-@pytest.fixture(scope="module")
-def image() -> dict[str, Any]:
-    """Build the image once per session (cheap when the base rootfs is cached); its inspect JSON."""
-    r = subprocess.run([str(ROOT / "tools" / "build-image"), TAG], cwd=ROOT, capture_output=True,
-                       text=True, timeout=1700)
-    assert r.returncode == 0, f"tools/build-image exited {r.returncode}:\n{(r.stdout + r.stderr)[-6000:]}"
-    return json.loads(buildah("inspect", "--type", "image", TAG).stdout)
+@pytest.fixture(scope="module", params=BASES)
+def image(request: pytest.FixtureRequest) -> tuple[str, dict[str, Any]]:
+    """The image built on each base (once per session, shared with other modules): tag, inspect JSON."""
+    return TAGS[request.param], built(request.param)
 
 
 @pytest.fixture
-def container(image: dict[str, Any]) -> Iterator[tuple[str, Path]]:
-    """A working container of the image and the host path of its mounted root filesystem."""
-    name = unique("lagwatch-image-test")
-    buildah("from", "--pull=never", "--name", name, TAG)
-    try:
-        yield name, Path(buildah("mount", name).stdout.strip())
-    finally:
-        buildah("umount", name, check=False)
-        buildah("rm", name, check=False)
-
-
-def config(image: dict[str, Any]) -> dict[str, Any]:
-    # Docker format: the OCI image config has no HEALTHCHECK.
-    return image["Docker"]["config"]
+def container(image: tuple[str, dict[str, Any]]) -> Iterator[tuple[str, Path]]:
+    with working_container(image[0], "lagwatch-image-test") as c:
+        yield c
 
 
 def env_of(image: dict[str, Any]) -> dict[str, str]:
@@ -104,46 +86,8 @@ def tree_bytes(root: Path) -> int:
     return total
 
 
-def http_get(url: str, timeout: float = 5) -> tuple[int, bytes]:
-    try:
-        with urllib.request.urlopen(url, timeout=timeout) as r:
-            return r.status, r.read()
-    except urllib.error.HTTPError as e:
-        return e.code, e.read()
-
-
-def find_exporter(root_pid: int, listen: str) -> int | None:
-    """The exporter's own process under ``buildah run`` (not buildah's chroot helpers)."""
-    todo, found = [root_pid], None
-    while todo:
-        pid = todo.pop()
-        todo += children(pid)
-        try:
-            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        # The `lagwatch` script's shebang makes the venv's python argv[0]; buildah's helpers
-        # (re-executed buildah binaries) carry the same arguments but a different argv[0].
-        if Path(argv[0].decode()).name.startswith("python") and listen.encode() in argv:
-            found = pid
-    return found
-
-
-def ids(pid: int) -> tuple[set[int], set[int]]:
-    status = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines())
-    return {int(x) for x in status["Uid"].split()}, {int(x) for x in status["Gid"].split()}
-
-
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
-
-
-def test_image_config_has_entrypoint_cmd_port_healthcheck_user(image: dict[str, Any]) -> None:
-    cfg = config(image)
+def test_image_config_has_entrypoint_cmd_port_healthcheck_user(image: tuple[str, dict[str, Any]]) -> None:
+    cfg = config(image[1])
     assert cfg["Entrypoint"] == ["lagwatch"]
     assert cfg["Cmd"] == ["--listen", "0.0.0.0:9308"]
     assert "9308/tcp" in cfg["ExposedPorts"]
@@ -151,13 +95,13 @@ def test_image_config_has_entrypoint_cmd_port_healthcheck_user(image: dict[str, 
     test = cfg["Healthcheck"]["Test"]
     assert test[0] == "CMD" and test[1] == "/opt/lagwatch/bin/python" and "urllib.request" in test[-1]
     assert cfg["Healthcheck"]["Interval"] > 0 and cfg["Healthcheck"]["Retries"] > 0
-    env = env_of(image)
+    env = env_of(image[1])
     assert env["LAGWATCH_HEALTHCHECK_URL"] == "http://127.0.0.1:9308/healthz"
     assert env["PATH"].startswith("/opt/lagwatch/bin:")
     secretish = [k for k in env if any(w in k.upper() for w in ("PASSWORD", "SECRET", "TOKEN", "SASL"))]
     assert not secretish, f"secrets in the image environment: {secretish}"
     # Multi-stage: none of the builder's steps (venv, pip install) is in the final image's history.
-    history = " ".join(h.get("created_by", "") for h in image["History"])
+    history = " ".join(h.get("created_by", "") for h in image[1]["History"])
     assert "pip install" not in history and "python3 -m venv" not in history
 
 
@@ -176,6 +120,13 @@ def test_image_holds_the_exporter_and_no_build_tools(container: tuple[str, Path]
         bad = FORBIDDEN_DISTS & distributions(sp)
         assert not bad, f"{sp.relative_to(root)} holds {sorted(bad)}"
     assert not list(root.glob("usr/share/python-wheels/*.whl")), "ensurepip's pip wheel is in the image"
+    # Debian's installer packages (on the bookworm-pip base) are purged through dpkg, not deleted
+    # behind its back.
+    installed = {e.split("\n", 1)[0].removeprefix("Package: ")
+                 for e in (root / "var/lib/dpkg/status").read_text().split("\n\n")
+                 if "\nStatus: install ok installed" in e}
+    assert "python3" in installed
+    assert not installed & {"python3-pip", "python3-setuptools", "python3-wheel"}, installed
     for leftover in ("root/.cache/pip", "src", "tmp/wheels", "tmp/requirements.txt"):
         assert not (root / leftover).exists(), f"/{leftover} from the build stage is in the final image"
     size = tree_bytes(root)
@@ -189,7 +140,8 @@ def test_image_holds_the_exporter_and_no_build_tools(container: tuple[str, Path]
     assert r.stdout.strip() == "lagwatch 0.1.0"
 
 
-def test_entrypoint_serves_real_lag_from_the_broker(image: dict[str, Any], container: tuple[str, Path],
+def test_entrypoint_serves_real_lag_from_the_broker(image: tuple[str, dict[str, Any]],
+                                                    container: tuple[str, Path],
                                                     kafka: KafkaCluster, tmp_path: Path) -> None:
     name, root = container
     topic = create_topic(kafka, unique("image"), partitions=3)
@@ -200,7 +152,7 @@ def test_entrypoint_serves_real_lag_from_the_broker(image: dict[str, Any], conta
     port = free_port()
     listen = f"127.0.0.1:{port}"
     base = f"http://{listen}"
-    cfg = config(image)
+    cfg = config(image[1])
     health = cfg["Healthcheck"]["Test"][1:]
     # The health check reads its URL from the environment; point it at this run's port.
     buildah("config", "--env", f"LAGWATCH_HEALTHCHECK_URL={base}/healthz", name)
