@@ -24,9 +24,11 @@ COPY pyproject.toml README.md ./
 RUN python3 -c 'import tomllib; print("\n".join(tomllib.load(open("pyproject.toml", "rb"))["project"]["dependencies"]))' \
         > /tmp/requirements.txt \
  && /opt/lagwatch/bin/pip install -r /tmp/requirements.txt
-# Only the exporter package: spark_metrics (the listener that runs inside Spark drivers, next to
-# pyspark) is not in the build context, so the wheel built here leaves it out.
+# Only the exporter and the wire format it shares with reporters (lagwatch_client): spark_metrics
+# (the listener that runs inside Spark drivers, next to pyspark) is not in the build context, so
+# the wheel built here leaves it out.
 COPY exporter ./exporter
+COPY lagwatch_client ./lagwatch_client
 # The project itself, as a wheel, without extras (no pyspark, no grafanalib, no test tools);
 # then pip and setuptools leave the venv so the runtime stage carries no installer.
 RUN /opt/lagwatch/bin/pip wheel --no-deps --wheel-dir /tmp/wheels . \

@@ -32,17 +32,18 @@ from dataclasses import dataclass
 from typing import Any
 
 from exporter.snapshot import TP
+from lagwatch_client.wire import (  # noqa: F401 - the wire format, shared with the reporters
+    MAX_NAME,
+    MAX_REPORT_BYTES,
+    TOPIC_CONFIG,
+    TOPIC_PARTITIONS,
+    VERSION,
+    encode,
+    report_key,
+)
 
-VERSION = 1
-MAX_REPORT_BYTES = 256 * 1024
 MAX_PARTITIONS = 10_000
-MAX_NAME = 512
 MAX_OFFSET = 2**63 - 1
-# How reporters create the reports topic when it is missing: compacted, so the latest
-# report of every consumer member and Spark query survives an exporter restart.
-TOPIC_PARTITIONS = 3
-TOPIC_CONFIG = {"cleanup.policy": "compact", "min.compaction.lag.ms": "60000",
-                "segment.ms": "3600000"}
 # Reasons are a closed set: they are a label value of lagwatch_reports_dropped_total.
 DROP_REASONS = ("oversized", "malformed", "wrong_type", "bad_version", "unknown_cluster",
                 "absurd_value", "too_many_partitions", "flood")
@@ -246,11 +247,3 @@ def decode(raw: bytes | None, cluster: str, received_at: float) -> Report:
             exception=(exc[:2000] if exc else None), received_at=received_at)
     raise ReportError("wrong_type", f"unknown kind {kind!r}")
 
-
-def report_key(kind: str, group: str, who: str) -> bytes:
-    """Compaction key: the latest report per consumer member or Spark query survives."""
-    return f"{kind}/{group}/{who}".encode()
-
-
-def encode(report: dict[str, Any]) -> bytes:
-    return json.dumps(report, separators=(",", ":"), allow_nan=False).encode()
