@@ -8,9 +8,10 @@ PY := $(VENV)/bin/python
 KAFKA_VERSION := 4.2.1
 KAFKA_LEGACY_VERSION := 3.9.2
 SPARK_VERSION := 4.0.0
+SPARK35_VERSION := 3.5.3
 PYTEST_ARGS ?=
 
-.PHONY: test demo setup prereqs jars system-packages lint dashboards clean
+.PHONY: test demo setup prereqs jars pyenvs system-packages lint dashboards clean
 
 test: setup
 	$(PY) -m pytest $(PYTEST_ARGS)
@@ -18,7 +19,7 @@ test: setup
 demo: setup
 	$(PY) -m devenv.demo
 
-setup: prereqs $(VENV)/.installed jars system-packages
+setup: prereqs $(VENV)/.installed jars pyenvs system-packages
 
 prereqs:
 	@tools/check-prereqs
@@ -33,6 +34,11 @@ jars:
 	@tools/fetch-jars kafka $(KAFKA_VERSION) .cache/kafka-$(KAFKA_VERSION)/libs
 	@tools/fetch-jars kafka $(KAFKA_LEGACY_VERSION) .cache/kafka-$(KAFKA_LEGACY_VERSION)/libs
 	@tools/fetch-jars spark $(SPARK_VERSION) .cache/spark-kafka-$(SPARK_VERSION)/libs
+	@tools/fetch-jars spark $(SPARK35_VERSION) .cache/spark-kafka-$(SPARK35_VERSION)/libs
+
+# A PySpark 3.5 driver virtualenv and a wheelhouse (release and light-client tests), cached.
+pyenvs: $(VENV)/.installed
+	@$(PY) -m devenv.pyenvs $(SPARK35_VERSION)
 
 system-packages:
 	@tools/install-system-packages
