@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import select
 import sys
+import time
 
 from confluent_kafka import TopicPartition
 
@@ -23,8 +24,10 @@ def main() -> int:
                               "enable.auto.commit": False, "auto.offset.reset": "earliest"},
                              report_interval=0.5)
     c.subscribe([topic])
-    seen = 0
+    seen, deadline = 0, time.monotonic() + 60
     while seen < int(records):
+        if time.monotonic() > deadline:
+            sys.exit(f"consumed only {seen} of {records} records in 60s")
         msg = c.poll(0.5)
         if msg is not None and msg.error() is None:
             seen += 1

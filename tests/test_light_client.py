@@ -42,11 +42,12 @@ def test_light_client_alone_reports_to_the_exporter(dists: dict[str, Dist], kafk
     group = unique("light-app")
     produce(kafka, topic, {0: 6, 1: 4})
     app = subprocess.Popen([str(python), str(APP), kafka.bootstrap_servers, topic, group, "10", "0:2,1:3"],
-                           stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                           stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                            text=True, cwd=tmp_path, preexec_fn=die_with_parent)
     try:
         assert app.stdout is not None
-        assert app.stdout.readline() == "READY\n"
+        line = app.stdout.readline()
+        assert line == "READY\n", (line, app.communicate(timeout=30))
 
         docs: list[Any] = []
 
@@ -68,8 +69,8 @@ def test_light_client_alone_reports_to_the_exporter(dists: dict[str, Dist], kafk
         assert {p["partition"]: p["committed_offset"] for p in g["partitions"]} == {0: 2, 1: 3}
         member = g["members"][0]
         assert member["last_poll_age_seconds"] is not None and member["last_poll_age_seconds"] < 5
-        out, _ = app.communicate("", timeout=30)
-        assert app.returncode == 0 and out.strip() == "ERRORS 0", out
+        out, err = app.communicate("", timeout=30)  # stdin closes: the app closes its consumer
+        assert app.returncode == 0 and out == "ERRORS 0\n", (out, err)
     finally:
         if app.poll() is None:
             app.kill()
