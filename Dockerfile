@@ -25,9 +25,11 @@ COPY pyproject.toml README.md ./
 RUN python3 -c 'import tomllib; print("\n".join(tomllib.load(open("pyproject.toml", "rb"))["project"]["dependencies"]))' \
         > /tmp/requirements.txt \
  && /opt/lagwatch/bin/pip install -r /tmp/requirements.txt
-# Only the exporter package: spark_metrics (the listener that runs inside Spark drivers, next to
-# pyspark) is not in the build context, so the wheel built here leaves it out.
+# Only the exporter and the wire format it shares with reporters (lagwatch_client): spark_metrics
+# (the listener that runs inside Spark drivers, next to pyspark) is not in the build context, so
+# the wheel built here leaves it out.
 COPY exporter ./exporter
+COPY lagwatch_client ./lagwatch_client
 # The project itself, as a wheel, without extras (no pyspark, no grafanalib, no test tools);
 # then pip and setuptools leave the venv so the runtime stage carries no installer.
 RUN /opt/lagwatch/bin/pip wheel --no-deps --wheel-dir /tmp/wheels . \
@@ -37,6 +39,8 @@ RUN /opt/lagwatch/bin/pip wheel --no-deps --wheel-dir /tmp/wheels . \
 
 # ---------------------------------------------------------------- runtime
 FROM ${BASE_IMAGE}
+# The one version source is lagwatch_client/__init__.py; tools/build-image passes it.
+ARG VERSION=unknown
 # No installer in the runtime image: drop the base's pip, setuptools and wheel, and ensurepip's
 # bundled wheels; then an unprivileged user with a fixed numeric id. Official python images install
 # pip under /usr/local, where pip removes itself. Debian's python3-pip is owned by dpkg and PEP 668
@@ -70,7 +74,7 @@ ENV PATH=/opt/lagwatch/bin:$PATH \
     LAGWATCH_HEALTHCHECK_URL=http://127.0.0.1:9308/healthz
 LABEL org.opencontainers.image.title="lagwatch" \
       org.opencontainers.image.description="Kafka consumer-lag Prometheus exporter" \
-      org.opencontainers.image.version="0.1.0" \
+      org.opencontainers.image.version="${VERSION}" \
       org.opencontainers.image.licenses="Apache-2.0"
 USER 10001:10001
 EXPOSE 9308

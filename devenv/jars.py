@@ -14,6 +14,9 @@ ROOT = Path(__file__).resolve().parent.parent
 CACHE = Path(os.environ.get("LAGWATCH_CACHE", ROOT / ".cache"))
 DEFAULT_KAFKA_VERSION = "4.2.1"
 SPARK_VERSION = "4.0.0"
+# The Spark 3.5 driver the tests run (its own virtualenv, devenv/pyenvs.py). 3.5.3 is the newest
+# 3.5 whose connector resolves with all its dependencies from Maven Central as reachable here.
+SPARK35_VERSION = "3.5.3"
 
 
 class JarsMissing(RuntimeError):

@@ -24,7 +24,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaException
 
-from exporter.instrument import InstrumentedConsumer
+from lagwatch_client import InstrumentedConsumer
 
 
 def say(*words: object) -> None:

@@ -1,3 +1,5 @@
 """lagwatch: a Kafka consumer-lag exporter (see README.md)."""
 
-__version__ = "0.1.0"
+from lagwatch_client import __version__  # the one version source
+
+__all__ = ["__version__"]

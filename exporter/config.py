@@ -15,8 +15,9 @@ from typing import Any
 
 import yaml
 
+from lagwatch_client.wire import DEFAULT_REPORTS_TOPIC
+
 DEFAULT_LISTEN = ("0.0.0.0", 9308)
-DEFAULT_REPORTS_TOPIC = "__lagwatch_reports"
 LAG_MODES = ("interpolate", "exact")
 COMPAT_MODES = ("kafka_exporter",)
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")

@@ -32,17 +32,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from exporter.snapshot import TP
+from lagwatch_client.wire import MAX_NAME, MAX_REPORT_BYTES, VERSION, encode, report_key  # noqa: F401
 
-VERSION = 1
-MAX_REPORT_BYTES = 256 * 1024
+# The wire format is lagwatch_client.wire, shared with the reporters (encode and report_key
+# are re-exported for tests that build reports the way reporters do).
+
 MAX_PARTITIONS = 10_000
-MAX_NAME = 512
 MAX_OFFSET = 2**63 - 1
-# How reporters create the reports topic when it is missing: compacted, so the latest
-# report of every consumer member and Spark query survives an exporter restart.
-TOPIC_PARTITIONS = 3
-TOPIC_CONFIG = {"cleanup.policy": "compact", "min.compaction.lag.ms": "60000",
-                "segment.ms": "3600000"}
 # Reasons are a closed set: they are a label value of lagwatch_reports_dropped_total.
 DROP_REASONS = ("oversized", "malformed", "wrong_type", "bad_version", "unknown_cluster",
                 "absurd_value", "too_many_partitions", "flood")
@@ -246,11 +242,3 @@ def decode(raw: bytes | None, cluster: str, received_at: float) -> Report:
             exception=(exc[:2000] if exc else None), received_at=received_at)
     raise ReportError("wrong_type", f"unknown kind {kind!r}")
 
-
-def report_key(kind: str, group: str, who: str) -> bytes:
-    """Compaction key: the latest report per consumer member or Spark query survives."""
-    return f"{kind}/{group}/{who}".encode()
-
-
-def encode(report: dict[str, Any]) -> bytes:
-    return json.dumps(report, separators=(",", ":"), allow_nan=False).encode()

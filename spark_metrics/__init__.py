@@ -11,9 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from lagwatch_client.wire import DEFAULT_REPORTS_TOPIC
 from spark_metrics.offsets import OffsetParseError, ProgressInfo, parse_offsets, parse_progress
-
-DEFAULT_REPORTS_TOPIC = "__lagwatch_reports"
 
 __all__ = ["DEFAULT_REPORTS_TOPIC", "LagListener", "OffsetParseError", "ProgressInfo",
            "parse_offsets", "parse_progress"]

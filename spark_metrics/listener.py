@@ -34,8 +34,7 @@ from typing import Any
 
 from pyspark.sql.streaming import StreamingQueryListener
 
-from exporter.reports import MAX_NAME, VERSION, report_key
-from spark_metrics import DEFAULT_REPORTS_TOPIC  # = exporter.config.DEFAULT_REPORTS_TOPIC
+from lagwatch_client.wire import DEFAULT_REPORTS_TOPIC, MAX_NAME, VERSION, report_key
 from spark_metrics.offsets import Offsets, parse_progress
 from spark_metrics.sender import Counters, RateLimitedLog, ReportSender
 

@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from exporter.reports import MAX_REPORT_BYTES, TOPIC_CONFIG, TOPIC_PARTITIONS, encode
+from lagwatch_client.wire import MAX_REPORT_BYTES, TOPIC_CONFIG, TOPIC_PARTITIONS, encode
 
 log = logging.getLogger("lagwatch.spark")
 

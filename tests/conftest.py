@@ -14,6 +14,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from devenv.kafka import KafkaCluster
+from tests.dists import PROJECTS, Dist, build
 from tests.exporter_proc import ExporterProcess
 
 ROOT_DIR = Path(__file__).resolve().parent.parent
@@ -161,3 +162,9 @@ def exporter(kafka: KafkaCluster, tmp_path_factory: pytest.TempPathFactory) -> I
         yield proc
     finally:
         proc.stop()
+
+
+@pytest.fixture(scope="session")
+def dists(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Dist]:
+    """sdist and wheel of `lagwatch` and `lagwatch-client`, built once (tests/dists.py)."""
+    return {name: build(path, tmp_path_factory.mktemp(name)) for name, path in PROJECTS.items()}

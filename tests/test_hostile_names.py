@@ -25,7 +25,7 @@ from prometheus_client.openmetrics.parser import text_string_to_metric_families 
 from prometheus_client.parser import text_string_to_metric_families as prom_families
 
 from devenv.kafka import KafkaCluster
-from exporter.instrument import InstrumentedConsumer
+from lagwatch_client import InstrumentedConsumer
 from tests.conftest import commit_offsets, create_topic, exporter_config, produce, unique, wait_for
 from tests.exporter_proc import ExporterProcess, parse_metrics, select, value
 

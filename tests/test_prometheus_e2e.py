@@ -49,9 +49,13 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 from dashboards.queries import Query, dashboard_queries, load_dashboards
 from devenv.kafka import KafkaCluster
-from exporter.config import DEFAULT_REPORTS_TOPIC
-from exporter.instrument import ensure_reports_topic
-from exporter.reports import VERSION, encode, report_key
+from lagwatch_client.wire import (
+    DEFAULT_REPORTS_TOPIC,
+    VERSION,
+    encode,
+    ensure_reports_topic,
+    report_key,
+)
 from tests.conftest import ROOT_DIR, STALL_AFTER, create_topic, exporter_config, unique, wait_for
 from tests.exporter_proc import ExporterProcess
 from tests.prometheus_proc import PrometheusProcess, PromQLError, finite, promtool

@@ -1,17 +1,20 @@
 """The PySpark listener: offset parsing (fast), and real Spark queries on the real broker.
 
-The Spark tests share one SparkSession (local[2], the spark-sql-kafka connector
-jars resolved by tools/fetch-jars), one LagListener and one exporter
-subprocess. Each starts its own query on its own topic and compares what the
-exporter serves with the offsets the test itself produced.
+The Spark tests run once per supported Spark line, PySpark 4.0 and 3.5, each in
+one driver process (tests/spark_driver.py: local[2], the spark-sql-kafka
+connector jars resolved by tools/fetch-jars, one LagListener), against one
+exporter subprocess. Each test starts its own query on its own topic and
+compares what the exporter serves with the offsets the test itself produced.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import os
 import re
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -22,11 +25,15 @@ import pytest
 from confluent_kafka import Producer
 
 from devenv.groups_tool import describe_group
+from devenv.jars import SPARK35_VERSION, SPARK_VERSION, spark_kafka_jars
 from devenv.kafka import KafkaCluster
+from devenv.pyenvs import spark_python
 from exporter.reports import decode
 from spark_metrics.offsets import OffsetParseError, parse_offsets, parse_progress
 from tests.conftest import create_topic, produce, unique, wait_for
+from tests.dists import Dist, distributions, pip_install
 from tests.exporter_proc import ExporterProcess, group_offsets, select, value
+from tests.spark_proc import SparkDriverProcess
 
 # --- real progress shapes ------------------------------------------------------------------
 
@@ -224,43 +231,32 @@ REPORT_EXPIRY = 12.0
 HEARTBEAT = 1.0
 
 
-@pytest.fixture(scope="module")
-def spark(kafka: KafkaCluster) -> Iterator[Any]:
-    from pyspark.sql import SparkSession
+@pytest.fixture(scope="module", params=[SPARK_VERSION, SPARK35_VERSION],
+                ids=lambda v: f"pyspark-{v}")
+def driver(request: pytest.FixtureRequest, kafka: KafkaCluster,
+           dists: dict[str, Dist]) -> Iterator[SparkDriverProcess]:
+    """A PySpark driver process (tests/spark_driver.py) with a LagListener, per Spark version.
 
-    from devenv.jars import spark_kafka_jars
-
-    jars = spark_kafka_jars()
-    session = (SparkSession.builder.master("local[2]").appName("lagwatch-tests")
-               .config("spark.jars", ",".join(str(j) for j in jars))
-               .config("spark.ui.enabled", "false")
-               .config("spark.sql.shuffle.partitions", "2")
-               .config("spark.sql.streaming.forceDeleteTempCheckpointLocation", "true")
-               .config("spark.sql.streaming.stopTimeout", "60s")
-               .config("spark.driver.extraJavaOptions", "-XX:+UseSerialGC")
-               .getOrCreate())
-    session.sparkContext.setLogLevel("ERROR")
-    try:
-        yield session
-    finally:
-        for q in session.streams.active:
-            q.stop()
-        session.stop()
-
-
-@pytest.fixture(scope="module")
-def listener(spark: Any, kafka: KafkaCluster) -> Iterator[Any]:
-    from spark_metrics import LagListener
-
-    lst = LagListener(bootstrap_servers=kafka.bootstrap_servers, heartbeat_interval=HEARTBEAT)
-    spark.streams.addListener(lst)
-    try:
-        yield lst
-    finally:
-        spark.streams.removeListener(lst)
-        lst.close()
-    assert lst.counters.get("callback_errors", 0) == 0, lst.counters
-    assert lst.counters.get("parse_errors", 0) == 0, lst.counters
+    4.0 runs with the suite's interpreter; 3.5 with its own virtualenv, into which the
+    lagwatch-client wheel built from this checkout is installed (nothing else is: the
+    venv holds pyspark and confluent-kafka). One driver serves every test of its version.
+    """
+    version = request.param
+    if version == SPARK_VERSION:
+        python = Path(sys.executable)
+    else:
+        python = spark_python(version)
+        pip_install(python, "--no-deps", "--force-reinstall", dists["lagwatch-client"].wheel)
+    d = SparkDriverProcess(python, kafka.bootstrap_servers, spark_kafka_jars(version), HEARTBEAT)
+    assert d.hello["pyspark"] == version
+    if version != SPARK_VERSION:  # a driver with only the light install
+        assert distributions(python) == {"lagwatch-client", "confluent-kafka", "pyspark", "py4j"}
+        assert d.hello["importable"] == [], d.hello
+        assert d.hello["spark_metrics"].startswith(str(python.parent.parent)), d.hello
+    yield d
+    counters = d.close()["main"]
+    assert counters.get("callback_errors", 0) == 0, counters
+    assert counters.get("parse_errors", 0) == 0, counters
 
 
 class Exporter:
@@ -300,17 +296,6 @@ def exporter(kafka: KafkaCluster, tmp_path_factory: pytest.TempPathFactory) -> I
     finally:
         exp.proc.stop()
         os.unlink(exp.proc.log.name)
-
-
-def _kafka_stream(spark: Any, kafka: KafkaCluster, topic: str) -> Any:
-    return (spark.readStream.format("kafka")
-            .option("kafka.bootstrap.servers", kafka.bootstrap_servers)
-            .option("subscribe", topic).option("startingOffsets", "earliest").load())
-
-
-def _stop(q: Any) -> None:
-    if q is not None and q.isActive:
-        q.stop()
 
 
 class BackgroundProducer:
@@ -354,47 +339,49 @@ def _partition_values(samples: Any, family: str, group: str, topic: str) -> dict
     return {p: v for (t, p), v in group_offsets(samples, group, family, [topic]).items()}
 
 
-@pytest.mark.spark
-def test_healthy_query_lag_matches_end_offsets(spark: Any, listener: Any, kafka: KafkaCluster,
-                                               exporter: Exporter) -> None:
-    from spark_metrics import LagListener
+def _first_batch(driver: SparkDriverProcess, name: str) -> None:
+    wait_for(lambda: driver.call("query", name=name)["batch_id"] is not None, 60, "the first batch")
 
+
+def _caught_up(exporter: Exporter, name: str, topic: str, want: dict[int, int]) -> Any:
+    """Metrics once the exporter shows ``name`` ok with committed = HW = ``want``, lag 0."""
+    s = exporter.proc.metrics()
+    committed = _partition_values(s, "kafka_consumergroup_committed_offset", name, topic)
+    lag = _partition_values(s, "kafka_consumergroup_lag_offsets", name, topic)
+    hw = {int(dict(lab)["partition"]): v for lab, v in
+          select(s, "kafka_partition_high_watermark_offset", topic=topic).items()}
+    status = value(s, "kafka_consumergroup_status", group=name, status="ok")
+    ok = committed == want and hw == want and lag == {p: 0 for p in want} and status == 1
+    return s if ok else None
+
+
+@pytest.mark.spark
+def test_healthy_query_lag_matches_end_offsets(driver: SparkDriverProcess, kafka: KafkaCluster,
+                                               exporter: Exporter) -> None:
     topic = create_topic(kafka, unique("spark-ok"), partitions=3)
     name = unique("q-ok")
     produce(kafka, topic, {0: 50, 1: 30, 2: 7})
     # A second listener that only mirrors the offsets into a consumer group named like the
     # query (its own reports go to a scratch topic so the exporter sees one reporter).
-    mirror = LagListener(bootstrap_servers=kafka.bootstrap_servers, commit_offsets_to_group=True,
-                         reports_topic=unique("scratch-reports"), heartbeat_interval=HEARTBEAT)
-    spark.streams.addListener(mirror)
-    q = None
+    driver.call("add_listener", key="mirror", commit_offsets_to_group=True,
+                reports_topic=unique("scratch-reports"), heartbeat_interval=HEARTBEAT)
+    mirror_counters: dict[str, int] = {}
     try:
-        q = (_kafka_stream(spark, kafka, topic).writeStream.format("noop").queryName(name)
-             .trigger(processingTime="500 milliseconds").start())
-        wait_for(lambda: q.lastProgress is not None, 60, "the first batch")
+        qid = driver.call("start", name=name, topic=topic)["id"]
+        _first_batch(driver, name)
         produce(kafka, topic, {0: 10, 2: 5})  # more data while the query runs, then stop
         want = {0: 60, 1: 30, 2: 12}
-
-        def caught_up() -> Any:
-            s = exporter.proc.metrics()
-            committed = _partition_values(s, "kafka_consumergroup_committed_offset", name, topic)
-            lag = _partition_values(s, "kafka_consumergroup_lag_offsets", name, topic)
-            hw = {int(dict(lab)["partition"]): v for lab, v in
-                  select(s, "kafka_partition_high_watermark_offset", topic=topic).items()}
-            status = value(s, "kafka_consumergroup_status", group=name, status="ok")
-            ok = committed == want and hw == want and lag == {p: 0 for p in want} and status == 1
-            return s if ok else None
-
-        s = wait_for(caught_up, 30, f"lag 0 at committed {want} for {name}")
+        s = wait_for(lambda: _caught_up(exporter, name, topic, want), 30,
+                     f"lag 0 at committed {want} for {name}")
         # HW - endOffset per partition, with HW and endOffset as the test produced them
-        ends = listener._queries[str(q.id)].end_offsets[topic]
+        ends = driver.call("listener", name=name)["end_offsets"][topic]
         assert {int(p): o for p, o in ends.items()} == want
         assert value(s, "kafka_consumergroup_info", group=name, type="spark") == 1
         assert value(s, "kafka_consumergroup_members", group=name) == 1
         assert value(s, "kafka_spark_query_batch_duration_seconds", group=name) is not None
         g = exporter.group(name)
         assert g is not None and g["type"] == "spark" and g["status"] == "ok", g
-        assert g["spark"]["query_id"] == str(q.id) and g["spark"]["active"] is True
+        assert g["spark"]["query_id"] == qid and g["spark"]["active"] is True
 
         # Kafka's own tool sees the query as a consumer group, committed = endOffset; the
         # exporter still shows one group of type spark (the empty mirror group does not win).
@@ -404,8 +391,6 @@ def test_healthy_query_lag_matches_end_offsets(spark: Any, listener: Any, kafka:
 
         rows = wait_for(mirrored, 30, f"offsets committed to consumer group {name}")
         assert {p: r.lag for p, r in rows.items()} == {p: 0 for p in want}
-        assert mirror.counters.get("commits", 0) >= 1
-        assert mirror.counters.get("commit_errors", 0) == 0, mirror.counters
         seen_at = time.time()  # wait for a cycle sampled after the group surely existed
 
         def sampled_after() -> Any:
@@ -417,38 +402,74 @@ def test_healthy_query_lag_matches_end_offsets(spark: Any, listener: Any, kafka:
         assert value(s, "kafka_consumergroup_info", group=name, type="spark") == 1
         assert not select(s, "kafka_consumergroup_info", group=name, type="classic")
     finally:
-        _stop(q)
-        spark.streams.removeListener(mirror)
-        mirror.close()
+        with contextlib.suppress(Exception):
+            driver.call("stop", name=name)
+        mirror_counters = driver.call("remove_listener", key="mirror")["counters"]
+    assert mirror_counters.get("commits", 0) >= 1, mirror_counters
+    assert mirror_counters.get("commit_errors", 0) == 0, mirror_counters
+
+
+@pytest.mark.spark
+def test_idle_query_is_ok_and_resumes(driver: SparkDriverProcess, kafka: KafkaCluster,
+                                      exporter: Exporter) -> None:
+    """No new data: Spark 3.5+ calls onQueryIdle (every 10 s by default) instead of
+    onQueryProgress, so reports carry no new offsets. The query must read `ok`, with no
+    batch "running" (an idle query is not a hung one), and pick up new data as usual."""
+    topic = create_topic(kafka, unique("spark-idle"), partitions=2)
+    name = unique("q-idle")
+    want = {0: 8, 1: 4}
+    produce(kafka, topic, want)
+    try:
+        driver.call("start", name=name, topic=topic)
+        wait_for(lambda: _caught_up(exporter, name, topic, want), 60, f"{name} caught up")
+        c0 = driver.call("listener")["counters"]
+        # Idle for longer than the livelock threshold, until Spark reported idleness.
+        since = time.monotonic()
+        seen: list[dict[str, Any]] = []
+
+        def idle_long_enough() -> Any:
+            g = exporter.group(name)
+            assert g is not None
+            seen.append(g)
+            c = driver.call("listener")["counters"]
+            idle = c.get("events_idle", 0) > c0.get("events_idle", 0)
+            return c if idle and time.monotonic() - since >= LIVELOCK_AFTER + 2 * INTERVAL else None
+
+        c = wait_for(idle_long_enough, 30, f"an idle event for {name}", interval=INTERVAL / 2)
+        # 3.5+ reports no-data triggers with onQueryIdle only (SPARK-43183), no progress event.
+        assert c["events_progress"] == c0["events_progress"], (c0, c)
+        bad = [g for g in seen if g["status"] != "ok" or g["lag_offsets"] != 0
+               or (g["spark"]["batch_running_seconds"] or 0) >= LIVELOCK_AFTER]
+        assert not bad, bad[0]
+
+        produce(kafka, topic, {0: 5})  # data again: caught up without ever looking stuck
+        want = {0: 13, 1: 4}
+        statuses: set[str] = set()
+
+        def resumed() -> Any:
+            g = exporter.group(name)
+            statuses.add(g["status"] if g else "absent")
+            return _caught_up(exporter, name, topic, want)
+
+        wait_for(resumed, 30, f"{name} at {want} after idling")
+        assert statuses <= {"ok", "lagging"}, statuses
+    finally:
+        driver.call("stop", name=name)
 
 
 @pytest.mark.spark
 def test_hung_batch_is_livelocked_and_survives_exporter_restart(
-        spark: Any, listener: Any, kafka: KafkaCluster, exporter: Exporter,
+        driver: SparkDriverProcess, kafka: KafkaCluster, exporter: Exporter,
         tmp_path: Path) -> None:
-    from pyspark.sql import functions as F
-    from pyspark.sql.types import StringType
-
     topic = create_topic(kafka, unique("spark-hang"), partitions=2)
     name = unique("q-hang")
     initial = {0: 20, 1: 10}
     produce(kafka, topic, initial)
-    flag = tmp_path / "hang"
-
-    def hold(v):  # type: ignore[no-untyped-def] # runs in the Python worker while the flag exists
-        while os.path.exists(str(flag)):
-            time.sleep(0.1)
-        return v
-
-    hold_udf = F.udf(hold, StringType(), useArrow=False)
-    q = None
+    flag = tmp_path / "hang"  # while it exists, the query's Python UDF does not return
     writer = None
     try:
-        q = (_kafka_stream(spark, kafka, topic)
-             .select(hold_udf(F.col("value").cast("string")).alias("v"))
-             .writeStream.format("noop").queryName(name)
-             .trigger(processingTime="500 milliseconds").start())
-        wait_for(lambda: q.lastProgress is not None, 60, "batch 0")
+        driver.call("start", name=name, topic=topic, hang_flag=str(flag))
+        _first_batch(driver, name)
         flag.touch()  # the next batch will hang
         writer = BackgroundProducer(kafka, topic, 2).start()
         wait_for(lambda: writer.first_delivery, 10, "the producer to deliver")
@@ -467,7 +488,8 @@ def test_hung_batch_is_livelocked_and_survives_exporter_restart(
         assert m, g["reasons"]
         assert m.group(1) == "1", "batch 0 completed, batch 1 hangs"
         assert LIVELOCK_AFTER <= int(m.group(2)) <= took + 2, (m.group(0), took)
-        assert q.isActive and q.status["isTriggerActive"]  # Spark agrees: still in the batch
+        q = driver.call("query", name=name)
+        assert q["active"] and q["trigger_active"], q  # Spark agrees: still in the batch
         assert g["spark"]["batch_running_seconds"] >= LIVELOCK_AFTER
 
         # The producer stops: lag = HW - endOffset of batch 0, exactly what the test wrote.
@@ -486,7 +508,7 @@ def test_hung_batch_is_livelocked_and_survives_exporter_restart(
         assert value(s, "kafka_consumergroup_status", group=name, status="livelocked") == 1
         assert value(s, "kafka_consumergroup_info", group=name, type="spark") == 1
 
-        # (d) restart the exporter while the batch still hangs: the exporter replays the
+        # Restart the exporter while the batch still hangs: the exporter replays the
         # compacted reports before its first view, so the query is known within one cycle.
         ready_at = exporter.restart()
         g = wait_for(livelocked, 15, f"{name} livelocked after the restart", interval=0.1)
@@ -498,40 +520,37 @@ def test_hung_batch_is_livelocked_and_survives_exporter_restart(
             writer.stop()
         if flag.exists():
             flag.unlink()
-        _stop(q)
+        driver.call("stop", name=name)
 
 
 @pytest.mark.spark
-def test_stopped_query_is_stopped_then_expires(spark: Any, listener: Any, kafka: KafkaCluster,
+def test_stopped_query_is_stopped_then_expires(driver: SparkDriverProcess, kafka: KafkaCluster,
                                                exporter: Exporter) -> None:
     topic = create_topic(kafka, unique("spark-stop"), partitions=2)
     name = unique("q-stop")
     produce(kafka, topic, {0: 5, 1: 5})
-    q = None
+    driver.call("start", name=name, topic=topic)
     try:
-        q = (_kafka_stream(spark, kafka, topic).writeStream.format("noop").queryName(name)
-             .trigger(processingTime="500 milliseconds").start())
         wait_for(lambda: (exporter.group(name) or {}).get("partitions"), 60,
                  f"{name} with offsets on the exporter")
         produce(kafka, topic, {0: 3})  # lag while the query is gone
-        q.stop()
-        stopped_at = time.monotonic()
-
-        def stopped() -> Any:
-            g = exporter.group(name)
-            return g if g and g["status"] == "stopped" else None
-
-        g = wait_for(stopped, 10, f"{name} stopped")
-        assert g["spark"]["active"] is False
-        assert any("terminated" in r for r in g["reasons"]), g["reasons"]
-
-        def gone() -> bool:
-            s = exporter.proc.metrics()
-            return not any(dict(lab).get("group") == name for (_, lab) in s)
-
-        wait_for(gone, REPORT_EXPIRY + 10, f"series of {name} to expire")
-        took = time.monotonic() - stopped_at
-        assert took >= REPORT_EXPIRY - 1.0, f"series vanished after {took:.1f}s, before expiry"
-        assert exporter.group(name) is None
     finally:
-        _stop(q)
+        driver.call("stop", name=name)
+    stopped_at = time.monotonic()
+
+    def stopped() -> Any:
+        g = exporter.group(name)
+        return g if g and g["status"] == "stopped" else None
+
+    g = wait_for(stopped, 10, f"{name} stopped")
+    assert g["spark"]["active"] is False
+    assert any("terminated" in r for r in g["reasons"]), g["reasons"]
+
+    def gone() -> bool:
+        s = exporter.proc.metrics()
+        return not any(dict(lab).get("group") == name for (_, lab) in s)
+
+    wait_for(gone, REPORT_EXPIRY + 10, f"series of {name} to expire")
+    took = time.monotonic() - stopped_at
+    assert took >= REPORT_EXPIRY - 1.0, f"series vanished after {took:.1f}s, before expiry"
+    assert exporter.group(name) is None

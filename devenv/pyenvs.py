@@ -1,0 +1,90 @@
+"""Second Python environments for the tests, built once by ``make setup`` and cached in .cache/.
+
+* a PySpark 3.5 driver virtualenv (pyspark cannot be two versions in one process, and the
+  suite's own venv has pyspark 4.0), holding pyspark and lagwatch-client's dependencies;
+  the tests install the lagwatch-client wheel they build into it;
+* a wheelhouse with the runtime dependencies of both distributions and the build backend,
+  so the release and light-client tests install into fresh virtualenvs without the network.
+
+Both are keyed by what they hold (pyspark and Python versions, the requirement list), so a
+version bump builds a new one next to the old. ``python -m devenv.pyenvs 3.5.3`` builds them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+from devenv.jars import CACHE, ROOT, SPARK35_VERSION
+
+PY_TAG = f"py{sys.version_info.major}{sys.version_info.minor}"
+PIP = ("-m", "pip", "-q", "--disable-pip-version-check", "--no-input")
+
+
+class EnvMissing(RuntimeError):
+    pass
+
+
+def _project(path: Path) -> dict:
+    with open(path, "rb") as f:
+        return tomllib.load(f)
+
+
+def client_requirements() -> list[str]:
+    """What lagwatch-client installs: its runtime dependencies (confluent-kafka)."""
+    return list(_project(ROOT / "client" / "pyproject.toml")["project"]["dependencies"])
+
+
+def wheelhouse_requirements() -> list[str]:
+    """Runtime dependencies of both distributions, and the build backend (sdist installs)."""
+    main = _project(ROOT / "pyproject.toml")
+    reqs = {*main["project"]["dependencies"], *main["build-system"]["requires"],
+            *client_requirements()}
+    return sorted(reqs)
+
+
+def _ready(dest: Path) -> bool:
+    return (dest / ".complete").exists()
+
+
+def spark_python(version: str = SPARK35_VERSION, fetch: bool = True) -> Path:
+    """The interpreter of a virtualenv with ``pyspark==version`` and confluent-kafka only."""
+    dest = CACHE / f"venv-pyspark-{version}-{PY_TAG}"
+    if not _ready(dest):
+        if not fetch:
+            raise EnvMissing(f"no PySpark {version} virtualenv in {dest}; run make setup")
+        shutil.rmtree(dest, ignore_errors=True)
+        print(f"creating a PySpark {version} virtualenv in {dest}", file=sys.stderr)
+        subprocess.run([sys.executable, "-m", "venv", str(dest)], check=True)
+        subprocess.run([str(dest / "bin" / "python"), *PIP, "install", f"pyspark=={version}",
+                        *client_requirements()], check=True)
+        (dest / ".complete").touch()
+    return dest / "bin" / "python"
+
+
+def wheelhouse(fetch: bool = True) -> Path:
+    """A directory of wheels to install the built distributions from, offline."""
+    reqs = wheelhouse_requirements()
+    key = hashlib.sha256("\n".join([PY_TAG, *reqs]).encode()).hexdigest()[:12]
+    dest = CACHE / f"wheelhouse-{key}"
+    if not _ready(dest):
+        if not fetch:
+            raise EnvMissing(f"no wheelhouse in {dest}; run make setup")
+        tmp = dest.with_name(dest.name + ".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        print(f"downloading wheels into {dest}: {' '.join(reqs)}", file=sys.stderr)
+        subprocess.run([sys.executable, *PIP, "download", "--only-binary=:all:", "--dest",
+                        str(tmp), *reqs], check=True)
+        (tmp / ".complete").touch()
+        shutil.rmtree(dest, ignore_errors=True)
+        tmp.rename(dest)
+    return dest
+
+
+if __name__ == "__main__":
+    spark_python(sys.argv[1] if len(sys.argv) > 1 else SPARK35_VERSION)
+    wheelhouse()

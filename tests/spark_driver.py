@@ -1,0 +1,151 @@
+"""A PySpark driver with a LagListener, run as its own process and driven over stdin/stdout.
+
+    <python> tests/spark_driver.py --bootstrap HOST:PORT --jars a.jar,b.jar
+
+The listener tests run it with the suite's interpreter (pyspark 4.0) and with the
+PySpark 3.5 virtualenv (devenv/pyenvs.py): two pyspark versions cannot share a
+process. It imports only the standard library, pyspark and what lagwatch-client
+installs (it runs as a script, so the repository is not on ``sys.path``); in the 3.5
+virtualenv it is a driver with the light install and nothing else.
+
+Requests are JSON objects, one per line on stdin: ``{"cmd": "start", ...}``. Every
+reply is one line ``@@ <json>`` on stdout (the JVM may print other lines there):
+``{"ok": ...}`` or ``{"error": "<traceback>"}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import sys
+import time
+import traceback
+from typing import Any
+
+import pyspark
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import StringType
+
+import spark_metrics
+
+# What the exporter needs and a driver must not: absent from the light install.
+EXPORTER_ONLY = ("exporter", "prometheus_client", "yaml", "bcrypt")
+
+
+class Driver:
+    def __init__(self, bootstrap: str, jars: str, heartbeat: float) -> None:
+        os.environ["PYSPARK_PYTHON"] = sys.executable  # Python workers (UDFs) use this venv too
+        self.bootstrap = bootstrap
+        self.spark = (SparkSession.builder.master("local[2]").appName("lagwatch-tests")
+                      .config("spark.jars", jars)
+                      .config("spark.ui.enabled", "false")
+                      .config("spark.sql.shuffle.partitions", "2")
+                      .config("spark.sql.streaming.forceDeleteTempCheckpointLocation", "true")
+                      .config("spark.sql.streaming.stopTimeout", "60s")
+                      .config("spark.driver.extraJavaOptions", "-XX:+UseSerialGC")
+                      .getOrCreate())
+        self.spark.sparkContext.setLogLevel("ERROR")
+        self.listeners = {"main": spark_metrics.LagListener(bootstrap_servers=bootstrap,
+                                                            heartbeat_interval=heartbeat)}
+        self.spark.streams.addListener(self.listeners["main"])
+        self.queries: dict[str, Any] = {}
+
+    def hello(self) -> dict[str, Any]:
+        return {"pyspark": pyspark.__version__, "python": sys.executable,
+                "spark_metrics": spark_metrics.__file__,
+                "importable": [m for m in EXPORTER_ONLY if importlib.util.find_spec(m)]}
+
+    def start(self, name: str, topic: str, trigger_ms: int = 500,
+              hang_flag: str | None = None) -> dict[str, Any]:
+        df = (self.spark.readStream.format("kafka")
+              .option("kafka.bootstrap.servers", self.bootstrap)
+              .option("subscribe", topic).option("startingOffsets", "earliest").load())
+        if hang_flag is not None:
+            df = df.select(_hold_udf(hang_flag)(F.col("value").cast("string")).alias("v"))
+        q = (df.writeStream.format("noop").queryName(name)
+             .trigger(processingTime=f"{trigger_ms} milliseconds").start())
+        self.queries[name] = q
+        return {"id": str(q.id)}
+
+    def query(self, name: str) -> dict[str, Any]:
+        """Spark's own view of the query (the tests compare the exporter's with it)."""
+        q = self.queries[name]
+        last = q.lastProgress
+        return {"active": q.isActive, "trigger_active": bool(q.status["isTriggerActive"]),
+                "batch_id": None if last is None else last["batchId"]}
+
+    def stop(self, name: str) -> dict[str, Any]:
+        self.queries[name].stop()
+        return {}
+
+    def listener(self, name: str | None = None, key: str = "main") -> dict[str, Any]:
+        """Counters of a listener; with ``name``, the end offsets it holds for that query."""
+        lst = self.listeners[key]
+        out: dict[str, Any] = {"counters": lst.counters}
+        if name is not None:
+            qs = lst._queries.get(str(self.queries[name].id))
+            out["end_offsets"] = qs.end_offsets if qs is not None else None
+        return out
+
+    def add_listener(self, key: str, **kwargs: Any) -> dict[str, Any]:
+        lst = spark_metrics.LagListener(bootstrap_servers=self.bootstrap, **kwargs)
+        self.spark.streams.addListener(lst)
+        self.listeners[key] = lst
+        return {}
+
+    def remove_listener(self, key: str) -> dict[str, Any]:
+        lst = self.listeners.pop(key)
+        self.spark.streams.removeListener(lst)
+        lst.close()
+        return {"counters": lst.counters}
+
+    def close(self) -> dict[str, Any]:
+        for q in self.spark.streams.active:
+            q.stop()
+        counters = {k: lst.counters for k, lst in self.listeners.items()}
+        for lst in self.listeners.values():
+            self.spark.streams.removeListener(lst)
+            lst.close()
+        self.spark.stop()
+        return {"counters": counters}
+
+
+def _hold_udf(flag: str) -> Any:
+    def hold(v: Any) -> Any:  # runs in the Python worker: the batch hangs while the flag exists
+        while os.path.exists(flag):
+            time.sleep(0.1)
+        return v
+
+    return F.udf(hold, StringType(), useArrow=False)
+
+
+def reply(obj: dict[str, Any]) -> None:
+    sys.stdout.write("@@ " + json.dumps(obj) + "\n")
+    sys.stdout.flush()
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--bootstrap", required=True)
+    ap.add_argument("--jars", required=True)
+    ap.add_argument("--heartbeat", type=float, default=1.0)
+    args = ap.parse_args()
+    driver = Driver(args.bootstrap, args.jars, args.heartbeat)
+    reply({"ok": driver.hello()})
+    for line in sys.stdin:
+        req = json.loads(line)
+        cmd = req.pop("cmd")
+        try:
+            reply({"ok": getattr(driver, cmd)(**req)})
+        except Exception:  # noqa: BLE001 - reported to the test, which fails with it
+            reply({"error": traceback.format_exc()})
+        if cmd == "close":
+            break
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
