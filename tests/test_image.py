@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+import lagwatch_client
 from devenv.kafka import KafkaCluster, free_port
 from tests.conftest import commit_offsets, create_topic, produce, unique, wait_for
 from tests.exporter_proc import group_offsets, parse_metrics, select, value
@@ -92,6 +93,7 @@ def test_image_config_has_entrypoint_cmd_port_healthcheck_user(image: tuple[str,
     assert cfg["Cmd"] == ["--listen", "0.0.0.0:9308"]
     assert "9308/tcp" in cfg["ExposedPorts"]
     assert cfg["User"] == f"{USER_ID}:{USER_ID}"
+    assert cfg["Labels"]["org.opencontainers.image.version"] == lagwatch_client.__version__
     test = cfg["Healthcheck"]["Test"]
     assert test[0] == "CMD" and test[1] == "/opt/lagwatch/bin/python" and "urllib.request" in test[-1]
     assert cfg["Healthcheck"]["Interval"] > 0 and cfg["Healthcheck"]["Retries"] > 0
@@ -137,7 +139,7 @@ def test_image_holds_the_exporter_and_no_build_tools(container: tuple[str, Path]
                 "import confluent_kafka, prometheus_client, yaml, exporter.cli; import pip", check=False)
     assert r.returncode != 0 and "No module named 'pip'" in r.stderr, r.stdout + r.stderr
     r = buildah(*RUN, name, "--", "lagwatch", "--version")
-    assert r.stdout.strip() == "lagwatch 0.1.0"
+    assert r.stdout.strip() == f"lagwatch {lagwatch_client.__version__}"
 
 
 def test_entrypoint_serves_real_lag_from_the_broker(image: tuple[str, dict[str, Any]],
