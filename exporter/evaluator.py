@@ -93,7 +93,6 @@ class Evaluator:
         self.max_group_partitions = max_group_partitions
         self.hw_history: dict[TP, HwHistory] = {}
         self.groups: dict[str, _GroupState] = {}
-        self.errors_by_stage: collections.Counter[str] = collections.Counter()
         self.last_good: ClusterView | None = None
         self._lag_memo: dict[tuple[str, int, int], float | None] = {}
 
@@ -104,8 +103,6 @@ class Evaluator:
                  exact_ts: dict[tuple[str, int, int], float] | None = None,
                  now: float | None = None) -> ClusterView:
         now = snap.taken_at if now is None else now
-        for stage, _msg in snap.errors:
-            self.errors_by_stage[stage] += 1
         if not snap.ok:
             # Keep everything we knew; only `up` and the error change.
             prev = self.last_good
@@ -113,7 +110,7 @@ class Evaluator:
                 self.cluster, False, prev.sampled_at if prev else 0.0, snap.duration,
                 prev.partitions if prev else {}, prev.groups if prev else {},
                 last_error="; ".join(f"{s}: {m}" for s, m in snap.errors),
-                brokers=snap.brokers, errors_by_stage=dict(self.errors_by_stage))
+                brokers=snap.brokers)
         self._update_history(snap, now)
         self._lag_memo: dict[tuple[str, int, int], float | None] = {}
         consumer_reports = consumer_reports or {}
@@ -136,8 +133,7 @@ class Evaluator:
         views, dropped = self._cap(views)
         view = ClusterView(self.cluster, True, snap.taken_at, snap.duration, snap.partitions,
                            views, last_error="; ".join(f"{s}: {m}" for s, m in snap.errors[:3]),
-                           brokers=snap.brokers, dropped_group_partitions=dropped,
-                           errors_by_stage=dict(self.errors_by_stage))
+                           brokers=snap.brokers, dropped_group_partitions=dropped)
         self.last_good = view
         return view
 
