@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import re
 import time
+from collections.abc import Callable
 
 REPEAT_EVERY = 60.0
 FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -27,13 +28,14 @@ TRANSITION = {"transition": True}
 _CLIENT = re.compile(r"\[[^\]\s]*#(producer|consumer)-\d+\] ")  # confluent-kafka's "[client.id#kind-N]"
 _THREAD = re.compile(r"\[thrd:[^\]]*\]:? ?")
 _BROKER = re.compile(r"\b[a-z_]+://[^\s/]+/\w+: ")  # "sasl_ssl://host:port/1: "
+_STATE = re.compile(r" \(after \d+ms in state \w+(, \d+ identical error\(s\) suppressed)?\)")
 _NUMBER = re.compile(r"\d+(\.\d+)?(ms)?")
 
 
 def problem_key(record: logging.LogRecord) -> tuple[str, int, str]:
     """What makes two lines the same problem: logger, level and normalised text."""
     text = record.getMessage()
-    for pattern in (_CLIENT, _THREAD, _BROKER):
+    for pattern in (_CLIENT, _THREAD, _BROKER, _STATE):
         text = pattern.sub("", text)
     return record.name, record.levelno, _NUMBER.sub("#", text)
 
@@ -42,7 +44,7 @@ class RepeatFilter(logging.Filter):
     """Let a warning or error through once per ``every`` seconds per distinct problem;
     the next one that passes says how many were held back."""
 
-    def __init__(self, every: float = REPEAT_EVERY, clock: object = time.monotonic) -> None:
+    def __init__(self, every: float = REPEAT_EVERY, clock: Callable[[], float] = time.monotonic) -> None:
         super().__init__()
         self.every = every
         self.clock = clock
@@ -52,7 +54,7 @@ class RepeatFilter(logging.Filter):
         if record.levelno < logging.WARNING or getattr(record, "transition", False):
             return True
         key = problem_key(record)
-        now = self.clock()  # type: ignore[operator]
+        now = self.clock()
         since, held = self.last.get(key, (-1e18, 0))
         if now - since < self.every:
             self.last[key] = (since, held + 1)
