@@ -11,11 +11,8 @@ import signal
 import sys
 import threading
 
-from prometheus_client import CollectorRegistry
-
-from exporter import __version__
+from exporter import __version__, logs
 from exporter.config import _NAME_RE, Config, ConfigError, _bootstrap, build_config, load_yaml, parse_listen
-from exporter.metrics import SelfCollector
 from exporter.runner import Exporter
 from exporter.server import WebConfig, make_server, serve_in_thread
 
@@ -102,15 +99,10 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as e:
         print(f"lagwatch: configuration error: {e}", file=sys.stderr)
         return 2
-    logging.basicConfig(level=config.log_level,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    for noisy in ("lagwatch.librdkafka",):
-        logging.getLogger(noisy).setLevel(max(logging.WARNING, logging.getLogger().level))
+    logs.setup(config.log_level)
     exporter = Exporter(config)
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(SelfCollector(exporter.store))
     try:
-        server = make_server(exporter.store, registry, exporter.view_text, config.listen, web)
+        server = make_server(exporter.store, config.listen, web)
     except OSError as e:
         print(f"lagwatch: cannot listen on {config.listen[0]}:{config.listen[1]}: {e.strerror}",
               file=sys.stderr)

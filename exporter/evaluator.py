@@ -9,8 +9,6 @@ status is its worst partition's.
 
 from __future__ import annotations
 
-import collections
-
 from exporter.config import Thresholds
 from exporter.lag import HwHistory, lag_seconds
 from exporter.memory import GroupMemory, PartitionMemory, observe, remember, remember_members
@@ -48,7 +46,6 @@ class Evaluator:
         self.max_group_partitions = max_group_partitions
         self.hw_history: dict[TP, HwHistory] = {}
         self.groups: dict[str, GroupMemory] = {}
-        self.errors_by_stage: collections.Counter[str] = collections.Counter()
         self.last_good: ClusterView | None = None
         self._lag_memo: dict[tuple[str, int, int], float | None] = {}
 
@@ -59,8 +56,6 @@ class Evaluator:
                  exact_ts: dict[tuple[str, int, int], float] | None = None,
                  now: float | None = None) -> ClusterView:
         now = snap.taken_at if now is None else now
-        for stage, _msg in snap.errors:
-            self.errors_by_stage[stage] += 1
         if not snap.ok:
             # Keep everything we knew; only `up` and the error change.
             prev = self.last_good
@@ -68,7 +63,7 @@ class Evaluator:
                 self.cluster, False, prev.sampled_at if prev else 0.0, snap.duration,
                 prev.partitions if prev else {}, prev.groups if prev else {},
                 last_error="; ".join(f"{s}: {m}" for s, m in snap.errors),
-                brokers=snap.brokers, errors_by_stage=dict(self.errors_by_stage))
+                brokers=snap.brokers)
         self._update_history(snap, now)
         self._lag_memo: dict[tuple[str, int, int], float | None] = {}
         consumer_reports = consumer_reports or {}
@@ -91,8 +86,7 @@ class Evaluator:
         views, dropped = self._cap(views)
         view = ClusterView(self.cluster, True, snap.taken_at, snap.duration, snap.partitions,
                            views, last_error="; ".join(f"{s}: {m}" for s, m in snap.errors[:3]),
-                           brokers=snap.brokers, dropped_group_partitions=dropped,
-                           errors_by_stage=dict(self.errors_by_stage))
+                           brokers=snap.brokers, dropped_group_partitions=dropped)
         self.last_good = view
         return view
 

@@ -8,6 +8,8 @@ client (sampler, record-timestamp reader, report reader) in a child, such an
 abort costs one cycle: the main process keeps serving what it knew with
 ``lagwatch_up 0``, counts ``lagwatch_errors_total{stage="worker_crash"}``,
 and starts a new child, which re-reads the compacted reports topic.
+A Python exception inside the child's sampling is no crash: the child reports
+it as that cycle's ``sample_exception`` error and keeps running.
 Messages are pickled dataclasses over the child's stdin/stdout pipes.
 """
 
@@ -17,18 +19,22 @@ import contextlib
 import ctypes
 import logging
 import os
-import re
 import signal
 import subprocess
 import sys
 import time
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from exporter import logs
 from exporter.config import ClusterConfig, Thresholds
 from exporter.reports import ConsumerReport, SparkReport
 from exporter.snapshot import TP, Snapshot
+
+if TYPE_CHECKING:
+    from exporter.report_reader import ReportReader
+    from exporter.sampler import Sampler
 
 log = logging.getLogger("lagwatch.worker")
 
@@ -45,27 +51,6 @@ class SampleResult:
     requests_total: int
     reports_received: dict[str, int]
     reports_dropped: dict[str, int]
-
-
-class _RepeatFilter(logging.Filter):
-    """librdkafka repeats the same connection error several times a second while a
-    broker is down; let each distinct message through once a minute."""
-
-    def __init__(self, every: float) -> None:
-        super().__init__()
-        self.every = every
-        self.last: dict[str, float] = {}
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        # librdkafka's lines start with a timestamp-free facility and end with counters
-        key = re.sub(r"\d+(\.\d+)?(ms)?", "#", record.getMessage())
-        now = time.monotonic()
-        if now - self.last.get(key, -1e9) < self.every:
-            return False
-        if len(self.last) > 1000:
-            self.last.clear()
-        self.last[key] = now
-        return True
 
 
 class _Pipe:
@@ -96,11 +81,12 @@ def _serve(conn: _Pipe, cfg: ClusterConfig, thresholds: Thresholds, log_level: s
     """Child process main loop: answer requests until the parent goes away."""
     with contextlib.suppress(Exception):  # die with the parent even if it is SIGKILLed
         ctypes.CDLL("libc.so.6").prctl(1, signal.SIGKILL)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's business
-    logging.basicConfig(level=log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    rd_log = logging.getLogger("lagwatch.librdkafka")
-    rd_log.setLevel(max(logging.WARNING, logging.getLogger().level))
-    rd_log.addFilter(_RepeatFilter(60.0))
+    # Ctrl-C and SIGTERM are the parent's business: a signal sent to the whole process group
+    # (a terminal, `timeout`, a service manager) must not look like a worker crash; the
+    # parent stops its worker itself, and the worker dies with it in any case.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    logs.setup(log_level)
     from exporter.lag import RecordTimestamps
     from exporter.report_reader import ReportReader
     from exporter.sampler import Sampler, client_config
@@ -112,20 +98,31 @@ def _serve(conn: _Pipe, cfg: ClusterConfig, thresholds: Thresholds, log_level: s
         reports = ReportReader(cfg, thresholds)
         reports.start()
         # Replay the compacted reports before the first view, so that right after a
-        # restart a hung Spark query or a livelocked consumer is already known.
-        reports.caught_up.wait(cfg.request_timeout)
+        # restart a hung Spark query or a livelocked consumer is already known; unless the
+        # credentials are refused: then nothing can be replayed, and the first cycle says so.
+        deadline = time.monotonic() + cfg.request_timeout
+        while not reports.caught_up.wait(0.1) and time.monotonic() < deadline:
+            if sampler.credential_error():
+                break
+    counts: tuple[int, dict[str, int], dict[str, int]] = (0, {}, {})
     while True:
         try:
             kind, arg = conn.recv()
         except (EOFError, OSError):
             break
         if kind == "sample":
-            consumer_reports, spark_reports = reports.current() if reports else ({}, {})
-            spark_topics = {t for r in spark_reports.values() for (t, _) in r.end_offsets}
-            snap = sampler.sample(extra_topics=spark_topics)
-            conn.send(SampleResult(snap, consumer_reports, spark_reports, sampler.requests_total,
-                                   dict(reports.received) if reports else {},
-                                   dict(reports.dropped) if reports else {}))
+            try:
+                reply = _sample(sampler, reports)
+                counts = reply.requests_total, reply.reports_received, reply.reports_dropped
+            except Exception as e:  # noqa: BLE001 - a bug must cost one cycle, not the worker
+                log.exception("cluster %s: sampling raised an exception (a bug in lagwatch; the "
+                              "Kafka worker keeps running)", cfg.name)
+                reply = _failed(cfg.name, counts, f"{type(e).__name__}: {e}")
+            try:
+                conn.send(reply)
+            except OSError:
+                break
+            del reply  # the snapshot must not stay alive until the next cycle
         elif kind == "timestamps":
             try:
                 conn.send(("ok", exact.lookup(arg)))
@@ -135,6 +132,23 @@ def _serve(conn: _Pipe, cfg: ClusterConfig, thresholds: Thresholds, log_level: s
         reports.stop()
     exact.close()
     sampler.close()
+
+
+def _sample(sampler: Sampler, reports: ReportReader | None) -> SampleResult:
+    consumer_reports, spark_reports = reports.current() if reports else ({}, {})
+    spark_topics = {t for r in spark_reports.values() for (t, _) in r.end_offsets}
+    snap = sampler.sample(extra_topics=spark_topics)
+    return SampleResult(snap, consumer_reports, spark_reports, sampler.requests_total,
+                        dict(reports.received) if reports else {},
+                        dict(reports.dropped) if reports else {})
+
+
+def _failed(cluster: str, counts: tuple[int, dict[str, int], dict[str, int]], error: str
+            ) -> SampleResult:
+    """A cycle whose sampling raised: no data, one sample_exception error; the counters
+    are the last ones known (they must never go back)."""
+    snap = Snapshot(cluster, time.time(), 0.0, {}, {}, (("sample_exception", error),), ok=False)
+    return SampleResult(snap, {}, {}, *counts)
 
 
 def child_main() -> None:
@@ -169,6 +183,8 @@ class KafkaWorker:
     def _ensure(self) -> _Pipe:
         if self.proc is not None and self.proc.poll() is None and self.conn is not None:
             return self.conn
+        if self.conn is not None:  # it was serving and died since the last request
+            raise self._crashed()
         if self.proc is not None:
             self.restarts += 1
             self._reap()
@@ -197,10 +213,13 @@ class KafkaWorker:
                 self._reap()
                 raise WorkerCrashed(f"Kafka worker did not answer within {timeout:.0f}s; restarted")
             return conn.recv()
-        except (EOFError, OSError, BrokenPipeError):
-            code = self.proc.poll() if self.proc is not None else None
-            self._reap()
-            raise WorkerCrashed(f"Kafka worker process died (exit code {code}); restarting") from None
+        except (EOFError, OSError):
+            raise self._crashed() from None
+
+    def _crashed(self) -> WorkerCrashed:
+        self._reap()
+        code = self.proc.returncode if self.proc is not None else None
+        return WorkerCrashed(f"Kafka worker process died (exit code {code}); restarting")
 
     def sample(self) -> SampleResult:
         # Every stage of a cycle has its own request timeout; this only guards against a hang.

@@ -1,40 +1,51 @@
-"""One background thread per cluster: sample -> evaluate -> publish, on its own interval.
+"""One background thread per cluster: sample -> evaluate -> render -> publish, on its own interval.
 
 A slow or broken cluster only delays its own thread; scrapes never wait for
 Kafka. Failures back off exponentially (capped) and recover by themselves.
+Each cycle publishes one complete, immutable record (exporter/state.py).
 """
 
 from __future__ import annotations
 
+import collections
+import contextlib
 import logging
 import threading
 import time
+from collections.abc import Mapping
+from dataclasses import replace
 
 from exporter.config import ClusterConfig, Config
 from exporter.evaluator import Evaluator
 from exporter.kafka_worker import KafkaWorker, SampleResult, WorkerCrashed
-from exporter.metrics import SelfStats, ViewText
+from exporter.logs import TRANSITION
+from exporter.render import render_cluster
+from exporter.reports import SparkReport
 from exporter.snapshot import Snapshot
-from exporter.state import Store
+from exporter.state import ClusterRecord, SelfStats, Store, frozen_counts, initial_record
 
 log = logging.getLogger("lagwatch.runner")
 MAX_BACKOFF = 60.0
 
 
 class ClusterRunner:
-    def __init__(self, cfg: ClusterConfig, config: Config, store: Store, view_text: ViewText) -> None:
+    def __init__(self, cfg: ClusterConfig, config: Config, store: Store) -> None:
         self.cfg = cfg
         self.store = store
-        self.view_text = view_text
+        self.compat = config.compat
         self.evaluator = Evaluator(cfg.name, config.thresholds, cfg.interval,
                                    config.history_points, config.max_group_partitions)
         self.worker = KafkaWorker(cfg, config.thresholds, config.log_level)
         self.cycles = 0
+        # lagwatch_errors_total: every error is counted here and only here, whether it
+        # comes in the worker's snapshot (Kafka requests, sample_exception) or from the
+        # runner itself (worker_crash, exact_lag, cycle).
+        self.errors: collections.Counter[str] = collections.Counter()
         self.requests = 0  # Kafka requests over all worker lifetimes
         self._worker_requests = 0  # the current worker's own (cumulative) count
         self._worker_gen = 0
-        self.reports_received: dict[str, int] | None = None
-        self.reports_dropped: dict[str, int] | None = None
+        self.reports_received: Mapping[str, int] = {}
+        self.reports_dropped: Mapping[str, int] = {}
         self._stop = threading.Event()
         self.thread = threading.Thread(target=self._run, name=f"sampler-{cfg.name}", daemon=True)
         self._failures = 0
@@ -63,60 +74,75 @@ class ClusterRunner:
             self._stop.wait(max(0.0, next_at - time.monotonic()))
 
     def cycle(self) -> bool:
-        """Run one cycle; never raises. Returns whether the cluster could be read."""
+        """Run one cycle and publish its record; never raises. Returns whether the
+        cluster could be read."""
         t0 = time.monotonic()
         try:
             try:
-                res = self.worker.sample()
+                res: SampleResult | None = self.worker.sample()
+                crash = ""
             except WorkerCrashed as e:
-                self.evaluator.errors_by_stage["worker_crash"] += 1
-                log.error("cluster %s: %s", self.cfg.name, e)
-                res = None
+                if self._stop.is_set():  # killed by our own shutdown: nothing to report
+                    return False
+                res, crash = None, str(e)
             if res is None:
                 snap = Snapshot(self.cfg.name, time.time(), time.monotonic() - t0, {}, {},
-                                (("worker_crash", "Kafka worker process failed"),), ok=False)
+                                (("worker_crash", crash),), ok=False)
                 consumer_reports: dict = {}
                 spark_reports: dict = {}
             else:
                 snap = res.snapshot
                 consumer_reports, spark_reports = res.consumer_reports, res.spark_reports
                 self._count(res)
+            self.errors.update(stage for stage, _msg in snap.errors)
             exact_ts: dict[tuple[str, int, int], float] = {}
             if snap.ok:
-                want = self.evaluator.lag_inputs(snap, self.cfg.lag_mode)
-                want += [(tp, off) for r in spark_reports.values()
-                         for tp, off in r.end_offsets.items()
-                         if self.cfg.lag_mode == "exact"]
-                if want:
-                    try:
-                        exact_ts = self.worker.timestamps(want)
-                    except Exception as e:  # noqa: BLE001 - lag seconds fall back to interpolation
-                        self.evaluator.errors_by_stage["exact_lag"] += 1
-                        log.warning("cluster %s: reading record timestamps failed: %s",
-                                    self.cfg.name, e)
+                exact_ts = self._exact_timestamps(snap, spark_reports)
             view = self.evaluator.evaluate(snap, consumer_reports, spark_reports, exact_ts)
             self.cycles += 1
             if not snap.ok:
                 if self._failures == 0:
-                    log.error("cluster %s: cannot sample: %s", self.cfg.name, view.last_error)
+                    log.error("cluster %s: cannot sample: %s", self.cfg.name, view.last_error,
+                              extra=TRANSITION)
+                elif crash:
+                    log.error("cluster %s: %s", self.cfg.name, crash)
             elif self._failures:
                 log.info("cluster %s: sampling recovered", self.cfg.name)
             for stage, msg in snap.errors if snap.ok else ():
                 log.warning("cluster %s: %s: %s", self.cfg.name, stage, msg)
-            stats = SelfStats(cycles=self.cycles, requests=self.requests,
-                              cycle_duration=time.monotonic() - t0,
-                              reports_received=self.reports_received,
-                              reports_dropped=self.reports_dropped)
-            self.store.publish(view, stats)
-            # Render right after publishing (scrapes wait for it rather than render twice);
-            # the render is part of the cycle, so the published duration is updated in place.
-            self.view_text.prerender(view)
-            stats.cycle_duration = time.monotonic() - t0
+            # The render is part of the cycle: the record is complete before anyone sees it.
+            exposition = render_cluster(view, self.compat)
+            self.store.publish(ClusterRecord(view=view, stats=self._stats(t0), exposition=exposition))
             return snap.ok
         except Exception:  # noqa: BLE001 - the thread must survive anything
-            self.evaluator.errors_by_stage["cycle"] += 1
+            self.errors["cycle"] += 1
             log.exception("cluster %s: sampling cycle failed", self.cfg.name)
+            with contextlib.suppress(Exception):  # serve the count with the last record
+                self.store.publish(replace(self.store.record(self.cfg.name), stats=self._stats(t0)))
             return False
+
+    def _exact_timestamps(self, snap: Snapshot, spark_reports: dict[str, SparkReport]
+                          ) -> dict[tuple[str, int, int], float]:
+        want = self.evaluator.lag_inputs(snap, self.cfg.lag_mode)
+        want += [(tp, off) for r in spark_reports.values() for tp, off in r.end_offsets.items()
+                 if self.cfg.lag_mode == "exact"]
+        if not want:
+            return {}
+        try:
+            return self.worker.timestamps(want)
+        except WorkerCrashed as e:  # the next cycle starts a new worker
+            if not self._stop.is_set():
+                self.errors["worker_crash"] += 1
+                log.error("cluster %s: %s", self.cfg.name, e)
+        except Exception as e:  # noqa: BLE001 - lag seconds fall back to interpolation
+            self.errors["exact_lag"] += 1
+            log.warning("cluster %s: reading record timestamps failed: %s", self.cfg.name, e)
+        return {}
+
+    def _stats(self, t0: float) -> SelfStats:
+        return SelfStats(cycles=self.cycles, requests=self.requests,
+                         cycle_duration=time.monotonic() - t0, errors=frozen_counts(self.errors),
+                         reports_received=self.reports_received, reports_dropped=self.reports_dropped)
 
     def _count(self, res: SampleResult) -> None:
         """Keep the counters, not the result (its snapshot would stay alive for a cycle).
@@ -125,7 +151,8 @@ class ClusterRunner:
             self._worker_gen, self._worker_requests = self.worker.restarts, 0
         self.requests += res.requests_total - self._worker_requests
         self._worker_requests = res.requests_total
-        self.reports_received, self.reports_dropped = res.reports_received, res.reports_dropped
+        self.reports_received = frozen_counts(res.reports_received)
+        self.reports_dropped = frozen_counts(res.reports_dropped)
 
 
 class Exporter:
@@ -133,9 +160,8 @@ class Exporter:
 
     def __init__(self, config: Config) -> None:
         self.config = config
-        self.store = Store([c.name for c in config.clusters])
-        self.view_text = ViewText(self.store, config.compat)
-        self.runners = [ClusterRunner(c, config, self.store, self.view_text) for c in config.clusters]
+        self.store = Store(initial_record(c.name, config.compat) for c in config.clusters)
+        self.runners = [ClusterRunner(c, config, self.store) for c in config.clusters]
 
     def start(self) -> None:
         for r in self.runners:

@@ -34,6 +34,7 @@ log = logging.getLogger("lagwatch.sampler")
 OFFSET_INVALID = -1001
 # Errors that explain a metadata timeout: librdkafka reports them only through error_cb.
 _CREDENTIAL_ERRORS = (KafkaError._AUTHENTICATION, KafkaError.SASL_AUTHENTICATION_FAILED, KafkaError._SSL)
+CREDENTIAL_GRACE = 1.0  # seconds a metadata request may still answer after a credential error
 
 
 def client_config(cfg: ClusterConfig, **extra: Any) -> dict[str, Any]:
@@ -75,6 +76,7 @@ class Sampler:
         self._stats_lock = threading.Lock()
         self._stats_tx = 0
         self._credential_error: str | None = None
+        self._metadata_call: Future | None = None
         self.admin = AdminClient(client_config(
             cfg, **{"statistics.interval.ms": 1000, "stats_cb": self._on_stats,
                     "error_cb": self._on_error}))
@@ -101,6 +103,55 @@ class Sampler:
         if err.code() in _CREDENTIAL_ERRORS:
             self._credential_error = err.str()  # librdkafka's text names the mechanism, not secrets
 
+    def credential_error(self) -> str | None:
+        """The brokers' last refusal of our credentials or TLS since metadata last worked.
+        Polls the client: error_cb (and librdkafka's log lines) are delivered by polling."""
+        self.admin.poll(0)
+        return self._credential_error
+
+    def _metadata(self, timeout: float) -> tuple[Any, str]:
+        """(metadata, "") or (None, why not).
+
+        librdkafka keeps retrying a refused connection until the request times out, so
+        a wrong password used to be reported after two timeouts. The request runs in a
+        thread while this one polls for error_cb: a credential error with still no
+        answer CREDENTIAL_GRACE seconds later ends the wait at once."""
+        retried = False
+        while True:
+            call = self._metadata_call
+            if call is None or call.done():  # else the last cycle's request is still running
+                call = self._metadata_call = self._start_metadata(timeout)
+            refused_at: float | None = None
+            while not wait_futures([call], timeout=0.1).done:
+                if self.credential_error() is not None:
+                    refused_at = refused_at or time.monotonic()
+                    if time.monotonic() - refused_at >= min(CREDENTIAL_GRACE, timeout):
+                        return None, f"cannot connect: {self._credential_error}"
+            try:
+                return call.result(), ""
+            except KafkaException as e:
+                # The request may have gone to one hung broker; librdkafka picks another
+                # for the retry, so one paused broker does not blind the whole cycle.
+                if retried or self.credential_error() is not None:
+                    msg = _err_text(e)  # "authentication failed" beats "transport failure":
+                    return None, f"{msg} ({self._credential_error})" if self._credential_error else msg
+                retried = True
+
+    def _start_metadata(self, timeout: float) -> Future:
+        fut: Future = Future()
+
+        def run() -> None:
+            try:
+                md = self.admin.list_topics(timeout=timeout)
+            except BaseException as e:  # noqa: BLE001 - handed to the waiting cycle
+                fut.set_exception(e)
+            else:
+                self._credential_error = None  # a broker answered: the credentials work
+                fut.set_result(md)
+
+        threading.Thread(target=run, name=f"metadata-{self.cfg.name}", daemon=True).start()
+        return fut
+
     @property
     def requests_total(self) -> int:
         """Kafka requests sent so far (librdkafka's counters plus the LEO client's)."""
@@ -118,21 +169,10 @@ class Sampler:
         taken_at = time.time()
         errors: list[tuple[str, str]] = []
         timeout = self.cfg.request_timeout
-        try:
-            try:
-                md = self.admin.list_topics(timeout=timeout)
-            except KafkaException:
-                # The request may have gone to one hung broker; librdkafka picks another
-                # for the retry, so one paused broker does not blind the whole cycle.
-                md = self.admin.list_topics(timeout=timeout)
-        except KafkaException as e:
-            self.admin.poll(0)  # serves error_cb: "authentication failed" beats "transport failure"
-            msg = _err_text(e)
-            if self._credential_error:
-                msg = f"{msg} ({self._credential_error})"
+        md, refused = self._metadata(timeout)
+        if md is None:
             return Snapshot(self.cfg.name, taken_at, time.monotonic() - t0, {}, {},
-                            (("metadata", msg),), ok=False)
-        self._credential_error = None
+                            (("metadata", refused),), ok=False)
         flt = self.cfg.filters
         try:
             listing = self.admin.list_consumer_groups(request_timeout=timeout).result()

@@ -15,17 +15,15 @@ import re
 import socket
 import ssl
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
 import yaml
-from prometheus_client import CollectorRegistry
-from prometheus_client.exposition import choose_encoder
 
-from exporter import api, statuspage
+from exporter import api, render, statuspage
 from exporter.config import ConfigError
-from exporter.metrics import ViewText
 from exporter.state import Store
 
 log = logging.getLogger("lagwatch.http")
@@ -121,8 +119,8 @@ class WebConfig:
         return ok
 
 
-def make_server(store: Store, registry: CollectorRegistry, view_text: ViewText, listen: tuple[str, int],
-                web: WebConfig | None = None, status_refresh: int = 10) -> ThreadingHTTPServer:
+def make_server(store: Store, listen: tuple[str, int], web: WebConfig | None = None,
+                status_refresh: int = 10) -> ThreadingHTTPServer:
     web = web or WebConfig(None)
 
     class Handler(BaseHTTPRequestHandler):
@@ -144,7 +142,7 @@ def make_server(store: Store, registry: CollectorRegistry, view_text: ViewText, 
             if self.command != "HEAD":
                 self.wfile.write(body)
 
-        def _send_chunks(self, code: int, chunks: list[bytes | bytearray], ctype: str) -> None:
+        def _send_chunks(self, code: int, chunks: list[bytes | memoryview], ctype: str) -> None:
             self.send_response(code)
             self.send_header("Content-Type", ctype)
             self.send_header("Content-Length", str(sum(len(c) for c in chunks)))
@@ -182,10 +180,8 @@ def make_server(store: Store, registry: CollectorRegistry, view_text: ViewText, 
 
         def _route(self, path: str) -> None:
             if path == "/metrics":
-                encoder, ctype = choose_encoder(self.headers.get("Accept"))
-                # view families first (cached text), then self-metrics (ends with "# EOF"
-                # in OpenMetrics)
-                self._send_chunks(200, [*view_text.chunks(), encoder(registry)], ctype)
+                chunks, ctype = render.scrape(store.records(), self.headers.get("Accept"), time.time())
+                self._send_chunks(200, chunks, ctype)
             elif path == "/healthz":
                 self._send(200, b"ok\n", "text/plain")
             elif path == "/readyz":

@@ -1,38 +1,79 @@
-"""The state store: latest evaluated view per cluster, swapped atomically."""
+"""The state store: one immutable record per cluster, replaced whole once per cycle.
+
+A record holds everything served about a cluster for one cycle: the evaluated
+view, the runner's own statistics and the rendered exposition. The runner
+builds it completely before publishing it, so a scrape sees one cycle or the
+next, never a mix, and never waits for a render; a scrape that still holds
+the previous record writes that one and cannot touch the new one.
+"""
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
 
-from exporter.metrics import SelfStats
+from exporter.render import Exposition, render_cluster
 from exporter.view import ClusterView
+
+_EMPTY: Mapping[str, int] = MappingProxyType({})
+
+
+def frozen_counts(counts: Mapping[str, int]) -> Mapping[str, int]:
+    """A read-only copy of a counter, for a record."""
+    return MappingProxyType(dict(counts))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SelfStats:
+    """The runner's own statistics at the end of a cycle."""
+
+    cycles: int = 0
+    cycle_duration: float = 0.0  # sampling, record timestamps, evaluation and rendering
+    requests: int = 0
+    errors: Mapping[str, int] = field(default_factory=lambda: _EMPTY)  # by stage, since start
+    reports_received: Mapping[str, int] = field(default_factory=lambda: _EMPTY)
+    reports_dropped: Mapping[str, int] = field(default_factory=lambda: _EMPTY)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ClusterRecord:
+    view: ClusterView
+    stats: SelfStats
+    exposition: Exposition  # the view families, rendered (exporter.render.render_cluster)
+
+
+def initial_record(cluster: str, compat: frozenset[str] = frozenset()) -> ClusterRecord:
+    view = ClusterView(cluster, False, 0.0, 0.0, {}, {}, last_error="not sampled yet")
+    return ClusterRecord(view=view, stats=SelfStats(), exposition=render_cluster(view, compat))
 
 
 class Store:
-    def __init__(self, clusters: list[str]) -> None:
+    def __init__(self, records: Iterable[ClusterRecord]) -> None:
         self._lock = threading.Lock()
-        self._views: dict[str, ClusterView] = {
-            c: ClusterView(c, False, 0.0, 0.0, {}, {}, last_error="not sampled yet") for c in clusters
-        }
-        self._stats: dict[str, SelfStats] = {c: SelfStats() for c in clusters}
+        self._records: dict[str, ClusterRecord] = {r.view.cluster: r for r in records}
         self._ready: set[str] = set()
 
-    def publish(self, view: ClusterView, stats: SelfStats) -> None:
+    def publish(self, record: ClusterRecord) -> None:
         with self._lock:
-            self._views[view.cluster] = view
-            self._stats[view.cluster] = stats
-            if view.up:
-                self._ready.add(view.cluster)
+            self._records[record.view.cluster] = record
+            if record.view.up:
+                self._ready.add(record.view.cluster)
+
+    def records(self) -> list[ClusterRecord]:
+        """The current record of every cluster (one consistent set for one scrape)."""
+        with self._lock:
+            return list(self._records.values())
+
+    def record(self, cluster: str) -> ClusterRecord:
+        with self._lock:
+            return self._records[cluster]
 
     def views(self) -> list[ClusterView]:
-        with self._lock:
-            return list(self._views.values())
-
-    def self_stats(self, cluster: str) -> SelfStats:
-        with self._lock:
-            return self._stats.get(cluster, SelfStats())
+        return [r.view for r in self.records()]
 
     def ready(self) -> bool:
         """Every cluster has produced at least one successful view."""
         with self._lock:
-            return self._ready >= set(self._views)
+            return self._ready >= set(self._records)

@@ -6,7 +6,7 @@ renderers can read it from any thread without locks.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from exporter.snapshot import TP, PartitionOffsets
 from exporter.status import Status
@@ -85,4 +85,3 @@ class ClusterView:
     last_error: str = ""
     brokers: int = 0
     dropped_group_partitions: int = 0
-    errors_by_stage: dict[str, int] = field(default_factory=dict)

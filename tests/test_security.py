@@ -33,6 +33,7 @@ import urllib.request
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from urllib.parse import quote
 
@@ -52,7 +53,15 @@ from confluent_kafka.admin import (
 )
 
 from devenv.kafka import KafkaCluster, Listener
-from tests.conftest import KAFKA_VERSION, create_topic, exporter_config, produce, unique, wait_for
+from tests.conftest import (
+    KAFKA_VERSION,
+    commit_offsets,
+    create_topic,
+    exporter_config,
+    produce,
+    unique,
+    wait_for,
+)
 from tests.exporter_proc import ExporterProcess, parse_metrics, select, value
 
 WEB_USER = "prometheus"
@@ -205,7 +214,7 @@ def test_metrics_and_api_require_tls_and_basic_auth(kafka: KafkaCluster, pki: Pk
     topic = create_topic(kafka, unique("sec-web"), partitions=2)
     produce(kafka, topic, {0: 5, 1: 5})
     group = unique("sec-web-group")
-    commit(kafka.bootstrap_servers, group, topic, {0: 1, 1: 5})
+    commit_offsets(kafka.bootstrap_servers, group, topic, {0: 1, 1: 5})
     before = groups_and_offsets(kafka.bootstrap_servers)
     cfg = exporter_config(tmp_path, kafka.bootstrap_servers, web_config=str(web.config))
     with ExporterProcess(None, config=cfg) as exp:
@@ -309,10 +318,10 @@ def secure_kafka(pki: Pki) -> Iterator[SecureKafka]:
         cluster.stop()
 
 
-def secure_config(tmp_path: Path, sk: SecureKafka, pki: Pki, web: Web) -> str:
+def secure_config(tmp_path: Path, sk: SecureKafka, pki: Pki, web: Web, **extra: object) -> str:
     client = {**sk.client(pki), "sasl.password": "${LAGWATCH_TEST_PASSWORD}"}
     return exporter_config(tmp_path, sk.secure_bootstrap, web_config=str(web.config), clusters=[
-        {"name": "secure", "bootstrap_servers": sk.secure_bootstrap, "client": client}])
+        {"name": "secure", "bootstrap_servers": sk.secure_bootstrap, "client": client}], **extra)
 
 
 @pytest.fixture(scope="module")
@@ -324,7 +333,8 @@ def secure_data(secure_kafka: SecureKafka) -> dict:
     create_topic(admin_cluster, topic, partitions=2)
     produce(admin_cluster, topic, {0: 7, 1: 11})
     group = unique("secure-group")
-    commit(sk.admin_bootstrap, group, topic, {0: 2, 1: 11})
+    # retried while the fresh broker loads its group coordinator (NOT_COORDINATOR was seen)
+    commit_offsets(sk.admin_bootstrap, group, topic, {0: 2, 1: 11})
     return {"topic": topic, "group": group, "before": groups_and_offsets(sk.admin_bootstrap)}
 
 
@@ -396,6 +406,43 @@ def test_wrong_password_clear_error_keeps_running(secure_kafka: SecureKafka, sec
     assert reason in served["/"]
     assert_no_secrets(served, [wrong, sk.password, web.password, *pki.key_bodies])
     assert "Traceback" not in log, log
+
+
+def _log_time(line: str) -> float:
+    return datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f").timestamp()
+
+
+def test_wrong_password_one_line_per_problem_and_said_at_once(secure_kafka: SecureKafka, pki: Pki,
+                                                               web: Web, tmp_path: Path) -> None:
+    """What a new user with a wrong password reads: the refusal once (librdkafka repeats it on
+    every reconnection of every client, about 70 lines in one millisecond before), and
+    lagwatch's own error on the first cycle, well within one request timeout (it took two
+    metadata timeouts after a full one waiting for the reports replay: 45 s here)."""
+    request_timeout = 15
+    cfg = secure_config(tmp_path, secure_kafka, pki, web, request_timeout=request_timeout)
+    with ExporterProcess(None, config=cfg, env={"LAGWATCH_TEST_PASSWORD": f"wrong-{uuid.uuid4().hex}"}
+                         ) as exp:
+        wait_for(lambda: "cannot sample" in exp.output(), 3 * request_timeout + 15, "the cycle error")
+
+        def failed_cycles() -> float:
+            m = parse_metrics(https(exp.port, "/metrics", pki, web.auth())[1].decode())
+            return value(m, "lagwatch_errors_total", cluster="secure", stage="metadata") or 0
+
+        # more refused cycles, each after new connection attempts (librdkafka reconnects with
+        # backoff in the meantime): the same problem, still the same lines
+        wait_for(lambda: failed_cycles() >= 4, 60, "four refused cycles")
+        assert exp.proc.poll() is None
+        log = exp.output()
+    lines = log.splitlines()
+    started = next(_log_time(ln) for ln in lines if "listening on" in ln)
+    cannot = [ln for ln in lines if "cannot sample" in ln]
+    assert len(cannot) == 1, log
+    assert "Authentication failed during authentication due to invalid credentials" in cannot[0]
+    assert _log_time(cannot[0]) - started < 10, log  # the worker starts, connects, is refused
+    refused = [ln for ln in lines if "SASL authentication error" in ln]
+    assert len(refused) == 2, log  # librdkafka's line and lagwatch's cycle error
+    problems = [ln for ln in lines if " ERROR " in ln or " WARNING " in ln]
+    assert len(problems) <= 4, log  # refused (librdkafka, lagwatch), the reports unreadable, one more
 
 
 def test_read_only_under_sasl_and_acls(secure_kafka: SecureKafka, secure_data: dict, pki: Pki) -> None:

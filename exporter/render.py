@@ -1,0 +1,234 @@
+"""Render what /metrics serves, one function per family group.
+
+Nothing is kept in labelled gauge objects: every cycle renders the new
+immutable :class:`ClusterView` of a cluster, so a deleted group or partition
+simply is not in the next view and its series vanish.
+
+The view families (partitions, groups, Spark queries, and kafka_exporter's
+names with ``--compat``) are rendered once per cycle by the runner, into the
+record it publishes (exporter/state.py); a scrape only writes those bytes. The
+few self-metrics depend on the scrape time (data age), so they are built at
+scrape time from the same records and encoded by prometheus_client, which
+also negotiates OpenMetrics. Unknown values are left out, never NaN.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.exposition import choose_encoder
+from prometheus_client.registry import Collector
+
+from exporter.metrics import DOC, ERROR_STAGES, FAMILIES
+from exporter.snapshot import PartitionOffsets
+from exporter.textformat import Lines, escape_label, finite
+from exporter.view import STATUSES, ClusterView
+
+if TYPE_CHECKING:
+    from exporter.state import ClusterRecord
+
+# One family of one cluster: (name, "# HELP/# TYPE" header, read-only sample lines).
+Family = tuple[str, bytes, memoryview]
+Exposition = tuple[Family, ...]
+
+_PARTITIONS = ("kafka_partition_log_start_offset", "kafka_partition_high_watermark_offset",
+               "kafka_partition_last_stable_offset", "kafka_partition_log_end_offset",
+               "kafka_partition_replicas", "kafka_partition_in_sync_replicas")
+_SPARK = (("kafka_spark_query_batch_duration_seconds", "batch_duration_seconds"),
+          ("kafka_spark_query_input_rows_per_second", "input_rows_per_second"),
+          ("kafka_spark_query_processed_rows_per_second", "processed_rows_per_second"),
+          ("kafka_spark_query_last_progress_age_seconds", "last_progress_age"),
+          ("kafka_spark_query_batch_running_seconds", "batch_running_seconds"))
+
+
+def partition_labels(v: ClusterView) -> Iterator[tuple[str, str, PartitionOffsets]]:
+    """(topic, label string, offsets) of every partition, each topic's labels escaped once."""
+    cl = f'cluster="{escape_label(v.cluster)}"'
+    topic_lab: dict[str, str] = {}
+    for (topic, part), po in v.partitions.items():
+        tl = topic_lab.get(topic)
+        if tl is None:
+            tl = topic_lab[topic] = f'{cl},topic="{escape_label(topic)}"'
+        yield topic, f'{tl},partition="{part}"', po
+
+
+def _group_labels(v: ClusterView, group: str) -> str:
+    return f'cluster="{escape_label(v.cluster)}",group="{escape_label(group)}"'
+
+
+def render_partitions(v: ClusterView, fam: dict[str, Lines]) -> None:
+    """kafka_partition_*: broker-side offsets and replicas of every sampled partition."""
+    ls, hw, lso, leo, reps, isr = (fam[n] for n in _PARTITIONS)
+    for _topic, lab, po in partition_labels(v):
+        if po.log_start is not None:
+            ls.add(lab, po.log_start)
+        if po.hw is not None:
+            hw.add(lab, po.hw)
+        if po.lso is not None:
+            lso.add(lab, po.lso)
+        if po.leo is not None:
+            leo.add(lab, po.leo)
+        reps.add(lab, po.replicas)
+        isr.add(lab, po.isr)
+
+
+def render_groups(v: ClusterView, fam: dict[str, Lines], compat: frozenset[str]) -> None:
+    """kafka_consumergroup_*: each group's state, status and per-partition lag."""
+    info, members, status = (fam["kafka_consumergroup_info"], fam["kafka_consumergroup_members"],
+                             fam["kafka_consumergroup_status"])
+    max_lag, lag_sum = fam["kafka_consumergroup_max_lag_seconds"], fam["kafka_consumergroup_lag_offsets_sum"]
+    committed, position = (fam["kafka_consumergroup_committed_offset"],
+                           fam["kafka_consumergroup_position_offset"])
+    lag_o, lag_s, stalled = (fam["kafka_consumergroup_lag_offsets"], fam["kafka_consumergroup_lag_seconds"],
+                             fam["kafka_consumergroup_stalled_seconds"])
+    poll_age = fam["kafka_consumergroup_member_last_poll_age_seconds"]
+    compat_ke = "kafka_exporter" in compat
+    for g in v.groups.values():
+        gl = _group_labels(v, g.group)
+        info.add(f'{gl},state="{escape_label(g.state)}",type="{g.type}"', 1)
+        if compat_ke:  # kafka_exporter's name for the same family: one series, both labels
+            members.add(f'{gl},consumergroup="{escape_label(g.group)}"', len(g.members))
+        else:
+            members.add(gl, len(g.members))
+        for st in STATUSES:
+            status.add(f'{gl},status="{st}"', 1 if st == g.status else 0)
+        mls = g.max_lag_seconds
+        if finite(mls):
+            max_lag.add(gl, mls)  # type: ignore[arg-type]
+        if g.total_lag is not None:
+            lag_sum.add(gl, g.total_lag)
+        seen_clients: set[str] = set()
+        for m in g.members:
+            if m.last_poll_age is not None and m.client_id not in seen_clients:
+                seen_clients.add(m.client_id)
+                poll_age.add(f'{gl},client_id="{escape_label(m.client_id)}"', m.last_poll_age)
+        gtl: dict[str, str] = {}
+        for p in g.partitions:
+            tl = gtl.get(p.topic)
+            if tl is None:
+                tl = gtl[p.topic] = f'{gl},topic="{escape_label(p.topic)}"'
+            pl = f'{tl},partition="{p.partition}"'
+            if p.committed is not None:
+                committed.add(pl, p.committed)
+            if p.position is not None:
+                position.add(pl, p.position)
+            if p.lag_offsets is not None:
+                lag_o.add(pl, p.lag_offsets)
+            if finite(p.lag_seconds):
+                lag_s.add(pl, p.lag_seconds)  # type: ignore[arg-type]
+            stalled.add(pl, p.stalled_seconds)
+
+
+def render_spark(v: ClusterView, fam: dict[str, Lines]) -> None:
+    """kafka_spark_query_*: progress of the Spark queries shown as groups."""
+    for g in v.groups.values():
+        sp = g.spark
+        if sp is None:
+            continue
+        gl = _group_labels(v, g.group)
+        for name, attr in _SPARK:
+            val = getattr(sp, attr)
+            if attr == "batch_running_seconds":
+                val = val or 0.0  # no batch running
+            if finite(val):
+                fam[name].add(gl, val)
+
+
+def render_cluster(v: ClusterView, compat: frozenset[str] = frozenset()) -> Exposition:
+    """The view families of one cluster's view, encoded once, in the contract's order."""
+    fam = {f.name: Lines(f.name, f.help) for f in FAMILIES if f.name.startswith("kafka_")}
+    render_partitions(v, fam)
+    render_groups(v, fam, compat)
+    render_spark(v, fam)
+    out = list(fam.values())
+    if "kafka_exporter" in compat:
+        from exporter.compat import kafka_exporter_lines
+
+        out.extend(kafka_exporter_lines(v))
+    # A read-only view of each buffer, not a copy: the text of a large cluster is ~50 MB.
+    return tuple((f.name, f.header().encode(), memoryview(f.buf).toreadonly()) for f in out)
+
+
+# -- self-metrics, at scrape time -------------------------------------------------------
+
+def _gauge(name: str) -> GaugeMetricFamily:
+    d = DOC[name]
+    return GaugeMetricFamily(name, d.help, labels=list(d.labels))
+
+
+def _counter(name: str) -> CounterMetricFamily:
+    d = DOC[name]
+    return CounterMetricFamily(name.removesuffix("_total"), d.help, labels=list(d.labels))
+
+
+def self_families(records: Iterable[ClusterRecord], now: float) -> list[Metric]:
+    """lagwatch_*: how each cluster's runner is doing; ``now`` gives the data age."""
+    up, dur, last, age, brokers = (_gauge("lagwatch_up"), _gauge("lagwatch_sample_duration_seconds"),
+                                   _gauge("lagwatch_last_sample_timestamp_seconds"),
+                                   _gauge("lagwatch_data_age_seconds"), _gauge("lagwatch_brokers"))
+    errs, reqs, cycles = (_counter("lagwatch_errors_total"), _counter("lagwatch_kafka_requests_total"),
+                          _counter("lagwatch_cycles_total"))
+    dropped = _gauge("lagwatch_dropped_group_partitions")
+    cycle = _gauge("lagwatch_cycle_duration_seconds")
+    rr, rd = _counter("lagwatch_reports_received_total"), _counter("lagwatch_reports_dropped_total")
+    for r in records:
+        v, st = r.view, r.stats
+        c = [v.cluster]
+        up.add_metric(c, 1.0 if v.up else 0.0)
+        dur.add_metric(c, v.sample_duration)
+        brokers.add_metric(c, v.brokers)
+        dropped.add_metric(c, v.dropped_group_partitions)
+        if v.sampled_at > 0:
+            last.add_metric(c, v.sampled_at)
+            age.add_metric(c, max(0.0, now - v.sampled_at))
+        for stage in sorted(set(ERROR_STAGES) | set(st.errors)):
+            errs.add_metric([v.cluster, stage], st.errors.get(stage, 0))
+        reqs.add_metric(c, st.requests)
+        cycle.add_metric(c, st.cycle_duration)
+        cycles.add_metric(c, st.cycles)
+        for kind in sorted({"consumer", "spark"} | set(st.reports_received)):
+            rr.add_metric([v.cluster, kind], st.reports_received.get(kind, 0))
+        for reason, n in sorted(st.reports_dropped.items()):
+            rd.add_metric([v.cluster, reason], n)
+    return [up, dur, cycle, last, age, brokers, errs, reqs, cycles, dropped, rr, rd]
+
+
+class SelfMetrics(Collector):
+    """The self-metrics of one scrape, for prometheus_client's encoders."""
+
+    def __init__(self, records: Iterable[ClusterRecord], now: float) -> None:
+        self.records, self.now = records, now
+
+    def collect(self) -> Iterator[Metric]:
+        yield from self_families(self.records, self.now)
+
+
+# -- one scrape ---------------------------------------------------------------------------
+
+def view_chunks(records: Iterable[ClusterRecord]) -> list[bytes | memoryview]:
+    """The view families of every record, each family contiguous across clusters.
+
+    Written to the socket one by one: joining 50 MB into one response body
+    would double the memory of every scrape."""
+    parts = [r.exposition for r in records]
+    order: dict[str, list[Family]] = {}
+    for p in parts:
+        for f in p:
+            order.setdefault(f[0], []).append(f)
+    out: list[bytes | memoryview] = []
+    for present in order.values():
+        out.append(present[0][1])
+        out.extend(body for _n, _h, body in present if body)
+    return out
+
+
+def scrape(records: Iterable[ClusterRecord], accept: str | None, now: float
+           ) -> tuple[list[bytes | memoryview], str]:
+    """Body chunks and content type of /metrics from one consistent set of records:
+    view families first (pre-rendered), then self-metrics (ending with "# EOF" in
+    OpenMetrics)."""
+    records = list(records)
+    encoder, ctype = choose_encoder(accept or "")
+    return [*view_chunks(records), encoder(SelfMetrics(records, now))], ctype

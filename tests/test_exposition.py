@@ -1,0 +1,216 @@
+"""/metrics without a broker: golden expositions and one record per scrape.
+
+The golden files under tests/golden/ are the exact exposition of a hand-built
+pair of clusters, plain and with ``--compat kafka_exporter``; a change to the
+renderer shows as a diff to review. After an intended change, regenerate them
+with ``.venv/bin/python -m tests.test_exposition`` and review ``git diff tests/golden``.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+from exporter.render import render_cluster, scrape
+from exporter.snapshot import PartitionOffsets
+from exporter.state import ClusterRecord, SelfStats, Store, frozen_counts, initial_record
+from exporter.view import ClusterView, GroupView, MemberView, PartitionView, SparkInfo
+from tests.exporter_proc import parse_metrics, value
+
+GOLDEN = Path(__file__).resolve().parent / "golden"
+SAMPLED_AT = 1_767_225_600.25  # 2026-01-01 00:00:00.25 UTC
+NOW = SAMPLED_AT + 2.5
+ODD = 'we"ird\\topic\nname'  # quote, backslash and newline: every escape of the text format
+
+
+def _pv(topic: str, part: int, committed: int | None, lag: int | None, lag_s: float | None,
+        status: str = "ok", position: int | None = None, stalled: float = 0.0) -> PartitionView:
+    return PartitionView(topic, part, committed, position, lag, lag_s, stalled, status,
+                         "" if status == "ok" else f"{topic}[{part}]: {status}", "")
+
+
+def hand_built_views() -> list[ClusterView]:
+    """Every family and every kind of value: unknown offsets, floats, escapes, Spark, an
+    empty group, a duplicate client id, and a second cluster that was never sampled."""
+    partitions = {
+        ("orders", 0): PartitionOffsets(leader=1, replicas=3, isr=3, log_start=10, hw=1500, lso=1490,
+                                        leo=1502),
+        ("orders", 1): PartitionOffsets(leader=2, replicas=3, isr=2, log_start=0),  # HW unknown
+        (ODD, 0): PartitionOffsets(leader=1, replicas=1, isr=1, log_start=0, hw=7, lso=7, leo=7),
+    }
+    billing = GroupView(
+        "billing", "classic", "stable", "lagging", ("orders[0]: lagging",),
+        (MemberView("m-1", "billing-7", "/10.0.0.5", 1, 0.75),
+         MemberView("m-2", "billing-7", "/10.0.0.6", 1, 3.0),  # same client id: one series
+         MemberView("m-3", "", "/10.0.0.7", 0, None)),
+        (_pv("orders", 0, 1200, 300, 12.345, "lagging", position=1250, stalled=4.5),
+         _pv("orders", 1, 40, None, None)))
+    odd_group = GroupView(
+        'gr"oup\\1', "consumer", "empty", "stopped", (f"{ODD}[0]: stopped",), (),
+        (_pv(ODD, 0, 5, 2, 600.0, "stopped", stalled=61.0),))
+    spark = GroupView(
+        "spark-etl", "spark", "active", "ok", (), (MemberView("run-1", "spark-driver", "", 1, None),),
+        (_pv("orders", 0, 1500, 0, 0.0),),
+        SparkInfo(query_id="q-1", run_id="run-1", batch_id=42, batch_duration_seconds=1.5,
+                  input_rows_per_second=1000.0, processed_rows_per_second=None,
+                  last_progress_age=0.5, batch_running_seconds=None, active=True))
+    idle = GroupView("idle", "classic", "empty", "ok", (), (), ())
+    prod = ClusterView("prod-eu", True, SAMPLED_AT, 0.125, partitions,
+                       {g.group: g for g in (billing, odd_group, spark, idle)},
+                       brokers=3, dropped_group_partitions=2)
+    dr = ClusterView("dr", False, 0.0, 10.0, {}, {}, last_error="metadata: timed out")
+    return [prod, dr]
+
+
+def hand_built_records(compat: frozenset[str]) -> list[ClusterRecord]:
+    prod, dr = hand_built_views()
+    stats = SelfStats(cycles=17, cycle_duration=0.25, requests=1234,
+                      errors=frozen_counts({"metadata": 2, "worker_crash": 1}),
+                      reports_received=frozen_counts({"consumer": 5}),
+                      reports_dropped=frozen_counts({"wrong_type": 1}))
+    return [ClusterRecord(view=prod, stats=stats, exposition=render_cluster(prod, compat)),
+            ClusterRecord(view=dr, stats=SelfStats(cycles=3, errors=frozen_counts({"metadata": 3})),
+                          exposition=render_cluster(dr, compat))]
+
+
+def exposition(compat: frozenset[str]) -> bytes:
+    chunks, ctype = scrape(hand_built_records(compat), None, NOW)
+    assert ctype.startswith("text/plain; version=0.0.4"), ctype
+    return b"".join(chunks)
+
+
+CASES = {"metrics-plain.prom": frozenset(), "metrics-kafka_exporter.prom": frozenset({"kafka_exporter"})}
+
+
+def test_exposition_matches_the_golden_files() -> None:
+    for name, compat in CASES.items():
+        got = exposition(compat).decode()
+        want = (GOLDEN / name).read_text()
+        assert got == want, f"{name} differs; if intended, regenerate (see this module's docstring)"
+
+
+# promtool's only findings are lint, not format errors: gauges named ..._sum. Ours is part of
+# the metric contract (dashboards and alerts use it); kafka_exporter's two are reproduced by
+# name on purpose. Anything else promtool reports fails the test.
+KNOWN_LINT = {
+    "kafka_consumergroup_lag_offsets_sum": "plain compat",
+    "kafka_consumergroup_current_offset_sum": "compat",
+    "kafka_consumergroup_lag_sum": "compat",
+}
+
+
+def test_promtool_accepts_the_golden_expositions() -> None:
+    for name, compat in CASES.items():
+        res = subprocess.run(["promtool", "check", "metrics"], input=(GOLDEN / name).read_bytes(),
+                             capture_output=True, timeout=30)
+        out = (res.stdout + res.stderr).decode()
+        findings = {ln.split()[0]: ln for ln in out.splitlines() if ln.strip()}
+        mode = "compat" if compat else "plain"
+        want = {n for n, where in KNOWN_LINT.items() if mode in where.split()}
+        assert set(findings) == want, (name, out)
+        assert all('should not have "_sum" suffix' in ln for ln in findings.values()), (name, out)
+        assert res.returncode == (3 if want else 0), (name, res.returncode, out)  # 3: lint only
+
+
+def test_golden_files_hold_what_the_view_says() -> None:
+    """The golden files are not just frozen output: spot-check them against the view."""
+    m = parse_metrics((GOLDEN / "metrics-kafka_exporter.prom").read_text())
+    assert value(m, "kafka_partition_log_end_offset", cluster="prod-eu", topic="orders",
+                 partition="0") == 1502
+    assert value(m, "kafka_partition_high_watermark_offset", topic="orders", partition="1") is None
+    assert value(m, "kafka_partition_high_watermark_offset", topic=ODD, partition="0") == 7
+    assert value(m, "kafka_consumergroup_lag_seconds", group="billing", partition="0") == 12.345
+    assert value(m, "kafka_consumergroup_status", group='gr"oup\\1', status="stopped") == 1
+    assert value(m, "kafka_consumergroup_member_last_poll_age_seconds", group="billing",
+                 client_id="billing-7") == 0.75
+    assert value(m, "kafka_spark_query_batch_running_seconds", group="spark-etl") == 0
+    assert value(m, "kafka_spark_query_processed_rows_per_second", group="spark-etl") is None
+    assert value(m, "kafka_consumergroup_members", group="billing", consumergroup="billing") == 3
+    assert value(m, "kafka_consumergroup_lag", consumergroup="billing", partition="0") == 300
+    assert value(m, "lagwatch_data_age_seconds", cluster="prod-eu") == 2.5
+    assert value(m, "lagwatch_data_age_seconds", cluster="dr") is None
+    assert value(m, "lagwatch_errors_total", cluster="prod-eu", stage="worker_crash") == 1
+    assert value(m, "lagwatch_errors_total", cluster="dr", stage="sample_exception") == 0
+
+
+# -- one record per cluster per cycle -----------------------------------------------------
+
+def _record(i: int) -> ClusterRecord:
+    """Cycle i of cluster "c": the view, the statistics and the text all say i."""
+    view = ClusterView("c", True, SAMPLED_AT + i, 0.1,
+                       {("t", 0): PartitionOffsets(leader=1, replicas=1, isr=1, hw=i)}, {}, brokers=i)
+    return ClusterRecord(view=view, stats=SelfStats(cycles=i, errors=frozen_counts({"cycle": i})),
+                         exposition=render_cluster(view))
+
+
+def _cycle_of(body: bytes) -> set[float]:
+    m = parse_metrics(body.decode())
+    return {value(m, "kafka_partition_high_watermark_offset", cluster="c"), value(m, "lagwatch_brokers"),
+            value(m, "lagwatch_cycles_total"), value(m, "lagwatch_errors_total", stage="cycle")}
+
+
+def test_a_scrape_serves_one_cycle_never_a_mix() -> None:
+    store = Store([_record(0)])
+    stop = threading.Event()
+    mixed: list[set[float]] = []
+    scrapes = [0]
+
+    def scraper() -> None:
+        while not stop.is_set():
+            chunks, _ = scrape(store.records(), None, NOW)
+            seen = _cycle_of(b"".join(chunks))
+            scrapes[0] += 1
+            if len(seen) != 1:
+                mixed.append(seen)
+
+    threads = [threading.Thread(target=scraper) for _ in range(3)]
+    for t in threads:
+        t.start()
+    try:
+        for i in range(1, 400):
+            store.publish(_record(i))
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(10)
+    assert not mixed, mixed[:5]
+    assert scrapes[0] > 0
+    assert _cycle_of(b"".join(scrape(store.records(), None, NOW)[0])) == {399}
+
+
+def test_a_scrape_of_the_old_record_leaves_the_new_one_alone() -> None:
+    old, new = _record(1), _record(2)
+    store = Store([old])
+    held = store.records()  # a scrape has read the old record ...
+    store.publish(new)  # ... when the next cycle publishes
+    body = b"".join(scrape(held, None, NOW)[0])
+    assert _cycle_of(body) == {1}
+    assert store.records() == [new]
+    assert store.records()[0].exposition is new.exposition  # not evicted, not re-rendered
+    # the scrape writes the record's own bytes: nothing is rendered at scrape time
+    chunks = scrape(store.records(), None, NOW)[0]
+    bodies = {id(f[2]) for f in new.exposition}
+    assert any(id(c) in bodies for c in chunks)
+    assert all(id(c) in bodies or isinstance(c, bytes) for c in chunks)
+    assert new.exposition[1][2].readonly  # and nobody can change them
+
+
+def test_a_cluster_not_sampled_yet_serves_headers_and_up_0() -> None:
+    store = Store([initial_record("fresh")])
+    m = parse_metrics(b"".join(scrape(store.records(), None, NOW)[0]).decode())
+    assert value(m, "lagwatch_up", cluster="fresh") == 0
+    assert value(m, "lagwatch_cycles_total", cluster="fresh") == 0
+    assert not store.ready()
+
+
+def regenerate() -> None:
+    GOLDEN.mkdir(exist_ok=True)
+    for name, compat in CASES.items():
+        (GOLDEN / name).write_bytes(exposition(compat))
+        print(f"wrote {GOLDEN / name}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    regenerate()

@@ -1,0 +1,108 @@
+"""The Kafka worker process of a real exporter against the real broker: an exception while
+sampling costs one cycle and keeps the process, a process that dies is counted exactly once
+and replaced, and a shutdown (also by a signal to the whole process group) is quiet."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+from devenv.kafka import KafkaCluster
+from devenv.procs import children
+from tests.conftest import exporter_config, wait_for
+from tests.exporter_proc import ExporterProcess, value
+
+FAULTS = Path(__file__).resolve().parent / "faults"  # sitecustomize.py: the injected exception
+
+
+def errors(exp: ExporterProcess, stage: str) -> float | None:
+    return value(exp.metrics(), "lagwatch_errors_total", cluster="test", stage=stage)
+
+
+def up(exp: ExporterProcess) -> float | None:
+    return value(exp.metrics(), "lagwatch_up", cluster="test")
+
+
+def cycles(exp: ExporterProcess) -> float:
+    return value(exp.metrics(), "lagwatch_cycles_total", cluster="test") or 0
+
+
+def the_worker(exp: ExporterProcess) -> int:
+    kids = wait_for(lambda: children(exp.proc.pid), 30, "the Kafka worker process")
+    assert len(kids) == 1, kids
+    return kids[0]
+
+
+def test_sampling_exception_keeps_the_worker_and_a_crash_counts_once(kafka: KafkaCluster,
+                                                                       tmp_path: Any) -> None:
+    flag = tmp_path / "raise"
+    env = {"PYTHONPATH": os.pathsep.join(filter(None, [str(FAULTS), os.environ.get("PYTHONPATH")])),
+           "LAGWATCH_TEST_SAMPLE_FAULT": str(flag)}
+    with ExporterProcess(None, config=exporter_config(tmp_path, kafka.bootstrap_servers), env=env) as exp:
+        exp.wait_ready()
+        worker = the_worker(exp)
+        assert errors(exp, "sample_exception") == 0
+
+        flag.touch()  # from now on sample() raises ValueError inside the worker
+        wait_for(lambda: (errors(exp, "sample_exception") or 0) >= 2 and up(exp) == 0, 30,
+                 "two failed cycles counted as sample_exception, lagwatch_up 0")
+        flag.unlink()
+        wait_for(lambda: up(exp) == 1, 30, "lagwatch_up 1 once sample() works again")
+        assert children(exp.proc.pid) == [worker], "the worker process was replaced"
+        assert errors(exp, "worker_crash") == 0
+        log = exp.output()
+        assert any("cannot sample: sample_exception: ValueError: injected by tests/faults" in ln
+                   for ln in log.splitlines()), log
+        assert "Kafka worker process died" not in log
+
+        # A worker that really dies: counted once as worker_crash, replaced, and up again.
+        os.kill(worker, signal.SIGKILL)
+        wait_for(lambda: errors(exp, "worker_crash") == 1 and up(exp) == 1, 60,
+                 "the crash counted and a new worker sampling")
+        new = wait_for(lambda: [p for p in children(exp.proc.pid) if p != worker], 30, "a new worker")
+        assert len(new) == 1
+        seen = cycles(exp)
+        wait_for(lambda: cycles(exp) >= seen + 3, 30, "three more cycles")
+        m = exp.metrics()
+        assert value(m, "lagwatch_errors_total", cluster="test", stage="worker_crash") == 1
+        assert value(m, "lagwatch_errors_total", cluster="test", stage="cycle") == 0
+        assert "Kafka worker process died (exit code -9)" in exp.output()
+
+
+def test_sigterm_shuts_down_quietly(kafka: KafkaCluster, tmp_path: Any) -> None:
+    with ExporterProcess(None, config=exporter_config(tmp_path, kafka.bootstrap_servers)) as exp:
+        exp.wait_ready()
+        worker = the_worker(exp)
+        # A terminal, `timeout` or a service manager signals the whole process group, and
+        # the worker may get it first: it is not a crash, the worker keeps serving.
+        os.kill(worker, signal.SIGTERM)
+        seen = cycles(exp)
+        wait_for(lambda: cycles(exp) >= seen + 2, 30, "two more cycles after SIGTERM to the worker")
+        assert children(exp.proc.pid) == [worker]
+        # Shut down while a cycle is waiting for the worker: stop it so a request hangs there.
+        os.kill(worker, signal.SIGSTOP)
+        wait_for(lambda: (value(exp.metrics(), "lagwatch_data_age_seconds", cluster="test") or 0) > 3,
+                 30, "a cycle stuck in the stopped worker")
+        t0 = time.monotonic()
+        exp.proc.send_signal(signal.SIGTERM)
+        rc = exp.proc.wait(30)
+        took = time.monotonic() - t0
+        log = exp.output()
+    assert rc == 0, log
+    assert took < 10, took
+    after = log[log.index("shutting down"):]
+    assert " ERROR " not in after and " WARNING " not in after, after
+    for quiet in ("Kafka worker process died", "cannot sample", "worker_crash", "Traceback"):
+        assert quiet not in log, log
+    wait_for(lambda: not alive(worker), 10, "the worker to end with the exporter")
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state not in ("Z", "X")  # a zombie is dead, waiting for whoever reaps it
