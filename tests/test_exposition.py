@@ -13,11 +13,15 @@ import sys
 import threading
 from pathlib import Path
 
+import pytest
+
 from exporter.render import render_cluster, scrape
 from exporter.snapshot import PartitionOffsets
 from exporter.state import ClusterRecord, SelfStats, Store, frozen_counts, initial_record
 from exporter.view import ClusterView, GroupView, MemberView, PartitionView, SparkInfo
 from tests.exporter_proc import parse_metrics, value
+
+pytestmark = pytest.mark.unit  # no broker: runs with `make test-unit`
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
 SAMPLED_AT = 1_767_225_600.25  # 2026-01-01 00:00:00.25 UTC

@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import logging
 
+import pytest
+
 from exporter.logs import TRANSITION, RepeatFilter
+
+pytestmark = pytest.mark.unit  # no broker: runs with `make test-unit`
 
 # As logged through confluent-kafka against a broker refusing the password: the admin
 # client's bootstrap thread, the report reader's consumer, another broker's thread.
