@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 
 from exporter.config import Thresholds
 from exporter.lag import HwHistory, lag_seconds
+from exporter.report_match import match_reports
 from exporter.reports import ConsumerReport, SparkReport
 from exporter.snapshot import TP, GroupSample, Member, PartitionOffsets, Snapshot
 from exporter.view import (
@@ -216,7 +217,7 @@ class Evaluator:
         for r in sorted(fresh_reports, key=lambda r: r.received_at):
             for tp in r.positions.keys() | r.committed.keys():
                 report_of[tp] = r
-        report_by_member = {r.member_id: r for r in fresh_reports if r.member_id}
+        report_by_member = match_reports(g.members, fresh_reports)
 
         parts: list[PartitionView] = []
         seen: set[TP] = set()
