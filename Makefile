@@ -10,7 +10,7 @@ KAFKA_LEGACY_VERSION := 3.9.2
 SPARK_VERSION := 4.0.0
 PYTEST_ARGS ?=
 
-.PHONY: test demo setup prereqs jars system-packages lint dashboards clean
+.PHONY: test demo setup prereqs jars interceptor system-packages lint dashboards clean
 
 test: setup
 	$(PY) -m pytest $(PYTEST_ARGS)
@@ -18,7 +18,7 @@ test: setup
 demo: setup
 	$(PY) -m devenv.demo
 
-setup: prereqs $(VENV)/.installed jars system-packages
+setup: prereqs $(VENV)/.installed jars interceptor system-packages
 
 prereqs:
 	@tools/check-prereqs
@@ -32,7 +32,11 @@ $(VENV)/.installed: pyproject.toml
 jars:
 	@tools/fetch-jars kafka $(KAFKA_VERSION) .cache/kafka-$(KAFKA_VERSION)/libs
 	@tools/fetch-jars kafka $(KAFKA_LEGACY_VERSION) .cache/kafka-$(KAFKA_LEGACY_VERSION)/libs
+	@tools/fetch-jars streams $(KAFKA_VERSION) .cache/kafka-streams-$(KAFKA_VERSION)/libs
 	@tools/fetch-jars spark $(SPARK_VERSION) .cache/spark-kafka-$(SPARK_VERSION)/libs
+
+interceptor:
+	@tools/build-interceptor
 
 system-packages:
 	@tools/install-system-packages
