@@ -7,7 +7,7 @@ import org.apache.kafka.streams.StreamsBuilder;
 import org.apache.kafka.streams.StreamsConfig;
 
 /**
- * A Kafka Streams application whose processor wedges after `after` records, for lagwatch's
+ * A Kafka Streams application whose processor wedges after `after` records (and 2 s), for lagwatch's
  * JVM tests and demo. The interceptor comes from configuration alone:
  * prop.main.consumer.interceptor.classes=dev.lagwatch.interceptor.LagwatchConsumerInterceptor.
  *
@@ -47,10 +47,14 @@ public final class StreamsApp {
         p.putIfAbsent(StreamsConfig.mainConsumerPrefix("max.poll.interval.ms"), "600000");
         StreamsBuilder b = new StreamsBuilder();
         AtomicLong seen = new AtomicLong();
+        AtomicLong first = new AtomicLong();
         long limit = after;
         b.stream(topic, org.apache.kafka.streams.kstream.Consumed.with(Serdes.ByteArray(), Serdes.ByteArray()))
                 .foreach((k, v) -> {
-                    if (seen.incrementAndGet() >= limit) {
+                    first.compareAndSet(0, System.currentTimeMillis());
+                    // ...and not before the thread has had time to commit (every 100 ms between
+                    // polls): lagwatch evaluates committed partitions
+                    if (seen.incrementAndGet() >= limit && System.currentTimeMillis() - first.get() > 2000) {
                         say("BLOCKED " + System.currentTimeMillis() / 1000.0);
                         while (true) {
                             try {
