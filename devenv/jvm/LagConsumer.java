@@ -19,7 +19,8 @@ import org.apache.kafka.common.serialization.ByteArrayDeserializer;
  * wedges while the consumer's heartbeat thread keeps it in the group), drain (consume `count`
  * records as fast as possible, then keep polling for `linger` seconds).
  * Prints READY once assigned, BLOCKED epoch position, STAT epoch records errors sent every
- * half second, DRAINED seconds records, and EXIT records errors sent.
+ * half second, DRAINED seconds records cpu-seconds (measured from `warmup` seconds after the
+ * first record), and EXIT records errors sent.
  */
 public final class LagConsumer {
     static void say(String s) {
@@ -39,6 +40,12 @@ public final class LagConsumer {
         return dev.lagwatch.interceptor.LagwatchConsumerInterceptor.reportsSentTotal();
     }
 
+    /** CPU time of the whole JVM: the consumer's threads, the interceptor's, GC and JIT. */
+    static double cpuSeconds() {
+        return ((com.sun.management.OperatingSystemMXBean) java.lang.management.ManagementFactory
+                .getOperatingSystemMXBean()).getProcessCpuTime() / 1e9;
+    }
+
     public static void main(String[] argv) throws Exception {
         Map<String, String> a = new HashMap<>();
         Properties p = new Properties();
@@ -55,6 +62,7 @@ public final class LagConsumer {
         long after = Long.parseLong(a.getOrDefault("after", "20"));
         long count = Long.parseLong(a.getOrDefault("count", "0"));
         double linger = Double.parseDouble(a.getOrDefault("linger", "0"));
+        double warmup = Double.parseDouble(a.getOrDefault("warmup", "0"));
         p.putIfAbsent("bootstrap.servers", a.get("bootstrap"));
         p.putIfAbsent("group.id", a.get("group"));
         p.putIfAbsent("auto.offset.reset", "earliest");
@@ -67,15 +75,21 @@ public final class LagConsumer {
         c.subscribe(List.of(a.get("topic")));
         boolean ready = false;
         long records = 0;
-        double started = 0, lastStat = 0, drained = 0;
+        double firstRecord = 0, started = 0, startedCpu = 0, lastStat = 0, drained = 0;
+        long startedRecords = 0;
         while (true) {
             ConsumerRecords<byte[], byte[]> batch = c.poll(Duration.ofMillis(100));
             if (!ready && !c.assignment().isEmpty()) {
                 ready = true;
                 say("READY " + now());
             }
-            if (started == 0 && !batch.isEmpty()) {
+            if (firstRecord == 0 && !batch.isEmpty()) {
+                firstRecord = now();
+            }
+            if (started == 0 && firstRecord > 0 && now() - firstRecord >= warmup) {
                 started = now();
+                startedCpu = cpuSeconds();
+                startedRecords = records;
             }
             for (ConsumerRecord<byte[], byte[]> r : batch) {
                 records++;
@@ -98,7 +112,8 @@ public final class LagConsumer {
             }
             if (mode.equals("drain") && drained == 0 && records >= count) {
                 drained = t;
-                say("DRAINED " + (t - started) + " " + records);
+                say(started == 0 ? "DRAINED 0 0 0" // done before the warm-up was
+                        : "DRAINED " + (t - started) + " " + (records - startedRecords) + " " + (cpuSeconds() - startedCpu));
             }
             if (drained > 0 && t - drained >= linger) {
                 break;
