@@ -96,6 +96,9 @@ class Workload(threading.Thread):
         self.producer.flush(10)
 
 
+# Quotes, non-ASCII and the characters that make JMX quote a name: the report's JSON, the
+# consumer-metrics lookup and the match on client id all have to get it right.
+HEALTHY_CLIENT_ID = 'jvm-healthy "ü*,=x"'
 BLOCKED = {  # variant: (kafka-clients version, extra consumer properties)
     "clients-4.2.1": ("4.2.1", ()),
     "clients-4.2.1-kip848": ("4.2.1", ("prop.group.protocol=consumer",)),
@@ -123,7 +126,7 @@ def jvm_world(kafka: KafkaCluster, exporter: ExporterProcess) -> Iterator[dict[s
                                 f"prop.client.id=jvm-wedged-{name}", *extra, kafka_version=version)
         apps["healthy"] = JvmApp("LagConsumer", "mode=healthy", boot, f"group={groups['healthy']}",
                                  f"topic={feeds['healthy'].topic}", *REPORTING,
-                                 "prop.client.id=jvm-healthy")
+                                 f"prop.client.id={HEALTHY_CLIENT_ID}")
         apps["streams"] = JvmApp(
             "StreamsApp", boot, f"app={groups['streams']}", f"topic={feeds['streams'].topic}", "after=40",
             f"prop.main.consumer.interceptor.classes={INTERCEPTOR}",
@@ -184,6 +187,7 @@ def test_healthy_consumer_stays_ok_through_an_idle_spell(jvm_world: dict[str, An
     feed.paused = (pause_from, pause_from + LIVELOCK_AFTER + 4)
     wait_for(lambda: time.time() > feed.paused[1] - 1, 60, "the end of the idle spell")
     idle = _group(jvm_world, "healthy")
+    assert idle["members"][0]["client_id"] == HEALTHY_CLIENT_ID
     assert idle["members"][0]["last_poll_age_seconds"] < 3, idle["members"]
     end = feed.paused[1] + LIVELOCK_AFTER
     wait_for(lambda: rec.statuses(group) and rec.statuses(group)[-1][0] > end, 60, "a long healthy run")
