@@ -11,7 +11,7 @@ SPARK_VERSION := 4.0.0
 SPARK35_VERSION := 3.5.3
 PYTEST_ARGS ?=
 
-.PHONY: test test-unit demo runtime-setup setup prereqs jars pyenvs system-packages go-tools lint dashboards manifests clean
+.PHONY: test test-unit demo runtime-setup setup prereqs jars pyenvs interceptor system-packages go-tools lint dashboards manifests clean
 
 test: setup
 	$(VENV)/bin/ruff check .
@@ -24,9 +24,10 @@ test-unit: $(VENV)/.installed
 demo: runtime-setup
 	$(PY) -m devenv.demo
 
-# What the demo needs; the tests also need the Go-built chart tools and the PySpark 3.5 venv.
+# What the demo needs; the tests also need the JVM interceptor, the Go-built chart tools
+# and the PySpark 3.5 venv.
 runtime-setup: prereqs $(VENV)/.installed jars system-packages
-setup: runtime-setup pyenvs go-tools
+setup: runtime-setup interceptor pyenvs go-tools
 
 prereqs:
 	@tools/check-prereqs
@@ -40,12 +41,16 @@ $(VENV)/.installed: pyproject.toml
 jars:
 	@tools/fetch-jars kafka $(KAFKA_VERSION) .cache/kafka-$(KAFKA_VERSION)/libs
 	@tools/fetch-jars kafka $(KAFKA_LEGACY_VERSION) .cache/kafka-$(KAFKA_LEGACY_VERSION)/libs
+	@tools/fetch-jars streams $(KAFKA_VERSION) .cache/kafka-streams-$(KAFKA_VERSION)/libs
 	@tools/fetch-jars spark $(SPARK_VERSION) .cache/spark-kafka-$(SPARK_VERSION)/libs
 	@tools/fetch-jars spark $(SPARK35_VERSION) .cache/spark-kafka-$(SPARK35_VERSION)/libs
 
 # A PySpark 3.5 driver virtualenv and a wheelhouse (release and light-client tests), cached.
 pyenvs: $(VENV)/.installed
 	@$(PY) -m devenv.pyenvs $(SPARK35_VERSION)
+
+interceptor:
+	@tools/build-interceptor
 
 system-packages:
 	@tools/install-system-packages

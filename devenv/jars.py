@@ -24,7 +24,7 @@ class JarsMissing(RuntimeError):
 
 
 def _fetch(profile: str, version: str, dest: Path) -> None:
-    prop = "kafka.version" if profile == "kafka" else "spark.version"
+    prop = "spark.version" if profile == "spark" else "kafka.version"
     subprocess.run(
         [str(ROOT / "tools" / "fetch-jars"), profile, version, str(dest)],
         check=True,
@@ -51,3 +51,22 @@ def spark_kafka_jars(version: str = SPARK_VERSION, fetch: bool = True) -> list[P
             raise JarsMissing(f"Spark Kafka connector {version} not in {dest}")
         _fetch("spark", version, dest)
     return sorted(dest.glob("*.jar"))
+
+
+def kafka_streams_libs(version: str = DEFAULT_KAFKA_VERSION, fetch: bool = True) -> Path:
+    """Kafka Streams and its kafka-clients (no RocksDB), for JVM consumer tests."""
+    dest = CACHE / f"kafka-streams-{version}" / "libs"
+    if not (dest / ".complete").exists():
+        if not fetch:
+            raise JarsMissing(f"Kafka Streams {version} jars not in {dest}")
+        _fetch("streams", version, dest)
+    return dest
+
+
+def interceptor_jar() -> Path:
+    """lagwatch's JVM consumer interceptor, built by tools/build-interceptor when stale."""
+    subprocess.run([str(ROOT / "tools" / "build-interceptor")], check=True, stdout=subprocess.DEVNULL)
+    jars = sorted((ROOT / "clients" / "java" / "target").glob("lagwatch-kafka-interceptor-*.jar"))
+    if not jars:
+        raise JarsMissing("tools/build-interceptor produced no jar")
+    return jars[-1]

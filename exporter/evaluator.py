@@ -12,6 +12,7 @@ from __future__ import annotations
 from exporter.config import Thresholds
 from exporter.lag import HwHistory, lag_seconds
 from exporter.memory import GroupMemory, PartitionMemory, observe, remember, remember_members
+from exporter.report_match import match_reports
 from exporter.reports import ConsumerReport, SparkReport
 from exporter.rules import PartitionFacts, classify, fmt_seconds, reason
 from exporter.snapshot import TP, GroupSample, Member, PartitionOffsets, Snapshot
@@ -157,7 +158,7 @@ class Evaluator:
         for r in sorted(fresh_reports, key=lambda r: r.received_at):
             for tp in r.positions.keys() | r.committed.keys():
                 report_of[tp] = r
-        report_by_member = {r.member_id: r for r in fresh_reports if r.member_id}
+        report_by_member = match_reports(g.members, fresh_reports)
 
         parts: list[PartitionView] = []
         for tp in sorted(g.committed):

@@ -106,7 +106,10 @@ class ReportReader:
             return
         with self._lock:
             if isinstance(rep, ConsumerReport):
-                ck = (rep.group, rep.member_id or rep.client_id)
+                # Without a member id (JVM interceptors) the record key tells reporters apart:
+                # it names client id, host and process, and every JVM defaults to the same
+                # client id (consumer-<group>-1).
+                ck = (rep.group, rep.member_id or (k.decode("utf-8", "replace") or rep.client_id))
                 old = self._consumers.get(ck)
                 if old is None or old.sent_at <= rep.sent_at:
                     self._consumers[ck] = rep

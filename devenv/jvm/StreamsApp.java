@@ -1,0 +1,79 @@
+import java.nio.file.Files;
+import java.util.Properties;
+import java.util.concurrent.atomic.AtomicLong;
+import org.apache.kafka.common.serialization.Serdes;
+import org.apache.kafka.streams.KafkaStreams;
+import org.apache.kafka.streams.StreamsBuilder;
+import org.apache.kafka.streams.StreamsConfig;
+
+/**
+ * A Kafka Streams application whose processor wedges after `after` records (and 2 s), for lagwatch's
+ * JVM tests and demo. The interceptor comes from configuration alone:
+ * prop.main.consumer.interceptor.classes=dev.lagwatch.interceptor.LagwatchConsumerInterceptor.
+ *
+ *   java -cp STREAMS_LIBS/*:INTERCEPTOR_JAR:CLASSES StreamsApp bootstrap=H:P app=ID topic=T after=N
+ *       [prop.K=V ...]
+ *
+ * Prints READY when the instance runs and BLOCKED epoch when the processor wedges.
+ */
+public final class StreamsApp {
+    static void say(String s) {
+        System.out.println(s);
+        System.out.flush();
+    }
+
+    public static void main(String[] argv) throws Exception {
+        Properties p = new Properties();
+        String bootstrap = null, app = null, topic = null;
+        long after = 20;
+        for (String arg : argv) {
+            int eq = arg.indexOf('=');
+            String k = arg.substring(0, eq), v = arg.substring(eq + 1);
+            switch (k) {
+                case "bootstrap" -> bootstrap = v;
+                case "app" -> app = v;
+                case "topic" -> topic = v;
+                case "after" -> after = Long.parseLong(v);
+                default -> p.put(k.substring(5), v); // prop.K=V
+            }
+        }
+        p.putIfAbsent(StreamsConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
+        p.putIfAbsent(StreamsConfig.APPLICATION_ID_CONFIG, app);
+        p.putIfAbsent(StreamsConfig.STATE_DIR_CONFIG, Files.createTempDirectory("streams-").toString());
+        p.putIfAbsent(StreamsConfig.COMMIT_INTERVAL_MS_CONFIG, "100");
+        p.putIfAbsent(StreamsConfig.consumerPrefix("auto.offset.reset"), "earliest");
+        // A wedged stream thread stays in the group: the classic protocol heartbeats from a
+        // background thread, and the poll timeout is far away.
+        p.putIfAbsent(StreamsConfig.mainConsumerPrefix("max.poll.interval.ms"), "600000");
+        StreamsBuilder b = new StreamsBuilder();
+        AtomicLong seen = new AtomicLong();
+        AtomicLong first = new AtomicLong();
+        long limit = after;
+        b.stream(topic, org.apache.kafka.streams.kstream.Consumed.with(Serdes.ByteArray(), Serdes.ByteArray()))
+                .foreach((k, v) -> {
+                    first.compareAndSet(0, System.currentTimeMillis());
+                    // ...and not before the thread has had time to commit (every 100 ms between
+                    // polls): lagwatch evaluates committed partitions
+                    if (seen.incrementAndGet() >= limit && System.currentTimeMillis() - first.get() > 2000) {
+                        say("BLOCKED " + System.currentTimeMillis() / 1000.0);
+                        while (true) {
+                            try {
+                                Thread.sleep(200); // wedged processor
+                            } catch (InterruptedException e) {
+                                Thread.currentThread().interrupt();
+                                return;
+                            }
+                        }
+                    }
+                });
+        KafkaStreams streams = new KafkaStreams(b.build(), p);
+        streams.setStateListener((now, before) -> {
+            if (now == KafkaStreams.State.RUNNING) {
+                say("READY " + System.currentTimeMillis() / 1000.0);
+            }
+        });
+        Runtime.getRuntime().addShutdownHook(new Thread(() -> say("EXIT")));
+        streams.start();
+        Thread.currentThread().join();
+    }
+}
