@@ -9,12 +9,16 @@ from __future__ import annotations
 import ipaddress
 from typing import Any
 
+import pytest
+
 from exporter.config import ClusterConfig, Thresholds
 from exporter.evaluator import Evaluator
 from exporter.report_match import host_address, match_reports, same_host
 from exporter.report_reader import ReportReader
 from exporter.reports import ConsumerReport, decode, encode, report_key
 from exporter.snapshot import GroupSample, Member, PartitionOffsets, Snapshot
+
+pytestmark = pytest.mark.unit  # no broker: runs with `make test-unit`
 
 T0 = 1_800_000_000.0
 
