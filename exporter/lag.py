@@ -24,6 +24,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
+from exporter.readonly import NEVER_JOINS
 from exporter.snapshot import TP
 
 log = logging.getLogger("lagwatch.lag")
@@ -94,9 +95,7 @@ class RecordTimestamps:
     def __init__(self, conf: dict[str, Any], timeout: float, cache_size: int = 100_000) -> None:
         self.conf = {
             **conf,
-            "group.id": "lagwatch-never-joins",
-            "enable.auto.commit": False,
-            "enable.auto.offset.store": False,
+            **NEVER_JOINS,
             "enable.partition.eof": True,
             "fetch.max.bytes": 1 << 20,
             "max.partition.fetch.bytes": 64 << 10,

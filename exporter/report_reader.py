@@ -18,6 +18,7 @@ import time
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 
 from exporter.config import ClusterConfig, Thresholds
+from exporter.readonly import NEVER_JOINS
 from exporter.reports import ConsumerReport, ReportError, SparkReport, decode
 from exporter.sampler import client_config
 
@@ -147,10 +148,7 @@ class ReportReader:
             try:
                 if consumer is None:
                     consumer = Consumer(client_config(
-                        self.cfg, **{"group.id": "lagwatch-never-joins",
-                                     "enable.auto.commit": False,
-                                     "enable.auto.offset.store": False,
-                                     "enable.partition.eof": True,
+                        self.cfg, **NEVER_JOINS, **{"enable.partition.eof": True,
                                      "client.id": f"lagwatch-{self.cfg.name}-reports"}))
                 if time.monotonic() >= next_meta:
                     self._refresh_assignment(consumer)

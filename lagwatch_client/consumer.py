@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import OFFSET_INVALID, Consumer, Producer
 
 from lagwatch_client.wire import (
     DEFAULT_REPORTS_TOPIC,
@@ -35,7 +35,6 @@ from lagwatch_client.wire import (
 )
 
 log = logging.getLogger("lagwatch.instrument")
-_INVALID = -1001
 
 
 class _Reporter(threading.Thread):
@@ -67,8 +66,7 @@ class _Reporter(threading.Thread):
             self.producer.produce(self.topic, key=key, value=encode(report))
             self.producer.poll(0)
         except Exception as e:  # noqa: BLE001 - never let reporting hurt the consumer
-            self.owner.instrumentation_errors += 1
-            n = self.owner.instrumentation_errors
+            n = self.owner._count_error()
             if n in (1, 10, 100) or n % 1000 == 0:
                 log.warning("lagwatch report not sent (%d errors so far): %s", n, e)
 
@@ -106,7 +104,7 @@ class InstrumentedConsumer(Consumer):
         conf["stats_cb"] = stats_cb
         conf.setdefault("statistics.interval.ms", int(max(1.0, report_interval / 2) * 1000))
         super().__init__(conf)
-        self.instrumentation_errors = 0
+        self._errors = 0  # under _stats_lock: the polling, stats and reporter threads count
         self._group = str(conf.get("group.id", ""))
         self._client_id = str(conf.get("client.id", "rdkafka"))
         self._host = socket.gethostname()
@@ -174,7 +172,8 @@ class InstrumentedConsumer(Consumer):
             member_id = self.memberid() or ""
             positions = {(tp.topic, tp.partition): tp.offset
                          for tp in self.position(self.assignment()) if tp.offset >= 0}
-        except Exception:  # noqa: BLE001 - not in a group yet, or closed
+        except Exception:  # noqa: BLE001 - e.g. closed meanwhile: counted, never raised
+            self._count_error()
             return
         with self._stats_lock:
             self._member_id, self._positions = member_id, positions
@@ -183,6 +182,17 @@ class InstrumentedConsumer(Consumer):
         with contextlib.suppress(Exception):
             self._reporter.close()
         return super().close(*args, **kwargs)
+
+    @property
+    def instrumentation_errors(self) -> int:
+        """Errors the instrumentation swallowed (reports not sent, statistics unreadable)."""
+        with self._stats_lock:
+            return self._errors
+
+    def _count_error(self) -> int:
+        with self._stats_lock:
+            self._errors += 1
+            return self._errors
 
     # -- reporting -------------------------------------------------------
     def _on_stats(self, raw: str) -> None:
@@ -194,12 +204,12 @@ class InstrumentedConsumer(Consumer):
                     if int(pid) < 0 or p.get("fetch_state") in (None, "none"):
                         continue
                     parts[(tname, int(pid))] = {
-                        "position": p.get("app_offset", _INVALID),
-                        "committed": p.get("committed_offset", _INVALID)}
+                        "position": p.get("app_offset", OFFSET_INVALID),
+                        "committed": p.get("committed_offset", OFFSET_INVALID)}
             with self._stats_lock:
                 self._partitions = parts
-        except Exception:  # noqa: BLE001 - malformed stats are simply skipped
-            self.instrumentation_errors += 1
+        except Exception:  # noqa: BLE001 - malformed stats are skipped and counted
+            self._count_error()
 
     def _report(self, closed: bool) -> dict[str, Any]:
         now = time.time()
@@ -210,7 +220,7 @@ class InstrumentedConsumer(Consumer):
         # Positions as of the last poll (see _track): statistics lag behind, so a consumer
         # that wedges right after assignment would have none.
         for tp, off in positions.items():
-            parts.setdefault(tp, {"position": _INVALID, "committed": _INVALID})["position"] = off
+            parts.setdefault(tp, {"position": OFFSET_INVALID, "committed": OFFSET_INVALID})["position"] = off
         items = []
         for (t, p), offs in sorted(parts.items()):
             item: dict[str, Any] = {"topic": t, "partition": p}
