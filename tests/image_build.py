@@ -13,6 +13,7 @@ import functools
 import json
 import os
 import shutil
+import signal
 import subprocess
 import urllib.error
 import urllib.request
@@ -103,3 +104,16 @@ def alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     return True
+
+
+def kill_run(proc: subprocess.Popen[Any], pid: int | None) -> None:
+    """Clean-up after a `buildah run`: the exporter inside (pid), then buildah's process group."""
+    if pid is not None and alive(pid):
+        os.kill(pid, signal.SIGKILL)
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)

@@ -39,12 +39,12 @@ from tests.image_build import (
     BUILDAH,
     RUN,
     TAGS,
-    alive,
     built,
     config,
     find_exporter,
     http_get,
     ids,
+    kill_run,
     working_container,
 )
 
@@ -479,15 +479,7 @@ def test_rendered_container_runs_from_the_image(helm: str, kafka: KafkaCluster, 
                 assert proc.wait(30) == 0, output()
                 assert password not in output()
             finally:
-                if pid is not None and alive(pid):
-                    os.kill(pid, signal.SIGKILL)
-                if proc.poll() is None:
-                    os.killpg(proc.pid, signal.SIGTERM)
-                    try:
-                        proc.wait(20)
-                    except subprocess.TimeoutExpired:
-                        os.killpg(proc.pid, signal.SIGKILL)
-                        proc.wait(10)
+                kill_run(proc, pid)
 
 
 def test_the_readme_install_command_renders_what_it_promises(helm: str, crcheck: str, tmp_path: Path) -> None:

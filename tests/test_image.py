@@ -35,6 +35,7 @@ from tests.image_build import (
     find_exporter,
     http_get,
     ids,
+    kill_run,
     working_container,
 )
 
@@ -214,12 +215,4 @@ def test_entrypoint_serves_real_lag_from_the_broker(image: tuple[str, dict[str, 
         assert "shutting down" in output()
         assert not alive(pid)
     finally:
-        if pid is not None and alive(pid):
-            os.kill(pid, signal.SIGKILL)
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(20)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(10)
+        kill_run(proc, pid)
