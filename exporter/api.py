@@ -48,9 +48,11 @@ def group_doc(cluster: str, g: GroupView) -> dict[str, Any]:
     doc["cluster"] = cluster
     doc["members"] = [
         {"member_id": m.member_id, "client_id": m.client_id, "host": m.host,
-         "partitions": m.partitions, "last_poll_age_seconds": _round(m.last_poll_age)}
+         "partitions": m.partitions, "last_poll_age_seconds": _round(m.last_poll_age),
+         "member_epoch": m.epoch, "process_id": m.process_id or None}
         for m in g.members
     ]
+    doc["group_epoch"] = g.epoch
     doc["partitions"] = [
         {"topic": p.topic, "partition": p.partition, "committed_offset": p.committed,
          "position_offset": p.position, "lag_offsets": p.lag_offsets,

@@ -149,10 +149,11 @@ class Evaluator:
                              prev.members if prev else (), prev.partitions if prev else (),
                              prev.spark if prev else None)
 
-        rejoins = remember_members(st, {m.member_id for m in g.members}, now, self.th.window)
+        rejoins = remember_members(st, {m.member_id for m in g.members}, now, self.th.window, g.epoch)
         owner_of: dict[TP, Member] = {m_tp: m for m in g.members for m_tp in m.assignment}
-        # Classic groups publish assignments only when stable; KIP-848 groups always do.
-        assignment_known = g.type in ("consumer", "spark") or g.state == "stable" or not g.members
+        # Classic groups publish assignments only when stable; the coordinator-driven
+        # protocols (KIP-848, KIP-1071, KIP-932) always do.
+        assignment_known = g.type != "classic" or g.state == "stable" or not g.members
         fresh_reports = [r for r in reports if not r.closed]
         report_of: dict[TP, ConsumerReport] = {}
         for r in sorted(fresh_reports, key=lambda r: r.received_at):
@@ -189,10 +190,10 @@ class Evaluator:
         members = tuple(
             MemberView(m.member_id, m.client_id, m.host, len(m.assignment),
                        report_by_member[m.member_id].poll_age(now)
-                       if m.member_id in report_by_member else None)
+                       if m.member_id in report_by_member else None, m.epoch, m.process_id)
             for m in g.members)
         view = GroupView(g.group_id, g.type, g.state, worst, tuple(reasons), members, tuple(parts),
-                         _spark_info(spark, now) if spark else None)
+                         _spark_info(spark, now) if spark else None, g.epoch)
         st.last_view = view
         return view
 
@@ -206,6 +207,10 @@ class Evaluator:
             mem = st.parts[tp] = PartitionMemory(committed, now)
         hw = po.hw if po else None
         lag_off = None if hw is None else max(0, hw - committed)
+        if lag_off is not None and tp in g.reported_lag:
+            # A share group's lag as its coordinator counts it: records acknowledged beyond
+            # the start offset are not waiting (KIP-1226).
+            lag_off = min(lag_off, max(0, g.reported_lag[tp]))
         lag_s = None if lag_off is None else self._lag_seconds(tp, committed, hw, lag_off, exact_ts, now)
         obs = observe(mem, committed, hw, lag_off, lag_s, owned, now, self.interval, self.th.lag_seconds)
         facts = PartitionFacts(
@@ -267,8 +272,10 @@ def _spark_sample(rep: SparkReport, now: float, th: Thresholds) -> GroupSample:
     state = "terminated" if rep.terminated else ("active" if alive else "inactive")
     members: tuple[Member, ...] = ()
     if alive:
-        members = (Member(rep.run_id, "spark-driver", "", None, tuple(rep.end_offsets)),)
-    return GroupSample(rep.group, "spark", state, members, None, dict(rep.end_offsets))
+        members = (Member(member_id=rep.run_id, client_id="spark-driver", host="",
+                          assignment=tuple(rep.end_offsets)),)
+    return GroupSample(group_id=rep.group, type="spark", state=state, members=members,
+                       committed=dict(rep.end_offsets))
 
 
 def _spark_info(rep: SparkReport, now: float) -> SparkInfo:

@@ -147,7 +147,8 @@ def _failed(cluster: str, counts: tuple[int, dict[str, int], dict[str, int]], er
             ) -> SampleResult:
     """A cycle whose sampling raised: no data, one sample_exception error; the counters
     are the last ones known (they must never go back)."""
-    snap = Snapshot(cluster, time.time(), 0.0, {}, {}, (("sample_exception", error),), ok=False)
+    snap = Snapshot(cluster=cluster, taken_at=time.time(), duration=0.0, partitions={}, groups={},
+                    errors=(("sample_exception", error),), ok=False)
     return SampleResult(snap, {}, {}, *counts)
 
 

@@ -145,6 +145,7 @@ def remember(mem: PartitionMemory, committed: int, obs: Observation, status: Sta
 @dataclass
 class GroupMemory:
     members: set[str] = field(default_factory=set)
+    epoch: int | None = None  # group epoch at the last cycle (KIP-848, streams, share)
     joins: collections.deque[float] = field(
         default_factory=lambda: collections.deque(maxlen=MAX_JOINS))
     seen_once: bool = False
@@ -152,13 +153,24 @@ class GroupMemory:
     last_view: GroupView | None = None  # kept for a cycle in which the group cannot be read
 
 
-def remember_members(mem: GroupMemory, member_ids: set[str], now: float, window: float) -> int:
-    """Record which members are in the group now; returns the joins within ``window``
-    (members absent last cycle and present now count as joins, first cycle excepted)."""
+def remember_members(mem: GroupMemory, member_ids: set[str], now: float, window: float,
+                     epoch: int | None = None) -> int:
+    """Record which members are in the group now; returns the joins within ``window``.
+
+    Members absent last cycle and present now count as joins (first cycle excepted). In
+    KIP-848 consumer, streams and share groups a member kicked out by
+    ``max.poll.interval.ms`` rejoins with the same member id, often between two samples;
+    the coordinator bumps the group epoch once when it leaves and once when it rejoins
+    (KIP-848, "Group Epoch"), so an epoch that moved while the members stayed the same
+    counts one join per two bumps."""
     if mem.seen_once:
         mem.joins.extend(now for _ in member_ids - mem.members)
+        if (epoch is not None and mem.epoch is not None and epoch > mem.epoch
+                and member_ids and member_ids == mem.members):
+            mem.joins.extend(now for _ in range(max(1, (epoch - mem.epoch) // 2)))
     mem.seen_once = True
     mem.members = member_ids
+    mem.epoch = epoch
     while mem.joins and mem.joins[0] < now - window:
         mem.joins.popleft()
     return len(mem.joins)

@@ -84,6 +84,7 @@ def render_groups(v: ClusterView, fam: dict[str, Lines], compat: frozenset[str])
     lag_o, lag_s, stalled = (fam["kafka_consumergroup_lag_offsets"], fam["kafka_consumergroup_lag_seconds"],
                              fam["kafka_consumergroup_stalled_seconds"])
     poll_age = fam["kafka_consumergroup_member_last_poll_age_seconds"]
+    epoch = fam["kafka_consumergroup_epoch"]
     compat_ke = "kafka_exporter" in compat
     for g in v.groups.values():
         gl = _group_labels(v, g.group)
@@ -92,6 +93,8 @@ def render_groups(v: ClusterView, fam: dict[str, Lines], compat: frozenset[str])
             members.add(f'{gl},consumergroup="{escape_label(g.group)}"', len(g.members))
         else:
             members.add(gl, len(g.members))
+        if g.epoch is not None and g.epoch >= 0:
+            epoch.add(gl, g.epoch)
         for st in STATUSES:
             status.add(f'{gl},status="{st}"', 1 if st == g.status else 0)
         mls = g.max_lag_seconds

@@ -86,8 +86,9 @@ class ClusterRunner:
                     return False
                 res, crash = None, str(e)
             if res is None:
-                snap = Snapshot(self.cfg.name, time.time(), time.monotonic() - t0, {}, {},
-                                (("worker_crash", crash),), ok=False)
+                snap = Snapshot(cluster=self.cfg.name, taken_at=time.time(),
+                                duration=time.monotonic() - t0, partitions={}, groups={},
+                                errors=(("worker_crash", crash),), ok=False)
                 consumer_reports: dict = {}
                 spark_reports: dict = {}
             else:

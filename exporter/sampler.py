@@ -1,13 +1,16 @@
 """One read-only sampling cycle of one cluster -> :class:`Snapshot`.
 
-Everything goes through confluent-kafka's AdminClient except the LEO
-(exporter/leo.py). Per-group requests are issued all at once (futures), which
-measured fast enough that KIP-709 batching is not needed (README, benchmark).
-Nothing here joins a group, commits or alters offsets.
+Everything goes through confluent-kafka's AdminClient except what librdkafka
+cannot send (exporter/protocol.py): the log end offset, and the listing and
+description of Kafka Streams (KIP-1071) and share (KIP-932) groups, and the
+epochs of KIP-848 groups. Per-group requests are issued all at once (futures),
+which measured fast enough that KIP-709 batching is not needed (README,
+benchmark). Nothing here joins a group, commits or alters offsets.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import threading
@@ -18,6 +21,7 @@ from concurrent.futures import wait as wait_futures
 from typing import Any
 
 from confluent_kafka import (
+    OFFSET_INVALID,
     ConsumerGroupTopicPartitions,
     IsolationLevel,
     KafkaError,
@@ -27,11 +31,10 @@ from confluent_kafka import (
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from exporter.config import ClusterConfig
-from exporter.leo import LeoReader, LeoUnsupported
+from exporter.protocol import BrokerRequests, DescribedGroup, ListedGroup, ShareOffsets, Unsupported
 from exporter.snapshot import TP, GroupSample, Member, PartitionOffsets, Snapshot
 
 log = logging.getLogger("lagwatch.sampler")
-OFFSET_INVALID = -1001
 # Errors that explain a metadata timeout: librdkafka reports them only through error_cb.
 _CREDENTIAL_ERRORS = (KafkaError._AUTHENTICATION, KafkaError.SASL_AUTHENTICATION_FAILED, KafkaError._SSL)
 CREDENTIAL_GRACE = 1.0  # seconds a metadata request may still answer after a credential error
@@ -81,13 +84,17 @@ class Sampler:
             cfg, **{"statistics.interval.ms": 1000, "stats_cb": self._on_stats,
                     "error_cb": self._on_error}))
         self._last_listed: dict[str, Any] = {}
+        self._last_listed_new: dict[str, ListedGroup] = {}
         self._group_topics: dict[str, set[str]] = {}
-        self.leo: LeoReader | None
+        self.extra: BrokerRequests | None
         try:
-            self.leo = LeoReader(cfg.client, cfg.request_timeout)
-        except LeoUnsupported as e:
-            log.warning("cluster %s: log end offsets disabled, unsupported %s", cfg.name, e)
-            self.leo = None
+            self.extra = BrokerRequests(cfg.client, cfg.bootstrap_servers, cfg.request_timeout,
+                                        f"lagwatch-{cfg.name}")
+        except Unsupported as e:
+            log.warning("cluster %s: log end offsets, streams and share groups and KIP-848 epochs "
+                        "disabled: unsupported %s", cfg.name, e)
+            self.extra = None
+        self._new_types: bool | None = None  # streams/share APIs, known at the first answer
 
     # librdkafka statistics carry the real number of requests sent per broker.
     def _on_stats(self, raw: str) -> None:
@@ -157,11 +164,11 @@ class Sampler:
         """Kafka requests sent so far (librdkafka's counters plus the LEO client's)."""
         self.admin.poll(0)
         with self._stats_lock:
-            return self._stats_tx + (self.leo.requests if self.leo else 0)
+            return self._stats_tx + (self.extra.requests if self.extra else 0)
 
     def close(self) -> None:
-        if self.leo:
-            self.leo.close()
+        if self.extra:
+            self.extra.close()
 
     # -- the cycle -----------------------------------------------------------
     def sample(self, extra_topics: Iterable[str] = ()) -> Snapshot:
@@ -171,8 +178,8 @@ class Sampler:
         timeout = self.cfg.request_timeout
         md, refused = self._metadata(timeout)
         if md is None:
-            return Snapshot(self.cfg.name, taken_at, time.monotonic() - t0, {}, {},
-                            (("metadata", refused),), ok=False)
+            return Snapshot(cluster=self.cfg.name, taken_at=taken_at, duration=time.monotonic() - t0,
+                            partitions={}, groups={}, errors=(("metadata", refused),), ok=False)
         flt = self.cfg.filters
         try:
             listing = self.admin.list_consumer_groups(request_timeout=timeout).result()
@@ -185,11 +192,13 @@ class Sampler:
             self._last_listed = listed
         except Exception as e:  # noqa: BLE001 - fall back to the last known list of groups
             if not self._last_listed:
-                return Snapshot(self.cfg.name, taken_at, time.monotonic() - t0, {}, {},
-                                (("list_groups", _err_text(e)),), ok=False, brokers=len(md.brokers))
+                return Snapshot(cluster=self.cfg.name, taken_at=taken_at,
+                                duration=time.monotonic() - t0, partitions={}, groups={},
+                                errors=(("list_groups", _err_text(e)),), ok=False,
+                                brokers=len(md.brokers))
             errors.append(("list_groups", f"{_err_text(e)} (using the groups known last cycle)"))
             listed = self._last_listed
-        groups = self._describe_and_fetch(listed, errors)
+        groups = self._describe_and_fetch(listed, self._list_streams_and_share(md, errors), errors)
 
         topics = {t for g in groups.values() for (t, _) in g.committed}
         topics |= {t for g in groups.values() for m in g.members for (t, _) in m.assignment}
@@ -207,54 +216,119 @@ class Sampler:
         partitions = self._partition_offsets(md, topics, errors)
         # Drop committed offsets of filtered or deleted topics so their series vanish.
         groups = {gid: _only_topics(g, topics) for gid, g in groups.items()}
-        return Snapshot(self.cfg.name, taken_at, time.monotonic() - t0, partitions, groups,
-                        tuple(errors), ok=True, brokers=len(md.brokers))
+        return Snapshot(cluster=self.cfg.name, taken_at=taken_at, duration=time.monotonic() - t0,
+                        partitions=partitions, groups=groups, errors=tuple(errors), ok=True,
+                        brokers=len(md.brokers))
 
-    def _describe_and_fetch(self, listed: dict[str, Any], errors: list[tuple[str, str]]
-                            ) -> dict[str, GroupSample]:
+    def _list_streams_and_share(self, md: Any, errors: list[tuple[str, str]]
+                                ) -> dict[str, ListedGroup]:
+        """Streams and share groups (ListGroups v5), which list_consumer_groups leaves out.
+        On brokers without those APIs (Kafka 3.x) one line at start, no error per cycle."""
+        if self.extra is None:
+            return {}
+        try:
+            if self._new_types is None:
+                self._new_types = self.extra.new_group_types()
+                if not self._new_types:
+                    log.info("cluster %s: the brokers have no streams or share group APIs (before "
+                             "Kafka 4.x); those group types cannot exist there and are not listed",
+                             self.cfg.name)
+            if not self._new_types:
+                return {}
+            got, failures = self.extra.list_groups(md.brokers)
+        except Exception as e:  # noqa: BLE001 - keep the groups known last cycle
+            got, failures = {}, [_err_text(e)]
+        errors.extend(("list_groups", f"streams/share groups: {f}") for f in failures)
+        got = {g: lg for g, lg in got.items() if self.cfg.filters.group_ok(g)}
+        if failures:
+            got = {**self._last_listed_new, **got}
+        self._last_listed_new = got
+        return got
+
+    def _extra(self, stage: str, errors: list[tuple[str, str]], call: Any, *args: Any) -> dict:
+        """One of exporter/protocol.py's batched calls; a failure of the whole call is one
+        error of ``stage`` and leaves every group of it with that error."""
+        if self.extra is None or not args[-1]:
+            return {}
+        try:
+            return call(*args)
+        except Exception as e:  # noqa: BLE001 - isolated to these groups
+            errors.append((stage, _err_text(e)))
+            return {g: e for g in args[-1]}
+
+    def _describe_and_fetch(self, listed: dict[str, Any], new: dict[str, ListedGroup],
+                            errors: list[tuple[str, str]]) -> dict[str, GroupSample]:
         timeout = self.cfg.request_timeout
-        ids = sorted(listed)
+        ids = sorted(g for g in listed if g not in new)
+        streams_ids = sorted(g for g, lg in new.items() if lg.type == "streams")
+        share_ids = sorted(g for g, lg in new.items() if lg.type == "share")
+        kip848_ids = [g for g in ids if _enum_name(getattr(listed[g], "type", "")) == "consumer"]
         desc_f: dict[str, Future] = (
             self.admin.describe_consumer_groups(ids, request_timeout=timeout) if ids else {})
+        # Streams groups commit offsets like consumer groups: OffsetFetch reads them.
         off_f = {g: self.admin.list_consumer_group_offsets(
-            [ConsumerGroupTopicPartitions(g)], request_timeout=timeout)[g] for g in ids}
+            [ConsumerGroupTopicPartitions(g)], request_timeout=timeout)[g] for g in ids + streams_ids}
+        # While librdkafka works in its threads: the requests it cannot send.
+        x = self.extra
+        epochs = self._extra("describe_group", errors, x and x.describe, "consumer", kip848_ids)
+        streams = self._extra("describe_group", errors, x and x.describe, "streams", streams_ids)
+        shares = self._extra("describe_group", errors, x and x.describe, "share", share_ids)
+        share_offs = self._extra("offset_fetch", errors, x and x.share_offsets, share_ids)
         wait_futures([*desc_f.values(), *off_f.values()], timeout=timeout * 3)
         out: dict[str, GroupSample] = {}
         for gid in ids:
-            lst = listed[gid]
-            state = _enum_name(getattr(lst, "state", "unknown"))
-            gtype = _enum_name(getattr(lst, "type", "classic"))
-            members: tuple[Member, ...] = ()
-            coordinator = None
-            error = None
-            try:
-                # pop: drop each result as soon as it is used (100k partitions in flight)
-                d = desc_f.pop(gid).result(0)
-                state = _enum_name(d.state)
-                gtype = _enum_name(getattr(d, "type", gtype))
-                coordinator = d.coordinator.id if d.coordinator is not None else None
-                members = tuple(
-                    Member(m.member_id, m.client_id or "", m.host or "", m.group_instance_id,
-                           tuple((tp.topic, tp.partition)
-                                 for tp in (m.assignment.topic_partitions if m.assignment else [])))
-                    for m in d.members)
-            except Exception as e:  # noqa: BLE001 - isolated to this group
-                error = f"describe: {_err_text(e)}"
-                errors.append(("describe_group", f"{gid}: {_err_text(e)}"))
-            committed: dict[TP, int] = {}
-            try:
-                res = off_f.pop(gid).result(0)
-                for tp in res.topic_partitions:
-                    if tp.error is None and tp.offset >= 0:
-                        committed[(tp.topic, tp.partition)] = tp.offset
-            except Exception as e:  # noqa: BLE001 - isolated to this group
-                error = f"{error}; " if error else ""
-                error += f"offset fetch: {_err_text(e)}"
-                errors.append(("offset_fetch", f"{gid}: {_err_text(e)}"))
-            state = _STATE_NAMES.get(state, state)
-            gtype = gtype if gtype in ("classic", "consumer") else "classic"
-            out[gid] = GroupSample(gid, gtype, state, members, coordinator, committed, error)
+            g = self._classic_or_consumer(gid, listed[gid], desc_f.pop(gid), off_f.pop(gid), errors)
+            d = epochs.get(gid)
+            if isinstance(d, DescribedGroup) and d.error is None and g.error is None:
+                g = _with_epochs(g, d)  # KIP-848 epochs; the rest of the group stays as read
+            out[gid] = g
+        for gid in streams_ids:
+            out[gid] = self._streams(gid, streams.get(gid), off_f.pop(gid), errors)
+        for gid in share_ids:
+            out[gid] = _share(gid, shares.get(gid), share_offs.get(gid), errors)
         return out
+
+    def _classic_or_consumer(self, gid: str, lst: Any, desc: Future, offs: Future,
+                             errors: list[tuple[str, str]]) -> GroupSample:
+        state = _enum_name(getattr(lst, "state", "unknown"))
+        gtype = _enum_name(getattr(lst, "type", "classic"))
+        members: tuple[Member, ...] = ()
+        coordinator = None
+        error = None
+        try:
+            d = desc.result(0)
+            state = _enum_name(d.state)
+            gtype = _enum_name(getattr(d, "type", gtype))
+            coordinator = d.coordinator.id if d.coordinator is not None else None
+            members = tuple(
+                Member(member_id=m.member_id, client_id=m.client_id or "", host=m.host or "",
+                       instance_id=m.group_instance_id,
+                       assignment=tuple((tp.topic, tp.partition)
+                                        for tp in (m.assignment.topic_partitions if m.assignment else [])))
+                for m in d.members)
+        except Exception as e:  # noqa: BLE001 - isolated to this group
+            error = f"describe: {_err_text(e)}"
+            errors.append(("describe_group", f"{gid}: {_err_text(e)}"))
+        committed, offs_error = _committed(gid, offs, errors)
+        if offs_error:
+            error = f"{error}; {offs_error}" if error else offs_error
+        state = _STATE_NAMES.get(state, state)
+        gtype = gtype if gtype in ("classic", "consumer") else "classic"
+        return GroupSample(group_id=gid, type=gtype, state=state, members=members,
+                           coordinator=coordinator, committed=committed, error=error)
+
+    def _streams(self, gid: str, d: DescribedGroup | Exception | None, offs: Future,
+                 errors: list[tuple[str, str]]) -> GroupSample:
+        committed, offs_error = _committed(gid, offs, errors)
+        error = _described_error(gid, d, errors)
+        if offs_error:
+            error = f"{error}; {offs_error}" if error else offs_error
+        if not isinstance(d, DescribedGroup) or d.error is not None:
+            return GroupSample(group_id=gid, type="streams", state="unknown", committed=committed,
+                               error=error)
+        return GroupSample(group_id=gid, type="streams", state=d.state, members=_members(d),
+                           coordinator=d.coordinator, committed=committed, epoch=d.group_epoch,
+                           error=error)
 
     def _partition_offsets(self, md: Any, topics: set[str], errors: list[tuple[str, str]]
                            ) -> dict[TP, PartitionOffsets]:
@@ -298,22 +372,16 @@ class Sampler:
         return out
 
     def _leo(self, md: Any, meta: dict[TP, Any]) -> tuple[dict[TP, int], str | None]:
-        if self.leo is None:
+        if self.extra is None:
             return {}, None
         by_leader: dict[int, list[TP]] = {}
         for tp, pm in meta.items():
-            if pm.leader >= 0:
+            if pm.leader >= 0 and pm.leader in md.brokers:
                 by_leader.setdefault(pm.leader, []).append(tp)
-        out: dict[TP, int] = {}
-        failures = []
-        for leader, tps in by_leader.items():
-            b = md.brokers.get(leader)
-            if b is None:
-                continue
-            try:
-                out.update(self.leo.fetch(b.host, b.port, tps))
-            except Exception as e:  # noqa: BLE001 - one broker's LEO stays unknown
-                failures.append(f"broker {leader}: {_err_text(e)}")
+        try:
+            out, failures = self.extra.log_end_offsets(by_leader)
+        except Exception as e:  # noqa: BLE001 - the LEO stays unknown this cycle
+            return {}, _err_text(e)
         return out, "; ".join(failures) or None
 
 
@@ -324,5 +392,61 @@ def _valid(v: int | None) -> int | None:
 def _only_topics(g: GroupSample, topics: set[str]) -> GroupSample:
     if all(t in topics for (t, _) in g.committed):
         return g
-    committed = {tp: o for tp, o in g.committed.items() if tp[0] in topics}
-    return GroupSample(g.group_id, g.type, g.state, g.members, g.coordinator, committed, g.error)
+    return dataclasses.replace(
+        g, committed={tp: o for tp, o in g.committed.items() if tp[0] in topics},
+        reported_lag={tp: o for tp, o in g.reported_lag.items() if tp[0] in topics})
+
+
+def _committed(gid: str, offs: Future, errors: list[tuple[str, str]]) -> tuple[dict[TP, int], str | None]:
+    try:
+        res = offs.result(0)
+    except Exception as e:  # noqa: BLE001 - isolated to this group
+        errors.append(("offset_fetch", f"{gid}: {_err_text(e)}"))
+        return {}, f"offset fetch: {_err_text(e)}"
+    return {(tp.topic, tp.partition): tp.offset for tp in res.topic_partitions
+            if tp.error is None and tp.offset >= 0 and tp.offset != OFFSET_INVALID}, None
+
+
+def _described_error(gid: str, d: DescribedGroup | Exception | None,
+                     errors: list[tuple[str, str]]) -> str | None:
+    """The describe's error for this group, counted once (a failed batch was counted)."""
+    if isinstance(d, Exception):
+        return f"describe: {_err_text(d)}"
+    if d is None:
+        return "describe: no answer"
+    if d.error is not None:
+        errors.append(("describe_group", f"{gid}: {d.error}"))
+        return f"describe: {d.error}"
+    return None
+
+
+def _members(d: DescribedGroup) -> tuple[Member, ...]:
+    return tuple(Member(member_id=m.member_id, client_id=m.client_id, host=m.host,
+                        instance_id=m.instance_id, assignment=m.assignment, epoch=m.member_epoch,
+                        process_id=m.process_id) for m in d.members)
+
+
+def _with_epochs(g: GroupSample, d: DescribedGroup) -> GroupSample:
+    epoch_of = {m.member_id: m.member_epoch for m in d.members}
+    return dataclasses.replace(g, epoch=d.group_epoch, members=tuple(
+        dataclasses.replace(m, epoch=epoch_of.get(m.member_id)) for m in g.members))
+
+
+def _share(gid: str, d: DescribedGroup | Exception | None, offs: ShareOffsets | Exception | None,
+           errors: list[tuple[str, str]]) -> GroupSample:
+    """A share group: its start offsets stand where a consumer group's committed offsets do."""
+    error = _described_error(gid, d, errors)
+    if isinstance(offs, ShareOffsets) and offs.error is not None:
+        errors.append(("offset_fetch", f"{gid}: {offs.error}"))
+    offs_error = (f"offset fetch: {_err_text(offs)}" if isinstance(offs, Exception) else
+                  f"offset fetch: {offs.error}" if offs is not None and offs.error else None)
+    if offs_error:
+        error = f"{error}; {offs_error}" if error else offs_error
+    start = offs.start if isinstance(offs, ShareOffsets) else {}
+    lag = offs.lag if isinstance(offs, ShareOffsets) else {}
+    if not isinstance(d, DescribedGroup) or d.error is not None:
+        return GroupSample(group_id=gid, type="share", state="unknown", committed=start,
+                           reported_lag=lag, error=error)
+    return GroupSample(group_id=gid, type="share", state=d.state, members=_members(d),
+                       coordinator=d.coordinator, committed=start, reported_lag=lag,
+                       epoch=d.group_epoch, error=error)

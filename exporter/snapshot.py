@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 TP = tuple[str, int]  # (topic, partition)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class PartitionOffsets:
     """Broker-side offsets of one partition; None when a read failed this cycle."""
 
@@ -20,27 +20,39 @@ class PartitionOffsets:
     leo: int | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Member:
     member_id: str
     client_id: str
     host: str
-    instance_id: str | None
-    assignment: tuple[TP, ...]
+    instance_id: str | None = None
+    assignment: tuple[TP, ...] = ()
+    # KIP-848 consumer, streams and share groups: the member's epoch, which the
+    # coordinator bumps at every assignment change; None for classic groups.
+    epoch: int | None = None
+    process_id: str = ""  # Kafka Streams: the application instance (several threads share it)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class GroupSample:
     group_id: str
-    type: str  # classic | consumer | spark
-    state: str  # lower case: stable, empty, preparingrebalance, ... unknown
+    type: str  # classic | consumer | streams | share | spark
+    state: str  # lower case: stable, empty, preparingrebalance, not_ready, ... unknown
     members: tuple[Member, ...] = ()
     coordinator: int | None = None
+    # Committed offsets; for a share group, the share-partition start offsets (KIP-932:
+    # every record before it is acknowledged, the group's durable progress).
     committed: dict[TP, int] = field(default_factory=dict)
+    # Share groups: the lag as the broker computes it (KIP-1226), which leaves out
+    # records already acknowledged beyond the start offset.
+    reported_lag: dict[TP, int] = field(default_factory=dict)
+    # KIP-848 consumer, streams and share groups: bumped by the coordinator at every
+    # membership or subscription change (None for classic groups).
+    epoch: int | None = None
     error: str | None = None  # set when the group could not be read this cycle
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Snapshot:
     cluster: str
     taken_at: float  # wall clock, seconds

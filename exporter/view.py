@@ -37,6 +37,8 @@ class MemberView:
     host: str
     partitions: int
     last_poll_age: float | None  # from the member's own reports, when instrumented
+    epoch: int | None = None  # KIP-848 consumer, streams and share groups
+    process_id: str = ""  # Kafka Streams application instance
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +64,7 @@ class GroupView:
     members: tuple[MemberView, ...]
     partitions: tuple[PartitionView, ...]
     spark: SparkInfo | None = None
+    epoch: int | None = None  # group epoch (KIP-848 consumer, streams and share groups)
 
     @property
     def max_lag_seconds(self) -> float | None:

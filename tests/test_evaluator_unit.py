@@ -16,6 +16,10 @@ T0 = 1_800_000_000.0
 TP = ("orders", 3)
 
 
+def _offsets(replicas: int, hw: int) -> PartitionOffsets:
+    return PartitionOffsets(leader=1, replicas=replicas, isr=replicas, log_start=0, hw=hw, lso=hw, leo=hw)
+
+
 def test_interpolation_brackets_the_record_and_survives_idle_gaps() -> None:
     h = HwHistory(limit=10)
     for t, hw in ((0, 100), (10, 100), (20, 100), (1000, 100), (1030, 200)):
@@ -41,11 +45,12 @@ def test_history_resets_when_hw_goes_backwards() -> None:
 
 def _snap(t: float, committed: int, hw: int, members: tuple[Member, ...] = (),
           state: str = "stable", group: str = "g") -> Snapshot:
-    return Snapshot("c", t, 0.01, {TP: PartitionOffsets(1, 3, 3, 0, hw, hw, hw)},
-                    {group: GroupSample(group, "classic", state, members, 1, {TP: committed})})
+    return Snapshot(cluster="c", taken_at=t, duration=0.01, partitions={TP: _offsets(3, hw)},
+                    groups={group: GroupSample(group_id=group, type="classic", state=state, members=members,
+                                               coordinator=1, committed={TP: committed})})
 
 
-MEMBER = Member("m-1", "billing-7", "/10.0.0.5", None, (TP,))
+MEMBER = Member(member_id="m-1", client_id="billing-7", host="/10.0.0.5", assignment=(TP,))
 TH = Thresholds(stall_after=30, livelock_after=20, lag_seconds=3600, window=300, report_stale_after=30)
 
 
@@ -87,7 +92,8 @@ def test_no_members_with_lag_is_stopped_and_rejoin_churn_is_livelocked() -> None
     # one empty cycle may be a rebalance or coordinator failover: stopped needs two
     assert _run(ev, [(100, 150, ())] * 3) == ["ok", "stopped", "stopped"]
     ev = Evaluator("c", TH, interval=10)
-    churn = [(100, 150 + i, (Member(f"m-{i}", "w", "h", None, (TP,)),) if i % 2 else ())
+    churn = [(100, 150 + i,
+              (Member(member_id=f"m-{i}", client_id="w", host="h", assignment=(TP,)),) if i % 2 else ())
              for i in range(8)]
     got = _run(ev, churn)
     assert got[-1] == "livelocked", got
@@ -136,12 +142,13 @@ def test_spark_hung_batch_is_livelocked_and_terminated_query_stopped() -> None:
                            end_offsets={TP: 150}, latest_offsets={TP: 160}, exception=None,
                            received_at=now)
 
-    snap = Snapshot("c", T0 + 30, 0.01, {TP: PartitionOffsets(1, 1, 1, 0, 400, 400, 400)}, {})
+    snap = Snapshot(cluster="c", taken_at=T0 + 30, duration=0.01, partitions={TP: _offsets(1, 400)},
+                    groups={})
     v = ev.evaluate(snap, spark_reports={"q": rep(T0 + 30, "heartbeat", T0)})
     g = v.groups["q"]
     assert g.type == "spark" and g.status == "livelocked"
     assert "has been running for 30 seconds" in g.reasons[0]
-    snap = Snapshot("c", T0 + 40, 0.01, snap.partitions, {})
+    snap = Snapshot(cluster="c", taken_at=T0 + 40, duration=0.01, partitions=snap.partitions, groups={})
     v = ev.evaluate(snap, spark_reports={"q": rep(T0 + 40, "terminated", None)})
     assert v.groups["q"].status == "stopped"
 
@@ -149,8 +156,9 @@ def test_spark_hung_batch_is_livelocked_and_terminated_query_stopped() -> None:
 def test_unreadable_group_keeps_last_values_with_error_status() -> None:
     ev = Evaluator("c", TH, interval=10)
     ev.evaluate(_snap(T0, 100, 150, (MEMBER,)))
-    bad = Snapshot("c", T0 + 10, 0.01, {TP: PartitionOffsets(1, 3, 3, 0, 160, 160, 160)},
-                   {"g": GroupSample("g", "classic", "unknown", error="offset fetch: timed out")})
+    bad = Snapshot(cluster="c", taken_at=T0 + 10, duration=0.01, partitions={TP: _offsets(3, 160)},
+                   groups={"g": GroupSample(group_id="g", type="classic", state="unknown",
+                                            error="offset fetch: timed out")})
     g = ev.evaluate(bad).groups["g"]
     assert g.status == "error" and "timed out" in g.reasons[0]
     assert g.partitions[0].committed == 100  # what we knew is not lost
@@ -158,11 +166,14 @@ def test_unreadable_group_keeps_last_values_with_error_status() -> None:
 
 def test_cardinality_cap_keeps_worst_groups() -> None:
     ev = Evaluator("c", TH, interval=10, max_group_partitions=1)
-    parts = {TP: PartitionOffsets(1, 1, 1, 0, 100, 100, 100)}
-    snap = Snapshot("c", T0, 0.01, parts, {
-        "a-ok": GroupSample("a-ok", "classic", "empty", (), 1, {TP: 100}),
-        "z-stopped": GroupSample("z-stopped", "classic", "empty", (), 1, {TP: 10}),
+    parts = {TP: _offsets(1, 100)}
+    snap = Snapshot(cluster="c", taken_at=T0, duration=0.01, partitions=parts, groups={
+        "a-ok": GroupSample(group_id="a-ok", type="classic", state="empty", coordinator=1,
+                            committed={TP: 100}),
+        "z-stopped": GroupSample(group_id="z-stopped", type="classic", state="empty", coordinator=1,
+                                 committed={TP: 10}),
     })
     ev.evaluate(snap)
-    v = ev.evaluate(Snapshot("c", T0 + 10, 0.01, parts, snap.groups))
+    v = ev.evaluate(Snapshot(cluster="c", taken_at=T0 + 10, duration=0.01, partitions=parts,
+                                groups=snap.groups))
     assert list(v.groups) == ["z-stopped"] and v.dropped_group_partitions == 1

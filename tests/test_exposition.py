@@ -61,8 +61,17 @@ def hand_built_views() -> list[ClusterView]:
                   input_rows_per_second=1000.0, processed_rows_per_second=None,
                   last_progress_age=0.5, batch_running_seconds=None, active=True))
     idle = GroupView("idle", "classic", "empty", "ok", (), (), ())
+    streams = GroupView(
+        "wordcount-app", "streams", "stable", "ok", (),
+        (MemberView("s-1", "wordcount-app-1-StreamThread-1", "/10.0.0.8", 1, None, epoch=14,
+                    process_id="5b1e0c1e-proc"),),
+        (_pv("orders", 0, 1500, 0, 0.0),), epoch=14)
+    share = GroupView(
+        "jobs-queue", "share", "stable", "stalled", ("orders[0]: stalled",),
+        (MemberView("q-1", "worker-1", "/10.0.0.9", 1, None, epoch=3),),
+        (_pv("orders", 0, 900, 550, 30.0, "stalled", stalled=40.0),), epoch=3)
     prod = ClusterView("prod-eu", True, SAMPLED_AT, 0.125, partitions,
-                       {g.group: g for g in (billing, odd_group, spark, idle)},
+                       {g.group: g for g in (billing, odd_group, spark, idle, streams, share)},
                        brokers=3, dropped_group_partitions=2)
     dr = ClusterView("dr", False, 0.0, 10.0, {}, {}, last_error="metadata: timed out")
     return [prod, dr]

@@ -23,6 +23,10 @@ pytestmark = pytest.mark.unit  # no broker: runs with `make test-unit`
 T0 = 1_800_000_000.0
 
 
+def _offsets(replicas: int, hw: int) -> PartitionOffsets:
+    return PartitionOffsets(leader=1, replicas=replicas, isr=replicas, log_start=0, hw=hw, lso=hw, leo=hw)
+
+
 def jvm_report(client_id: str, host: str, parts: dict[tuple[str, int], int], *,
                last_poll: float = T0, received_at: float = T0, interval: float = 5.0) -> ConsumerReport:
     raw: dict[str, Any] = {
@@ -35,7 +39,7 @@ def jvm_report(client_id: str, host: str, parts: dict[tuple[str, int], int], *,
 
 
 def member(mid: str, client_id: str, host: str, *tps: tuple[str, int]) -> Member:
-    return Member(mid, client_id, host, None, tuple(tps))
+    return Member(member_id=mid, client_id=client_id, host=host, assignment=tuple(tps))
 
 
 A0, A1, A2, A3 = ("orders", 0), ("orders", 1), ("orders", 2), ("orders", 3)
@@ -119,9 +123,10 @@ def test_reader_keeps_memberless_reporters_apart_by_record_key() -> None:
 
 def _snap(now: float, committed: dict[tuple[str, int], int], hw: int,
           members: tuple[Member, ...]) -> Snapshot:
-    parts = {tp: PartitionOffsets(1, 1, 1, 0, hw, hw, hw) for tp in committed}
-    return Snapshot("c", now, 0.01, parts, {"g": GroupSample("g", "classic", "stable", members, 1,
-                                                             dict(committed))})
+    parts = {tp: _offsets(1, hw) for tp in committed}
+    return Snapshot(cluster="c", taken_at=now, duration=0.01, partitions=parts, groups={
+        "g": GroupSample(group_id="g", type="classic", state="stable", members=members, coordinator=1,
+                         committed=dict(committed))})
 
 
 def test_wedged_jvm_member_is_livelocked_on_every_partition_it_owns_and_named() -> None:

@@ -158,13 +158,21 @@ def test_lag_trend(what: str, was: bool, samples: tuple, lag_s: float, expected:
 
 T0 = 1_800_000_000.0
 TP = ("orders", 3)
-MEMBER = Member("consumer-billing-7-3f2a", "billing-7", "/10.0.0.5", None, (TP,))
+
+
+def _offsets(hw: int) -> PartitionOffsets:
+    return PartitionOffsets(leader=1, replicas=3, isr=3, log_start=0, hw=hw, lso=hw, leo=hw)
+
+
+MEMBER = Member(member_id="consumer-billing-7-3f2a", client_id="billing-7", host="/10.0.0.5",
+                assignment=(TP,))
 
 
 def _cycle(ev: Evaluator, i: int, committed: int, hw: int, members: tuple[Member, ...]) -> str:
-    snap = Snapshot("c", T0 + 10 * i, 0.01, {TP: PartitionOffsets(1, 3, 3, 0, hw, hw, hw)},
-                    {"g": GroupSample("g", "classic", "stable" if members else "empty", members, 1,
-                                      {TP: committed})})
+    snap = Snapshot(cluster="c", taken_at=T0 + 10 * i, duration=0.01, partitions={TP: _offsets(hw)},
+                    groups={"g": GroupSample(group_id="g", type="classic",
+                                             state="stable" if members else "empty", members=members,
+                                             coordinator=1, committed={TP: committed})})
     return ev.evaluate(snap).groups["g"].status
 
 
@@ -206,6 +214,7 @@ def test_edge_burst_tail_is_not_stalled_but_a_consumer_stuck_in_it_is() -> None:
 
 
 def _cycle_at(ev: Evaluator, t: float, committed: int, hw: int) -> str:
-    snap = Snapshot("c", T0 + t, 0.01, {TP: PartitionOffsets(1, 3, 3, 0, hw, hw, hw)},
-                    {"g": GroupSample("g", "classic", "stable", (MEMBER,), 1, {TP: committed})})
+    snap = Snapshot(cluster="c", taken_at=T0 + t, duration=0.01, partitions={TP: _offsets(hw)},
+                    groups={"g": GroupSample(group_id="g", type="classic", state="stable", members=(MEMBER,),
+                                             coordinator=1, committed={TP: committed})})
     return ev.evaluate(snap).groups["g"].status
