@@ -8,7 +8,7 @@
     made by the test) and an authorizer; the exporter's user holds read-only ACLs
     (Describe on groups, Describe/Read on topics). The exporter, configured with
     librdkafka client properties and the password from an environment variable,
-    serves real offsets including the log end offset (exporter/leo.py's own SCRAM +
+    serves real offsets including the log end offset (exporter/protocol.py, kafka-python SCRAM +
     TLS client). With a wrong password: a clear log line, ``lagwatch_up 0``, still
     running. The password and private keys never appear in the log, /metrics, any
     /api/v1 document or the status page.
@@ -356,7 +356,7 @@ def test_sasl_scram_over_tls_serves_real_offsets(secure_kafka: SecureKafka, secu
                    select(m, "kafka_partition_log_end_offset", cluster="secure", topic=topic).items()}
             return leo == {0: 7, 1: 11}
 
-        wait_for(real_data, 30, "log end offsets over SASL_SSL (exporter/leo.py's SCRAM + TLS client)")
+        wait_for(real_data, 30, "log end offsets over SASL_SSL (kafka-python SCRAM + TLS client)")
         m = parse_metrics(https(exp.port, "/metrics", pki, web.auth())[1].decode())
         assert value(m, "lagwatch_up", cluster="secure") == 1
         for p, (hw, committed) in {0: (7, 2), 1: (11, 11)}.items():
