@@ -105,7 +105,9 @@ def reports_stopped(f: PartitionFacts, th: Thresholds) -> bool:
 def rejoin_loop(f: PartitionFacts, th: Thresholds) -> bool:
     """Members keep leaving and rejoining (two joins or more within ``window``) while the
     committed offset is frozen for ``stall_after``: the ``max.poll.interval.ms`` kick-out
-    loop, seen from the broker without instrumentation."""
+    loop, seen from the broker without instrumentation. Classic groups show it as new
+    member ids; KIP-848 groups, whose members rejoin with the same id, as group epoch
+    bumps with the same members (:func:`exporter.memory.remember_members`)."""
     return f.rejoins >= 2 and f.stalled_seconds >= th.stall_after
 
 
@@ -187,7 +189,8 @@ _REASONS = {
     "reports_stopped": ("{where}: owner {owner} is still a member but its reports stopped "
                         "{report_silent} ago; {nums}"),
     "rejoin_loop": ("{where}: members keep leaving and rejoining ({rejoins} joins in {window:.0f}s) "
-                    "but the committed offset has not moved for {stalled:.0f}s; {nums}"),
+                    "but the committed offset has not moved for {stalled:.0f}s; owner {owner_or_unknown}; "
+                    "{nums}"),
     "stalled": "{where}: committed offset frozen for {stalled:.0f}s; owner {owner_or_rebalancing}; {nums}",
     "rewind": "{where}: committed offset moved backwards; {nums}",
     "lag_above_threshold": "{where}: oldest unconsumed record is {lag_age} old{quiet}; {nums}",

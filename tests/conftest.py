@@ -87,8 +87,10 @@ def create_topic(cluster: KafkaCluster, name: str, partitions: int = 3, rf: int 
     return name
 
 
+# ...and a topic created a moment ago may not have reached the coordinator's metadata yet.
 _COORDINATOR_BUSY = {KafkaError.COORDINATOR_LOAD_IN_PROGRESS, KafkaError.COORDINATOR_NOT_AVAILABLE,
-                     KafkaError.NOT_COORDINATOR, KafkaError.REQUEST_TIMED_OUT, KafkaError._TIMED_OUT}
+                     KafkaError.NOT_COORDINATOR, KafkaError.REQUEST_TIMED_OUT, KafkaError._TIMED_OUT,
+                     KafkaError.UNKNOWN_TOPIC_OR_PART}
 
 
 def commit_offsets(bootstrap: str, group: str, topic: str, offsets: dict[int, int]) -> None:

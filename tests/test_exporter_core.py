@@ -256,6 +256,15 @@ def test_kafka_3_9_classic_groups_match_kafka_tool(kafka39: KafkaCluster, tmp_pa
             m = exp.metrics()
             assert value(m, "kafka_consumergroup_members", group=live) == 1
             assert value(m, "kafka_partition_log_end_offset", topic=topic, partition="0") == 30
+            # No streams or share group APIs before Kafka 4: one line at start, no error
+            # counted for them, however many cycles run.
+            cycles = value(m, "lagwatch_cycles_total")
+            wait_for(lambda: (value(exp.metrics(), "lagwatch_cycles_total") or 0) >= (cycles or 0) + 3,
+                     30, "three more cycles")
+            errors = {dict(lab)["stage"]: v
+                      for lab, v in select(exp.metrics(), "lagwatch_errors_total").items()}
+            assert set(errors.values()) == {0.0}, errors
+            assert exp.output().count("no streams or share group APIs") == 1, exp.output()[-3000:]
     finally:
         c.stop()
 

@@ -11,11 +11,8 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
-import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
@@ -25,7 +22,6 @@ from devenv.kafka import KafkaCluster
 from tests.conftest import (
     INTERVAL,
     LIVELOCK_AFTER,
-    ROOT_DIR,
     STALL_AFTER,
     commit_offsets,
     create_topic,
@@ -33,101 +29,7 @@ from tests.conftest import (
     wait_for,
 )
 from tests.exporter_proc import ExporterProcess, select
-
-
-@dataclass
-class Scenario:
-    name: str
-    group: str
-    topic: str
-    rate: float  # records per second the producer writes
-    proc: subprocess.Popen | None = None
-    lines: list[tuple[float, str]] = field(default_factory=list)
-    produced_until: float = float("inf")
-
-    def event(self, word: str, timeout: float = 60) -> float:
-        def find() -> float | None:
-            for _t, line in self.lines:
-                if line.startswith(word):
-                    return float(line.split()[1])
-            return None
-        return wait_for(find, timeout, f"{self.name} to print {word}")
-
-
-class Recorder(threading.Thread):
-    """Scrapes the exporter continuously: per group, [(time, status, stalled_max, lag_offsets)]."""
-
-    def __init__(self, exp: ExporterProcess) -> None:
-        super().__init__(daemon=True)
-        self.exp = exp
-        self.timeline: dict[str, list[tuple[float, str]]] = {}
-        self.stop_flag = threading.Event()
-
-    def run(self) -> None:
-        while not self.stop_flag.wait(0.5):
-            try:
-                m = self.exp.metrics()
-            except Exception:  # noqa: BLE001 - a missed scrape is just a gap
-                continue
-            now = time.time()
-            for lab, v in select(m, "kafka_consumergroup_status").items():
-                if v == 1:
-                    d = dict(lab)
-                    self.timeline.setdefault(d["group"], []).append((now, d["status"]))
-
-    def statuses(self, group: str, since: float = 0.0) -> list[tuple[float, str]]:
-        return [(t, s) for t, s in list(self.timeline.get(group, [])) if t >= since]
-
-    def first(self, group: str, status: str, timeout: float) -> float:
-        def find() -> float | None:
-            return next((t for t, s in self.statuses(group) if s == status), None)
-        return wait_for(find, timeout, f"{group} to become {status}; saw {self._seen(group)}")
-
-    def _seen(self, group: str) -> list[str]:
-        out: list[str] = []
-        for _t, s in self.statuses(group):
-            if not out or out[-1] != s:
-                out.append(s)
-        return out
-
-
-def _spawn(kafka: KafkaCluster, sc: Scenario, mode: str, *extra: str) -> None:
-    sc.proc = subprocess.Popen(
-        [sys.executable, "-m", "devenv.scenario_consumer", "--mode", mode, "--bootstrap",
-         kafka.bootstrap_servers, "--group", sc.group, "--topic", sc.topic, *extra],
-        cwd=ROOT_DIR, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-
-    def pump() -> None:
-        assert sc.proc and sc.proc.stdout
-        for line in sc.proc.stdout:
-            sc.lines.append((time.time(), line.strip()))
-
-    threading.Thread(target=pump, daemon=True).start()
-
-
-class Workload(threading.Thread):
-    """One producer writing each scenario's topic at its rate until told otherwise."""
-
-    def __init__(self, kafka: KafkaCluster, scenarios: list[Scenario]) -> None:
-        super().__init__(daemon=True)
-        self.producer = Producer({"bootstrap.servers": kafka.bootstrap_servers, "linger.ms": 10})
-        self.scenarios = scenarios
-        self.stop_flag = threading.Event()
-
-    def run(self) -> None:
-        tick = 0.1
-        credit = {s.name: 0.0 for s in self.scenarios}
-        while not self.stop_flag.wait(tick):
-            now = time.time()
-            for s in self.scenarios:
-                if now >= s.produced_until:
-                    continue
-                credit[s.name] += s.rate * tick
-                while credit[s.name] >= 1:
-                    self.producer.produce(s.topic, value=b"x" * 100)
-                    credit[s.name] -= 1
-            self.producer.poll(0)
-        self.producer.flush(10)
+from tests.scenarios import Recorder, Scenario, Workload, spawn
 
 
 @pytest.fixture(scope="module")
@@ -143,12 +45,12 @@ def world(kafka: KafkaCluster, exporter: ExporterProcess) -> Iterator[dict[str, 
     rec.start()
     work = Workload(kafka, list(scs.values()))
     work.start()
-    _spawn(kafka, scs["healthy"], "healthy")
-    _spawn(kafka, scs["slow"], "slow", "--delay", "0.25")
-    _spawn(kafka, scs["nocommit"], "nocommit")
-    _spawn(kafka, scs["blocked"], "blocked", "--after", "15", "--client-id", "wedged-worker-7")
-    _spawn(kafka, scs["maxpoll"], "maxpoll")
-    _spawn(kafka, scs["killed"], "healthy", "--client-id", "doomed")
+    spawn(kafka, scs["healthy"], "healthy")
+    spawn(kafka, scs["slow"], "slow", "--delay", "0.25")
+    spawn(kafka, scs["nocommit"], "nocommit")
+    spawn(kafka, scs["blocked"], "blocked", "--after", "15", "--client-id", "wedged-worker-7")
+    spawn(kafka, scs["maxpoll"], "maxpoll")
+    spawn(kafka, scs["killed"], "healthy", "--client-id", "doomed")
     try:
         yield {"scenarios": scs, "recorder": rec, "exporter": exporter, "kafka": kafka,
                "started": time.time()}
