@@ -232,6 +232,16 @@ class KafkaCluster:
                 "group.min.session.timeout.ms": "1000",
                 "group.consumer.min.session.timeout.ms": "1000",
                 "group.consumer.min.heartbeat.interval.ms": "500",
+                # Streams (KIP-1071) and share (KIP-932) groups: a killed member leaves within
+                # seconds, not Kafka's 45 s default (Kafka 3.9 ignores these).
+                "group.streams.min.session.timeout.ms": "1000",
+                "group.streams.session.timeout.ms": "6000",
+                "group.streams.min.heartbeat.interval.ms": "500",
+                "group.streams.heartbeat.interval.ms": "1000",
+                "group.share.min.session.timeout.ms": "1000",
+                "group.share.session.timeout.ms": "6000",
+                "group.share.min.heartbeat.interval.ms": "500",
+                "group.share.heartbeat.interval.ms": "1000",
                 "replica.lag.time.max.ms": "30000",  # Kafka's default; LEO > HW lasts until the ISR shrinks
                 "log.segment.bytes": str(16 * 1024 * 1024),
             }

@@ -202,17 +202,14 @@ class Evaluator:
                    spark: SparkReport | None, rejoins: int,
                    exact_ts: dict[tuple[str, int, int], float], now: float) -> PartitionView:
         committed = g.committed[tp]
-        mem = st.parts.get(tp)
-        if mem is None:
-            mem = st.parts[tp] = PartitionMemory(committed, now)
         hw = po.hw if po else None
-        lag_off = None if hw is None else max(0, hw - committed)
-        if lag_off is not None and tp in g.reported_lag:
-            # A share group's lag as its coordinator counts it: records acknowledged beyond
-            # the start offset are not waiting (KIP-1226).
-            lag_off = min(lag_off, max(0, g.reported_lag[tp]))
-        lag_s = None if lag_off is None else self._lag_seconds(tp, committed, hw, lag_off, exact_ts, now)
-        obs = observe(mem, committed, hw, lag_off, lag_s, owned, now, self.interval, self.th.lag_seconds)
+        mem = st.parts.get(tp)
+        consumed, progress = _share_progress(committed, hw, g.reported_lag.get(tp), mem)
+        if mem is None:
+            mem = st.parts[tp] = PartitionMemory(progress, now)
+        lag_off = None if hw is None else max(0, hw - consumed)
+        lag_s = None if lag_off is None else self._lag_seconds(tp, consumed, hw, lag_off, exact_ts, now)
+        obs = observe(mem, progress, hw, lag_off, lag_s, owned, now, self.interval, self.th.lag_seconds)
         facts = PartitionFacts(
             topic=tp[0], partition=tp[1], committed=committed, hw=hw, lag_offsets=lag_off,
             lag_seconds=lag_s, stalled_seconds=obs.stalled_seconds,
@@ -222,7 +219,7 @@ class Evaluator:
             group_state=g.state, rejoins=rejoins, **_report_facts(rep, now, self.th),
             **_spark_facts(spark, now))
         status, rule = classify(facts, self.th)
-        remember(mem, committed, obs, status)
+        remember(mem, progress, obs, status)
         position = rep.positions.get(tp) if rep and spark is None else None
         return PartitionView(tp[0], tp[1], committed, position, lag_off, lag_s,
                              obs.stalled_seconds if lag_off else 0.0, status,
@@ -240,6 +237,21 @@ class Evaluator:
             lag_s = max(0.0, now - h.oldest) if h and h.oldest else None
         self._lag_memo[key] = lag_s
         return lag_s
+
+
+def _share_progress(start: int, hw: int | None, reported_lag: int | None,
+                    mem: PartitionMemory | None) -> tuple[int, int]:
+    """(where the lag starts, what the partition's memory follows): the committed offset
+    twice, except for share groups, whose coordinator reports the lag (KIP-1226) but
+    persists the share-partition start offset lazily (it can stay behind records long
+    acknowledged). There the lag is the broker's, from ``HW - lag``, and the memory follows
+    that too, so it moves as records are acknowledged and freezes when nobody consumes; it
+    never moves backwards, because records whose acquisition lock expired return to the
+    lag without anyone rewinding anything."""
+    if reported_lag is None or hw is None:
+        return start, start
+    consumed = max(start, hw - max(0, reported_lag))
+    return consumed, max(consumed, mem.committed) if mem is not None else consumed
 
 
 def _report_facts(rep: ConsumerReport | None, now: float, th: Thresholds) -> dict:

@@ -177,3 +177,26 @@ def test_cardinality_cap_keeps_worst_groups() -> None:
     v = ev.evaluate(Snapshot(cluster="c", taken_at=T0 + 10, duration=0.01, partitions=parts,
                                 groups=snap.groups))
     assert list(v.groups) == ["z-stopped"] and v.dropped_group_partitions == 1
+
+
+@pytest.mark.unit
+def test_share_group_follows_the_brokers_lag_not_its_lazily_persisted_start_offset() -> None:
+    """A share group's start offset can stay at 0 while every record is acknowledged (the
+    coordinator persists it lazily): progress is HW - reported lag. A healthy queue stays ok;
+    one whose consumer stopped acknowledging is stalled; released records are no rewind."""
+    ev = Evaluator("c", TH, interval=10)
+
+    def share(t: float, hw: int, lag: int) -> str:
+        snap = Snapshot(cluster="c", taken_at=t, duration=0.01, partitions={TP: _offsets(1, hw)},
+                        groups={"q": GroupSample(group_id="q", type="share", state="stable",
+                                                 members=(MEMBER,), committed={TP: 0},
+                                                 reported_lag={TP: lag}, epoch=4)})
+        v = ev.evaluate(snap).groups["q"]
+        assert v.partitions[0].committed == 0  # the start offset, as the broker reports it
+        return f"{v.status}:{v.partitions[0].lag_offsets}"
+
+    healthy = [share(T0 + 10 * i, 100 * (i + 1), 5) for i in range(6)]  # acknowledges all but 5
+    assert healthy == ["ok:5"] * 6
+    wedged = [share(T0 + 60 + 10 * i, 700 + 20 * i, 5 + 20 * i) for i in range(5)]  # nothing acked
+    assert wedged[:3] == ["ok:5", "ok:25", "ok:45"] and wedged[4] == "stalled:85", wedged
+    assert share(T0 + 110, 800, 200) == "stalled:200"  # locks expired, records back: no rewind

@@ -12,8 +12,8 @@ from devenv.groups_tool import describe_group
 from devenv.kafka import KafkaCluster
 from tests.conftest import admin_for, commit_offsets, create_topic, exporter_config, produce, unique, wait_for
 from tests.exporter_proc import ExporterProcess, group_offsets, value
+from tests.scenarios import Recorder
 from tests.test_exporter_core import PollingConsumer
-from tests.test_scenarios import Recorder
 
 
 def test_broker_down_at_start_then_recovers(tmp_path: Any) -> None:

@@ -13,7 +13,15 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from confluent_kafka import Producer
 
+from devenv.groups_tool import (
+    describe_share_group,
+    describe_streams_group,
+    describe_streams_members,
+    set_share_auto_offset_reset_earliest,
+)
+from devenv.jvm_apps import JvmApp
 from devenv.kafka import KafkaCluster
 from tests.conftest import INTERVAL, STALL_AFTER, commit_offsets, create_topic, unique, wait_for
 from tests.exporter_proc import ExporterProcess
@@ -100,3 +108,109 @@ def test_kip848_group_scaling_1_3_1_never_leaves_ok(kafka: KafkaCluster, exporte
 
 def _group(exporter: ExporterProcess, group: str) -> dict[str, Any]:
     return exporter.api(f"clusters/test/groups/{group}")
+
+
+# -- Kafka Streams (KIP-1071) and share groups (KIP-932), with Kafka's own tools as truth -------
+
+def _per_partition(doc: dict[str, Any], field: str) -> dict[int, Any]:
+    return {p["partition"]: p[field] for p in doc["partitions"]}
+
+
+def _caught_up(exporter: ExporterProcess, group: str) -> dict[str, Any] | None:
+    """The group's document once it has a member and three partitions, all without lag."""
+    d = _group(exporter, group)  # not known yet: 404, which wait_for retries
+    lags = _per_partition(d, "lag_offsets")
+    return d if d["members"] and len(lags) == 3 and sum(lags.values()) == 0 else None
+
+
+def _fill(kafka: KafkaCluster, topic: str, per_partition: int) -> None:
+    p = Producer({"bootstrap.servers": kafka.bootstrap_servers})
+    for part in range(3):
+        for _ in range(per_partition):
+            p.produce(topic, value=b"x" * 50, partition=part)
+    assert p.flush(30) == 0
+
+
+def test_streams_group_seen_judged_and_equal_to_kafka_tool(kafka: KafkaCluster, exporter: ExporterProcess,
+                                                          recorder: Recorder) -> None:
+    """A Kafka Streams application on the streams rebalance protocol: listed as type streams
+    with its member (client id, process id, the partitions of its active tasks), ok while it
+    keeps up, stalled once its processor wedges while records keep coming, lag equal to
+    kafka-streams-groups --describe, stopped once killed."""
+    app, topic = unique("streams-app"), create_topic(kafka, unique("streams-in"), partitions=3)
+    _fill(kafka, topic, 10)
+    sa = JvmApp("StreamsApp", f"bootstrap={kafka.bootstrap_servers}", f"app={app}", f"topic={topic}",
+                "after=45", "prop.group.protocol=streams", streams=True)
+    sc = Scenario("streams", app, topic, 5)
+    work = Workload(kafka, [sc])
+    try:
+        sa.event("READY", 90)
+        doc = wait_for(lambda: _caught_up(exporter, app), 60, "the streams group caught up")
+        assert doc["type"] == "streams" and doc["status"] == "ok" and doc["group_epoch"] >= 1
+        (member,) = doc["members"]
+        (tool_member,) = describe_streams_members(kafka, app)
+        assert member["member_id"] == tool_member.member_id and member["partitions"] == 3
+        assert member["process_id"] == tool_member.process_id and member["client_id"] == tool_member.client_id
+        work.start()
+        blocked = float(sa.event("BLOCKED", 60)[0])
+        t = recorder.first(app, "stalled", 60)
+        assert t - blocked <= STALL_AFTER + 2 * INTERVAL + 3, t - blocked
+        assert "ok" not in {s for _t, s in recorder.statuses(app, t)}
+        doc = _group(exporter, app)
+        assert any(member["client_id"] in r for r in doc["reasons"]), doc["reasons"]
+        work.stop_flag.set()
+        work.join(15)
+
+        def equal_to_tool() -> dict | None:
+            tool = {r.partition: (r.current_offset, r.lag) for r in describe_streams_group(kafka, app)}
+            d = _group(exporter, app)
+            ours = {p["partition"]: (p["committed_offset"], p["lag_offsets"]) for p in d["partitions"]}
+            return tool if tool == ours and sum(lag for _c, lag in ours.values()) > 0 else None
+        wait_for(equal_to_tool, 60, "lagwatch's committed offsets and lag equal kafka-streams-groups'")
+        sa.proc.kill()
+        killed = time.time()
+        t = recorder.first(app, "stopped", 60)
+        assert t - killed <= 6 + 3 * INTERVAL + 3, t - killed  # group.streams.session.timeout.ms 6 s
+    finally:
+        work.stop_flag.set()
+        sa.stop()
+
+
+def test_share_group_seen_judged_and_equal_to_kafka_tool(kafka: KafkaCluster, exporter: ExporterProcess,
+                                                        recorder: Recorder) -> None:
+    """A KafkaShareConsumer group: type share, its start offsets where committed offsets stand
+    and the broker's lag, ok while it keeps up, stalled once its consumer wedges while records
+    keep coming, start offset and lag equal to kafka-share-groups --describe, stopped once
+    killed."""
+    group, topic = unique("share-grp"), create_topic(kafka, unique("share-in"), partitions=3)
+    set_share_auto_offset_reset_earliest(kafka, group)
+    _fill(kafka, topic, 10)
+    app = JvmApp("ShareApp", f"bootstrap={kafka.bootstrap_servers}", f"group={group}", f"topic={topic}",
+                 "mode=wedged", "after=45", "client=share-worker-1")
+    sc = Scenario("share", group, topic, 5)
+    work = Workload(kafka, [sc])
+    try:
+        app.event("READY", 90)
+        doc = wait_for(lambda: _caught_up(exporter, group), 60, "the share group caught up")
+        assert doc["type"] == "share" and doc["status"] == "ok"
+        assert [m["client_id"] for m in doc["members"]] == ["share-worker-1"]
+        work.start()
+        blocked = float(app.event("BLOCKED", 60)[0])
+        t = recorder.first(group, "stalled", 60)
+        assert t - blocked <= STALL_AFTER + 2 * INTERVAL + 3, t - blocked
+        work.stop_flag.set()
+        work.join(15)
+
+        def equal_to_tool() -> dict | None:
+            tool = {r.partition: (r.start_offset, r.lag) for r in describe_share_group(kafka, group)}
+            d = _group(exporter, group)
+            ours = {p["partition"]: (p["committed_offset"], p["lag_offsets"]) for p in d["partitions"]}
+            return tool if tool == ours and sum(lag for _c, lag in ours.values()) > 0 else None
+        wait_for(equal_to_tool, 60, "lagwatch's start offsets and lag equal kafka-share-groups'")
+        app.proc.kill()
+        killed = time.time()
+        t = recorder.first(group, "stopped", 60)
+        assert t - killed <= 6 + 3 * INTERVAL + 3, t - killed  # group.share.session.timeout.ms 6 s
+    finally:
+        work.stop_flag.set()
+        app.stop()

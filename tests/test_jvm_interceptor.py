@@ -21,7 +21,7 @@ from devenv.jvm_apps import INTERCEPTOR, JvmApp
 from devenv.kafka import KafkaCluster, free_port
 from tests.conftest import INTERVAL, LIVELOCK_AFTER, create_topic, unique, wait_for
 from tests.exporter_proc import ExporterProcess
-from tests.test_scenarios import Recorder
+from tests.scenarios import Recorder
 
 REPORTING = (f"prop.interceptor.classes={INTERCEPTOR}", "prop.lagwatch.report.interval.ms=1000")
 # livelocked within the threshold + 2 cycles (+ the recorder's half-second scrape and report

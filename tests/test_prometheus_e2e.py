@@ -59,7 +59,7 @@ from lagwatch_client.wire import (
 from tests.conftest import ROOT_DIR, STALL_AFTER, create_topic, exporter_config, unique, wait_for
 from tests.exporter_proc import ExporterProcess
 from tests.prometheus_proc import PrometheusProcess, PromQLError, finite, promtool
-from tests.test_scenarios import Scenario, Workload, _spawn
+from tests.scenarios import Scenario, Workload, spawn
 
 RULES = ROOT_DIR / "alerts" / "lagwatch.rules.yml"
 LIVELOCK = "KafkaConsumerGroupLivelocked"
@@ -211,9 +211,9 @@ def stack(kafka: KafkaCluster) -> Iterator[Stack]:
         work_thread.start()
         for s in sc.values():
             cleanup.callback(lambda s=s: _stop_proc(s.proc))
-        _spawn(kafka, sc["healthy"], "healthy")
-        _spawn(kafka, sc["slow"], "slow", "--delay", "0.25")
-        _spawn(kafka, sc["livelocked"], "blocked", "--after", "15", "--client-id", "e2e-wedged")
+        spawn(kafka, sc["healthy"], "healthy")
+        spawn(kafka, sc["slow"], "slow", "--delay", "0.25")
+        spawn(kafka, sc["livelocked"], "blocked", "--after", "15", "--client-id", "e2e-wedged")
         spark = SparkDriver(kafka, sc["spark"].group, sc["spark"].topic)
         cleanup.callback(_stop_thread, spark, spark.stop_flag)
         spark.start()
