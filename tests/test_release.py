@@ -64,7 +64,11 @@ def test_wheel_and_sdist_install_and_run_in_fresh_venvs(dists: dict[str, Dist],
         python = fresh_venv(tmp_path / kind)
         pip_install(python, getattr(dists["lagwatch"], kind))
         assert distributions(python) == {"lagwatch", "confluent-kafka", "prometheus-client",
-                                         "pyyaml", "bcrypt"}
+                                         "pyyaml", "bcrypt", "kafka-python"}
+        # Kafka's message definitions travel as package data: importing the protocol loads them
+        loaded = run(python, "-c", "from exporter.kafka_messages import StreamsGroupDescribeRequest as R;"
+                     "print(R.API_KEY)").stdout
+        assert loaded == "89\n", (kind, loaded)
         version = run(python.parent / "lagwatch", "--version").stdout
         assert version == f"lagwatch {VERSION}\n", (kind, version)
         usage = run(python, "-m", "exporter", "--help").stdout
