@@ -61,8 +61,9 @@ class Evaluator:
             # Keep everything we knew; only `up` and the error change.
             prev = self.last_good
             return ClusterView(
-                self.cluster, False, prev.sampled_at if prev else 0.0, snap.duration,
-                prev.partitions if prev else {}, prev.groups if prev else {},
+                cluster=self.cluster, up=False, sampled_at=prev.sampled_at if prev else 0.0,
+                sample_duration=snap.duration, partitions=prev.partitions if prev else {},
+                groups=prev.groups if prev else {},
                 last_error="; ".join(f"{s}: {m}" for s, m in snap.errors),
                 brokers=snap.brokers)
         self._update_history(snap, now)
@@ -85,8 +86,9 @@ class Evaluator:
             if gid not in samples:
                 del self.groups[gid]  # deleted group: its series vanish this cycle
         views, dropped = self._cap(views)
-        view = ClusterView(self.cluster, True, snap.taken_at, snap.duration, snap.partitions,
-                           views, last_error="; ".join(f"{s}: {m}" for s, m in snap.errors[:3]),
+        view = ClusterView(cluster=self.cluster, up=True, sampled_at=snap.taken_at,
+                           sample_duration=snap.duration, partitions=snap.partitions,
+                           groups=views, last_error="; ".join(f"{s}: {m}" for s, m in snap.errors[:3]),
                            brokers=snap.brokers, dropped_group_partitions=dropped)
         self.last_good = view
         return view
@@ -145,9 +147,10 @@ class Evaluator:
         if g.error is not None:
             prev = st.last_view
             reason_txt = f"group could not be read: {g.error}"
-            return GroupView(g.group_id, g.type, g.state, Status.ERROR, (reason_txt,),
-                             prev.members if prev else (), prev.partitions if prev else (),
-                             prev.spark if prev else None)
+            return GroupView(group=g.group_id, type=g.type, state=g.state, status=Status.ERROR,
+                             reasons=(reason_txt,), members=prev.members if prev else (),
+                             partitions=prev.partitions if prev else (),
+                             spark=prev.spark if prev else None, epoch=prev.epoch if prev else None)
 
         rejoins = remember_members(st, {m.member_id for m in g.members}, now, self.th.window, g.epoch)
         owner_of: dict[TP, Member] = {m_tp: m for m in g.members for m_tp in m.assignment}
@@ -188,12 +191,15 @@ class Evaluator:
             reasons.append(_spark_terminated_reason(spark, now))
 
         members = tuple(
-            MemberView(m.member_id, m.client_id, m.host, len(m.assignment),
-                       report_by_member[m.member_id].poll_age(now)
-                       if m.member_id in report_by_member else None, m.epoch, m.process_id)
+            MemberView(member_id=m.member_id, client_id=m.client_id, host=m.host,
+                       partitions=len(m.assignment),
+                       last_poll_age=report_by_member[m.member_id].poll_age(now)
+                       if m.member_id in report_by_member else None,
+                       epoch=m.epoch, process_id=m.process_id)
             for m in g.members)
-        view = GroupView(g.group_id, g.type, g.state, worst, tuple(reasons), members, tuple(parts),
-                         _spark_info(spark, now) if spark else None, g.epoch)
+        view = GroupView(group=g.group_id, type=g.type, state=g.state, status=worst,
+                         reasons=tuple(reasons), members=members, partitions=tuple(parts),
+                         spark=_spark_info(spark, now) if spark else None, epoch=g.epoch)
         st.last_view = view
         return view
 
@@ -221,9 +227,10 @@ class Evaluator:
         status, rule = classify(facts, self.th)
         remember(mem, progress, obs, status)
         position = rep.positions.get(tp) if rep and spark is None else None
-        return PartitionView(tp[0], tp[1], committed, position, lag_off, lag_s,
-                             obs.stalled_seconds if lag_off else 0.0, status,
-                             reason(rule, facts, self.th), facts.owner)
+        return PartitionView(topic=tp[0], partition=tp[1], committed=committed, position=position,
+                             lag_offsets=lag_off, lag_seconds=lag_s,
+                             stalled_seconds=obs.stalled_seconds if lag_off else 0.0, status=status,
+                             reason=reason(rule, facts, self.th), owner=facts.owner)
 
     def _lag_seconds(self, tp: TP, committed: int, hw: int, lag_off: int,
                      exact_ts: dict[tuple[str, int, int], float], now: float) -> float | None:

@@ -45,7 +45,8 @@ class ClusterRecord:
 
 
 def initial_record(cluster: str, compat: frozenset[str] = frozenset()) -> ClusterRecord:
-    view = ClusterView(cluster, False, 0.0, 0.0, {}, {}, last_error="not sampled yet")
+    view = ClusterView(cluster=cluster, up=False, sampled_at=0.0, sample_duration=0.0, partitions={},
+                       groups={}, last_error="not sampled yet")
     return ClusterRecord(view=view, stats=SelfStats(), exposition=render_cluster(view, compat))
 
 

@@ -16,7 +16,7 @@ STATUSES: tuple[str, ...] = tuple(s.value for s in Status)
 SEVERITY: dict[str, int] = {s.value: s.severity for s in Status}
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class PartitionView:
     topic: str
     partition: int
@@ -30,7 +30,7 @@ class PartitionView:
     owner: str  # "client_id@host (member_id)" or ""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class MemberView:
     member_id: str
     client_id: str
@@ -41,7 +41,7 @@ class MemberView:
     process_id: str = ""  # Kafka Streams application instance
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class SparkInfo:
     query_id: str
     run_id: str
@@ -54,7 +54,7 @@ class SparkInfo:
     active: bool
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class GroupView:
     group: str
     type: str
@@ -77,7 +77,7 @@ class GroupView:
         return sum(vals) if vals else None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ClusterView:
     cluster: str
     up: bool

@@ -31,49 +31,65 @@ ODD = 'we"ird\\topic\nname'  # quote, backslash and newline: every escape of the
 
 def _pv(topic: str, part: int, committed: int | None, lag: int | None, lag_s: float | None,
         status: str = "ok", position: int | None = None, stalled: float = 0.0) -> PartitionView:
-    return PartitionView(topic, part, committed, position, lag, lag_s, stalled, status,
-                         "" if status == "ok" else f"{topic}[{part}]: {status}", "")
+    return PartitionView(topic=topic, partition=part, committed=committed, position=position,
+                         lag_offsets=lag, lag_seconds=lag_s, stalled_seconds=stalled, status=status,
+                         reason="" if status == "ok" else f"{topic}[{part}]: {status}", owner="")
+
+
+def _mv(member_id: str, client_id: str, host: str, partitions: int, poll_age: float | None,
+        **kw: object) -> MemberView:
+    return MemberView(member_id=member_id, client_id=client_id, host=host, partitions=partitions,
+                      last_poll_age=poll_age, **kw)
+
+
+def _gv(group: str, type_: str, state: str, status: str, reasons: tuple[str, ...],
+        members: tuple[MemberView, ...], partitions: tuple[PartitionView, ...], **kw: object) -> GroupView:
+    return GroupView(group=group, type=type_, state=state, status=status, reasons=reasons,
+                     members=members, partitions=partitions, **kw)
 
 
 def hand_built_views() -> list[ClusterView]:
     """Every family and every kind of value: unknown offsets, floats, escapes, Spark, an
-    empty group, a duplicate client id, and a second cluster that was never sampled."""
+    empty group, a duplicate client id, streams and share groups with epochs, and a second
+    cluster that was never sampled."""
     partitions = {
         ("orders", 0): PartitionOffsets(leader=1, replicas=3, isr=3, log_start=10, hw=1500, lso=1490,
                                         leo=1502),
         ("orders", 1): PartitionOffsets(leader=2, replicas=3, isr=2, log_start=0),  # HW unknown
         (ODD, 0): PartitionOffsets(leader=1, replicas=1, isr=1, log_start=0, hw=7, lso=7, leo=7),
     }
-    billing = GroupView(
+    billing = _gv(
         "billing", "classic", "stable", "lagging", ("orders[0]: lagging",),
-        (MemberView("m-1", "billing-7", "/10.0.0.5", 1, 0.75),
-         MemberView("m-2", "billing-7", "/10.0.0.6", 1, 3.0),  # same client id: one series
-         MemberView("m-3", "", "/10.0.0.7", 0, None)),
+        (_mv("m-1", "billing-7", "/10.0.0.5", 1, 0.75),
+         _mv("m-2", "billing-7", "/10.0.0.6", 1, 3.0),  # same client id: one series
+         _mv("m-3", "", "/10.0.0.7", 0, None)),
         (_pv("orders", 0, 1200, 300, 12.345, "lagging", position=1250, stalled=4.5),
          _pv("orders", 1, 40, None, None)))
-    odd_group = GroupView(
+    odd_group = _gv(
         'gr"oup\\1', "consumer", "empty", "stopped", (f"{ODD}[0]: stopped",), (),
         (_pv(ODD, 0, 5, 2, 600.0, "stopped", stalled=61.0),))
-    spark = GroupView(
-        "spark-etl", "spark", "active", "ok", (), (MemberView("run-1", "spark-driver", "", 1, None),),
+    spark = _gv(
+        "spark-etl", "spark", "active", "ok", (), (_mv("run-1", "spark-driver", "", 1, None),),
         (_pv("orders", 0, 1500, 0, 0.0),),
-        SparkInfo(query_id="q-1", run_id="run-1", batch_id=42, batch_duration_seconds=1.5,
-                  input_rows_per_second=1000.0, processed_rows_per_second=None,
-                  last_progress_age=0.5, batch_running_seconds=None, active=True))
-    idle = GroupView("idle", "classic", "empty", "ok", (), (), ())
-    streams = GroupView(
+        spark=SparkInfo(query_id="q-1", run_id="run-1", batch_id=42, batch_duration_seconds=1.5,
+                        input_rows_per_second=1000.0, processed_rows_per_second=None,
+                        last_progress_age=0.5, batch_running_seconds=None, active=True))
+    idle = _gv("idle", "classic", "empty", "ok", (), (), ())
+    streams = _gv(
         "wordcount-app", "streams", "stable", "ok", (),
-        (MemberView("s-1", "wordcount-app-1-StreamThread-1", "/10.0.0.8", 1, None, epoch=14,
-                    process_id="5b1e0c1e-proc"),),
+        (_mv("s-1", "wordcount-app-1-StreamThread-1", "/10.0.0.8", 1, None, epoch=14,
+             process_id="5b1e0c1e-proc"),),
         (_pv("orders", 0, 1500, 0, 0.0),), epoch=14)
-    share = GroupView(
+    share = _gv(
         "jobs-queue", "share", "stable", "stalled", ("orders[0]: stalled",),
-        (MemberView("q-1", "worker-1", "/10.0.0.9", 1, None, epoch=3),),
+        (_mv("q-1", "worker-1", "/10.0.0.9", 1, None, epoch=3),),
         (_pv("orders", 0, 900, 550, 30.0, "stalled", stalled=40.0),), epoch=3)
-    prod = ClusterView("prod-eu", True, SAMPLED_AT, 0.125, partitions,
-                       {g.group: g for g in (billing, odd_group, spark, idle, streams, share)},
+    prod = ClusterView(cluster="prod-eu", up=True, sampled_at=SAMPLED_AT, sample_duration=0.125,
+                       partitions=partitions,
+                       groups={g.group: g for g in (billing, odd_group, spark, idle, streams, share)},
                        brokers=3, dropped_group_partitions=2)
-    dr = ClusterView("dr", False, 0.0, 10.0, {}, {}, last_error="metadata: timed out")
+    dr = ClusterView(cluster="dr", up=False, sampled_at=0.0, sample_duration=10.0, partitions={}, groups={},
+                     last_error="metadata: timed out")
     return [prod, dr]
 
 
@@ -152,8 +168,9 @@ def test_golden_files_hold_what_the_view_says() -> None:
 
 def _record(i: int) -> ClusterRecord:
     """Cycle i of cluster "c": the view, the statistics and the text all say i."""
-    view = ClusterView("c", True, SAMPLED_AT + i, 0.1,
-                       {("t", 0): PartitionOffsets(leader=1, replicas=1, isr=1, hw=i)}, {}, brokers=i)
+    view = ClusterView(cluster="c", up=True, sampled_at=SAMPLED_AT + i, sample_duration=0.1,
+                       partitions={("t", 0): PartitionOffsets(leader=1, replicas=1, isr=1, hw=i)},
+                       groups={}, brokers=i)
     return ClusterRecord(view=view, stats=SelfStats(cycles=i, errors=frozen_counts({"cycle": i})),
                          exposition=render_cluster(view))
 
