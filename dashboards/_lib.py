@@ -245,7 +245,11 @@ def query_variable(name: str, label: str, query: str, all_value: str | None = ".
 
 
 CLUSTER_VAR = 'label_values(lagwatch_up, cluster)'
-GROUP_VAR = 'label_values(kafka_consumergroup_info{cluster=~"$cluster"}, group)'
+# Group type (classic, consumer, streams, share, spark): narrows the group drop-down, and the
+# overview's per-group panels join on it.
+TYPE_VAR = 'label_values(kafka_consumergroup_info{cluster=~"$cluster"}, type)'
+GROUP_VAR = 'label_values(kafka_consumergroup_info{cluster=~"$cluster", type=~"$type"}, group)'
+TYPE = 'type=~"$type"'
 SPARK_GROUP_VAR = 'label_values(kafka_consumergroup_info{cluster=~"$cluster", type="spark"}, group)'
 # Partition series of a group exist once it has committed; until then "All" (.*) still works.
 TOPIC_VAR = 'label_values(kafka_consumergroup_stalled_seconds{cluster=~"$cluster", group=~"$group"}, topic)'

@@ -10,6 +10,7 @@ from dashboards._lib import (
     GROUP_VAR,
     STATUS_TIMELINE_HELP,
     TOPIC_VAR,
+    TYPE_VAR,
     G,
     T,
     dashboard,
@@ -77,7 +78,8 @@ def build() -> g.Dashboard:
         "Drill-down into consumer groups: per-partition offsets (log start, committed, position, LSO, "
         "HW, LEO), lag in offsets and seconds, stalled time, status over time, members, rates.",
         [datasource_variable(), query_variable("cluster", "Cluster", CLUSTER_VAR),
-         query_variable("group", "Group", GROUP_VAR), query_variable("topic", "Topic", TOPIC_VAR)],
+         query_variable("type", "Group type", TYPE_VAR), query_variable("group", "Group", GROUP_VAR),
+         query_variable("topic", "Topic", TOPIC_VAR)],
         [
             [(status_stat(G), 5, 4), (state, 5, 4), (max_lag, 4, 4), (lag_sum, 4, 4), (members, 3, 4),
              (stalled, 3, 4)],

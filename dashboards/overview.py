@@ -11,6 +11,8 @@ from dashboards._lib import (
     GROUP_VAR,
     STATUS_COLORS,
     STUCK,
+    TYPE,
+    TYPE_VAR,
     C,
     G,
     dashboard,
@@ -35,7 +37,7 @@ def _top(kind: str, type_match: str, metric: str, unit: str, what: str, help_: s
         f"Top 10 {kind} by lag ({what})",
         help_ + " topk is evaluated at every step, so more than 10 series can appear over a long range.",
         [(f"topk(10,\n  {per_group(metric)}\n"
-          f"  and on(cluster, group) kafka_consumergroup_info{{{G}, {type_match}}}\n)",
+          f"  and on(cluster, group) kafka_consumergroup_info{{{G}, {type_match}, {TYPE}}}\n)",
           "{{cluster}} / {{group}}")],
         unit, axis_label="" if unit == "s" else "offsets",
         thresholds=steps(("green", None), ("red", 300)) if unit == "s" else None)
@@ -46,7 +48,7 @@ def _stuck_table() -> g.Table:
     # that job/instance labels or two exporter replicas cannot break the joins).
     stuck = (f'(kafka_consumergroup_status{{{G}, status=~"{STUCK_RE}"}} == 1)\n'
              f'    * on(cluster, group) group_left(type)\n'
-             f'    max by (cluster, group, type) (kafka_consumergroup_info{{{G}}})')
+             f'    max by (cluster, group, type) (kafka_consumergroup_info{{{G}, {TYPE}}})')
 
     def per_stuck(expr: str) -> str:
         return (f"{expr}\n  * on(cluster, group) group_left(status, type)\n"
@@ -75,10 +77,11 @@ def _stuck_table() -> g.Table:
 def build() -> g.Dashboard:
     by_status = stat(
         "Groups by status",
-        "Number of consumer groups and Spark queries in each status (sum of the 0/1 status series, "
-        "so a status nobody is in shows 0). Anything but ok in colour needs a look.",
+        "Number of consumer groups and Spark queries of the selected types in each status (sum of the "
+        "0/1 status series, so a status nobody is in shows 0). Anything but ok in colour needs a look.",
         [("sum by (status) (\n  "
-          + per_group("kafka_consumergroup_status", labels="cluster, group, status") + "\n)",
+          + per_group("kafka_consumergroup_status", labels="cluster, group, status")
+          + f"\n  and on(cluster, group) kafka_consumergroup_info{{{G}, {TYPE}}}\n)",
           "{{status}}")], "none",
         thresholds=steps(("green", None), ("red", 1)),
         overrides=[{"matcher": {"id": "byName", "options": s},
@@ -89,9 +92,11 @@ def build() -> g.Dashboard:
     )
     by_type = stat(
         "Groups by type",
-        "Groups known to the exporter by type: classic and consumer (KIP-848) consumer groups, and "
-        "spark (Structured Streaming queries reported by the lagwatch listener).",
-        [(f"count by (type) ({per_group('kafka_consumergroup_info', labels='cluster, group, type')})",
+        "Groups known to the exporter by type: classic and consumer (KIP-848) consumer groups, Kafka "
+        "Streams streams groups (KIP-1071), share groups (KIP-932, queues), and spark (Structured "
+        "Streaming queries reported by the lagwatch listener).",
+        [(f"count by (type) ("
+          f"{per_group('kafka_consumergroup_info', G + ', ' + TYPE, 'cluster, group, type')})",
           "{{type}}")], "none",
         thresholds=steps(("blue", None)))
     worst = stat(
@@ -177,7 +182,7 @@ def build() -> g.Dashboard:
         "Kafka consumer groups and Spark Structured Streaming queries: status, lag in seconds and "
         "offsets, stuck groups, and the health of the lagwatch exporter.",
         [datasource_variable(), query_variable("cluster", "Cluster", CLUSTER_VAR),
-         query_variable("group", "Group", GROUP_VAR)],
+         query_variable("type", "Group type", TYPE_VAR), query_variable("group", "Group", GROUP_VAR)],
         [
             [(by_status, 8, 5), (by_type, 4, 5), (worst, 3, 5), (total, 3, 5), (up, 3, 5), (age, 3, 5)],
             [(top[0], 12, 9), (top[1], 12, 9)],

@@ -30,6 +30,7 @@ HERE = Path(__file__).resolve().parent
 #: (what "All" selects) and fixed intervals for Grafana's built-in ones.
 DEFAULT_VALUES: dict[str, str] = {
     "cluster": ".*",
+    "type": ".*",
     "group": ".*",
     "topic": ".*",
     "__rate_interval": "1m",

@@ -184,9 +184,11 @@ def problems(dash: dict) -> list[str]:
             if a.get("gridPos") and b.get("gridPos") and _overlaps(a["gridPos"], b["gridPos"]):
                 out.append(f"panels {a.get('id')} and {b.get('id')} overlap")
 
-    # Variables: datasource -> cluster (lagwatch_up) -> group (kafka_consumergroup_info) -> topic.
-    if names[:3] != ["datasource", "cluster", "group"] or names[3:] not in ([], ["topic"]):
-        out.append(f"variables must be datasource, cluster, group[, topic]; got {names}")
+    # Variables: datasource -> cluster (lagwatch_up) -> [type ->] group (kafka_consumergroup_info)
+    # [-> topic]; the Spark dashboard has no type (its groups are all spark).
+    if (names[:2] != ["datasource", "cluster"] or names[2:] not in (
+            ["group"], ["group", "topic"], ["type", "group"], ["type", "group", "topic"])):
+        out.append(f"variables must be datasource, cluster, [type,] group[, topic]; got {names}")
         return out
     by_name = {v["name"]: v for v in variables}
     ds = by_name["datasource"]
@@ -194,6 +196,7 @@ def problems(dash: dict) -> list[str]:
         out.append("datasource variable must be of type datasource for prometheus")
     chain = {
         "cluster": (r"^label_values\(lagwatch_up\s*(\{\})?,\s*cluster\)$", set()),
+        "type": (r"^label_values\(kafka_consumergroup_info\{.*\},\s*type\)$", {"cluster"}),
         "group": (r"^label_values\(kafka_consumergroup_info\{.*\},\s*group\)$", {"cluster"}),
         "topic": (r"^label_values\(kafka_consumergroup_\w+\{.*\},\s*topic\)$", {"cluster", "group"}),
     }
@@ -311,7 +314,7 @@ def test_queries_cover_every_target_and_variable(dashes: dict[str, dict]) -> Non
     for q in qs:
         assert "$" not in q.expr and "[[" not in q.expr, q
     assert {(q.title, q.label) for q in qs if q.kind == "variable"} == {
-        ("cluster", "cluster"), ("group", "group"), ("topic", "topic")}
+        ("cluster", "cluster"), ("type", "type"), ("group", "group"), ("topic", "topic")}
     stat_or_table = {(uid, p["id"]) for uid, d in dashes.items() for p in _panels(d)
                      if p["type"] in ("stat", "table")}
     for q in qs:
@@ -329,7 +332,12 @@ def test_substitution() -> None:
     # a specific cluster/group narrows every query that has the variable
     one = dashboard_queries(load_dashboards(DASH_DIR)["lagwatch-group"], {"cluster": "c1", "group": ["g-1"]})
     assert all('cluster=~"c1"' in q.expr for q in one if q.title != "cluster")  # cluster var: lagwatch_up
-    assert all('group=~"g-1"' in q.expr for q in one if q.title not in ("cluster", "group"))
+    assert all('group=~"g-1"' in q.expr for q in one if q.title not in ("cluster", "type", "group"))
+    # a type narrows the group drop-down and the overview's per-group panels
+    over = dashboard_queries(load_dashboards(DASH_DIR)["lagwatch-overview"], {"type": ["share"]})
+    assert 'type=~"share"' in next(q.expr for q in over if q.title == "group")
+    assert {q.title for q in over if 'type=~"share"' in q.expr} >= {
+        "Groups by status", "Groups by type", "Stuck groups: livelocked, stalled, stopped"}
 
 
 # --------------------------------------------------------------------------- (c) promtool

@@ -280,12 +280,12 @@ def test_livelock_alert_fires_and_healthy_group_raises_nothing(stack: Stack) -> 
 
 # -- (1) dashboards --------------------------------------------------------------------------
 
-ALL = {"cluster": ".*", "group": ".*", "topic": ".*"}
+ALL = {"cluster": ".*", "type": ".*", "group": ".*", "topic": ".*"}
 
 
-def _one(s: Scenario) -> dict[str, list[str]]:
-    """One specific cluster/group/topic, as Grafana formats a single selected value."""
-    return {"cluster": [CLUSTER], "group": [s.group], "topic": [s.topic]}
+def _one(s: Scenario, type_: str = "classic") -> dict[str, list[str]]:
+    """One specific cluster/type/group/topic, as Grafana formats a single selected value."""
+    return {"cluster": [CLUSTER], "type": [type_], "group": [s.group], "topic": [s.topic]}
 
 
 def _provided(reason: str, sel: str, q: Query) -> bool:
@@ -318,12 +318,13 @@ def test_every_dashboard_query_returns_data(stack: Stack, capsys: pytest.Capture
     prom, sc = stack.prom, stack.sc
     consumer_sels = [("all", ALL), ("healthy", _one(sc["healthy"])), ("livelocked", _one(sc["livelocked"]))]
     selections = {"lagwatch-overview": consumer_sels, "lagwatch-group": consumer_sels,
-                  "lagwatch-spark": [("all", ALL), ("spark", _one(sc["spark"]))]}
+                  "lagwatch-spark": [("all", ALL), ("spark", _one(sc["spark"], "spark"))]}
     dashes = load_dashboards()
     assert set(dashes) == set(selections)
     # What the variables must offer (the drop-downs are built from these queries).
     consumer_groups = {sc[n].group for n in ("healthy", "slow", "livelocked")}
     must_offer = {(uid, "cluster"): {CLUSTER} for uid in selections}
+    must_offer |= {(uid, "type"): {"classic", "spark"} for uid in selections}
     must_offer |= {(uid, "group"): consumer_groups | {sc["spark"].group} for uid in selections}
     must_offer |= {(uid, "topic"): {s.topic for s in sc.values()} for uid in selections}
     must_offer[("lagwatch-spark", "group")] = {sc["spark"].group}
