@@ -154,6 +154,10 @@ class Evaluator:
 
         rejoins = remember_members(st, {m.member_id for m in g.members}, now, self.th.window, g.epoch)
         owner_of: dict[TP, Member] = {m_tp: m for m in g.members for m_tp in m.assignment}
+        # A partition moving between members of a KIP-848 or streams group is in nobody's
+        # current assignment until its new owner's next heartbeat (5 s by default), but in
+        # its target assignment: owned, not stopped.
+        incoming = {m_tp for m in g.members for m_tp in m.target}
         # Classic groups publish assignments only when stable; the coordinator-driven
         # protocols (KIP-848, KIP-1071, KIP-932) always do.
         assignment_known = g.type != "classic" or g.state == "stable" or not g.members
@@ -173,7 +177,7 @@ class Evaluator:
             if g.type == "spark":
                 owned = spark is not None and not spark.terminated and bool(g.members)
             else:
-                owned = owner is not None or (bool(g.members) and not assignment_known)
+                owned = owner is not None or tp in incoming or (bool(g.members) and not assignment_known)
             parts.append(self._partition(g, tp, st, partitions.get(tp), owner, owned, rep, spark,
                                          rejoins, exact_ts, now))
         for tp in [tp for tp in st.parts if tp not in g.committed]:

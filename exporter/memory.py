@@ -67,9 +67,9 @@ class Observation:
 def lag_trend(was_lagging: bool, samples: tuple[Sample, ...], lag_s: float,
               lag_threshold: float, interval: float) -> bool:
     """Lagging when lag seconds exceed the threshold, or when the committed offset
-    advanced in each of the last two cycles while lag seconds grew in each (by at least
-    half an interval overall, to one interval or more); once lagging, it stays so until
-    the lag shrinks."""
+    advanced at each of the last two commits (samples are taken at commits) while lag
+    seconds grew at each (by a quarter of the time elapsed or more, to one interval or
+    more); once lagging, it stays so until the lag shrinks from one commit to the next."""
     if lag_s > lag_threshold:
         return True
     if was_lagging:
@@ -77,10 +77,12 @@ def lag_trend(was_lagging: bool, samples: tuple[Sample, ...], lag_s: float,
         return not (prev is not None and lag_s < prev)
     if len(samples) < 3:
         return False
-    (_, c0, l0), (_, c1, l1), (_, c2, l2) = samples
+    (t0, c0, l0), (_, c1, l1), (t2, c2, l2) = samples
     if l0 is None or l1 is None or l2 is None:
         return False
-    return c0 < c1 < c2 and l0 < l1 < l2 and l2 >= interval and l2 - l0 >= 0.5 * interval
+    # Falling behind by a quarter of the time elapsed or more (half an interval over two
+    # cycles when it commits every cycle): a consumer reading less than ~3/4 of what arrives.
+    return c0 < c1 < c2 and l0 < l1 < l2 and l2 >= interval and l2 - l0 >= 0.25 * (t2 - t0)
 
 
 def observe(mem: PartitionMemory, committed: int, hw: int | None, lag_off: int | None,
@@ -105,7 +107,9 @@ def observe(mem: PartitionMemory, committed: int, hw: int | None, lag_off: int |
     has_lag = bool(lag_off)
     lag_since = (mem.lag_since if mem.lag_since is not None else now) if has_lag else None
     stalled_s = now - max(changed_at, lag_since) if lag_since is not None else 0.0
-    samples = (*mem.samples[-2:], (now, committed, lag_s))
+    # The lag trend is judged at commits: a consumer that commits every few cycles (in
+    # batches, or a share group acknowledging in steps) is compared commit to commit.
+    samples = (*mem.samples[-2:], (now, committed, lag_s)) if moved or not mem.samples else mem.samples
     unowned = 0 if owned else mem.unowned + 1
 
     was_lagging = mem.lagging and not rewound
@@ -114,8 +118,10 @@ def observe(mem: PartitionMemory, committed: int, hw: int | None, lag_off: int |
     elif lag_off == 0 or lag_s is None:
         now_lagging = False
         next_lagging = False if lag_off == 0 else was_lagging
-    else:
+    elif moved or not mem.samples or lag_s > lag_threshold:
         now_lagging = next_lagging = lag_trend(was_lagging, samples, lag_s, lag_threshold, interval)
+    else:  # no commit this cycle: the trend stands until the next one
+        now_lagging = next_lagging = was_lagging
     return Observation(
         rewinding=now < rewind_until, stalled_seconds=stalled_s,
         frozen_seconds=now - changed_at,

@@ -164,6 +164,9 @@ class DescribedMember:
     instance_id: str | None = None
     process_id: str = ""  # Kafka Streams: the application instance
     assignment: tuple[TP, ...] = ()
+    # What the coordinator has decided the member will own (KIP-848 and KIP-1071 groups
+    # reconcile towards it at the member's next heartbeat, seconds later).
+    target: tuple[TP, ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -421,13 +424,19 @@ def _member(kind: str, m: Any, g: Any) -> DescribedMember:
         # subtopology's source topics, repartition topics included.
         sources = {s.subtopology_id: [*s.source_topics, *(r.name for r in s.repartition_source_topics)]
                    for s in (g.topology.subtopologies if g.topology else [])}
-        tps = tuple(sorted({(t, p) for task in (m.assignment.active_tasks if m.assignment else [])
-                            for t in sources.get(task.subtopology_id, []) for p in task.partitions}))
+
+        def task_partitions(a: Any) -> tuple[TP, ...]:
+            return tuple(sorted({(t, p) for task in (a.active_tasks if a else [])
+                                 for t in sources.get(task.subtopology_id, []) for p in task.partitions}))
         return DescribedMember(member_id=m.member_id, member_epoch=m.member_epoch,
                                client_id=m.client_id, host=m.client_host, instance_id=m.instance_id,
-                               process_id=m.process_id or "", assignment=tps)
-    tps = tuple(sorted((t.topic_name, p) for t in (m.assignment.topic_partitions if m.assignment else [])
-                       for p in t.partitions))
+                               process_id=m.process_id or "", assignment=task_partitions(m.assignment),
+                               target=task_partitions(m.target_assignment))
+
+    def partitions(a: Any) -> tuple[TP, ...]:
+        return tuple(sorted((t.topic_name, p)
+                            for t in (a.topic_partitions if a else []) for p in t.partitions))
     return DescribedMember(member_id=m.member_id, member_epoch=m.member_epoch, client_id=m.client_id,
                            host=m.client_host, instance_id=getattr(m, "instance_id", None),
-                           assignment=tps)
+                           assignment=partitions(m.assignment),
+                           target=partitions(getattr(m, "target_assignment", None)))

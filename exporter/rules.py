@@ -107,8 +107,12 @@ def rejoin_loop(f: PartitionFacts, th: Thresholds) -> bool:
     committed offset is frozen for ``stall_after``: the ``max.poll.interval.ms`` kick-out
     loop, seen from the broker without instrumentation. Classic groups show it as new
     member ids; KIP-848 groups, whose members rejoin with the same id, as group epoch
-    bumps with the same members (:func:`exporter.memory.remember_members`)."""
-    return f.rejoins >= 2 and f.stalled_seconds >= th.stall_after
+    bumps with the same members (:func:`exporter.memory.remember_members`). Like ``stalled``
+    it needs records that arrived after the offset froze and waited ``stall_after``: a
+    group scaling out while a quiet partition holds a burst's uncommitted tail shows the
+    same joins and the same frozen offset, and is healthy."""
+    return (f.rejoins >= 2 and f.stalled_seconds >= th.stall_after and f.new_data_seconds is not None
+            and f.new_data_seconds >= th.stall_after)
 
 
 _LIVELOCK_RULES: tuple[Predicate, ...] = (batch_hung, not_polling, reports_stopped, rejoin_loop)
@@ -144,8 +148,9 @@ def lag_above_threshold(f: PartitionFacts, th: Thresholds) -> bool:
 
 
 def lag_growing(f: PartitionFacts, th: Thresholds) -> bool:
-    """The committed offset advanced in each of the last two cycles while lag seconds grew
-    in each (sticky until the lag shrinks)."""
+    """The committed offset advanced at each of the last two commits while lag seconds grew
+    at each, by a quarter of the time elapsed or more (sticky until the lag shrinks from one
+    commit to the next): :func:`exporter.memory.lag_trend`."""
     return f.lagging
 
 

@@ -423,13 +423,16 @@ def _described_error(gid: str, d: DescribedGroup | Exception | None,
 def _members(d: DescribedGroup) -> tuple[Member, ...]:
     return tuple(Member(member_id=m.member_id, client_id=m.client_id, host=m.host,
                         instance_id=m.instance_id, assignment=m.assignment, epoch=m.member_epoch,
-                        process_id=m.process_id) for m in d.members)
+                        process_id=m.process_id, target=m.target) for m in d.members)
 
 
 def _with_epochs(g: GroupSample, d: DescribedGroup) -> GroupSample:
-    epoch_of = {m.member_id: m.member_epoch for m in d.members}
+    """A KIP-848 group as librdkafka described it, plus what only ConsumerGroupDescribe
+    returns: the group and member epochs and the members' target assignments."""
+    of = {m.member_id: m for m in d.members}
     return dataclasses.replace(g, epoch=d.group_epoch, members=tuple(
-        dataclasses.replace(m, epoch=epoch_of.get(m.member_id)) for m in g.members))
+        dataclasses.replace(m, epoch=of[m.member_id].member_epoch, target=of[m.member_id].target)
+        if m.member_id in of else m for m in g.members))
 
 
 def _share(gid: str, d: DescribedGroup | Exception | None, offs: ShareOffsets | Exception | None,

@@ -31,6 +31,9 @@ class Member:
     # coordinator bumps at every assignment change; None for classic groups.
     epoch: int | None = None
     process_id: str = ""  # Kafka Streams: the application instance (several threads share it)
+    # KIP-848 and streams groups: the coordinator's target assignment, which the member
+    # takes over at its next heartbeat (a partition moving between members is in one).
+    target: tuple[TP, ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -214,3 +214,60 @@ def test_share_group_seen_judged_and_equal_to_kafka_tool(kafka: KafkaCluster, ex
     finally:
         work.stop_flag.set()
         app.stop()
+
+
+def test_slow_streams_and_share_groups_are_lagging_healthy_ones_stay_ok(
+        kafka: KafkaCluster, exporter: ExporterProcess, recorder: Recorder) -> None:
+    """A slow Streams processor and a slow share consumer (100 ms per record, 20 records/s
+    arriving) fall behind while they keep committing/acknowledging: lagging within a few
+    commits, and lagging they stay. Healthy ones of both types (10 records/s) stay ok."""
+    names = ("streams-ok", "streams-slow", "share-ok", "share-slow")
+    scs = {n: Scenario(n, unique(n), create_topic(kafka, unique(n)), 20 if "slow" in n else 10)
+           for n in names}
+    for n in ("share-ok", "share-slow"):
+        set_share_auto_offset_reset_earliest(kafka, scs[n].group)
+    bs = kafka.bootstrap_servers
+    apps = {
+        "streams-ok": JvmApp("StreamsApp", f"bootstrap={bs}", f"app={scs['streams-ok'].group}",
+                             f"topic={scs['streams-ok'].topic}", "after=1000000000",
+                             "prop.group.protocol=streams", streams=True),
+        "streams-slow": JvmApp("StreamsApp", f"bootstrap={bs}", f"app={scs['streams-slow'].group}",
+                               f"topic={scs['streams-slow'].topic}", "after=1000000000", "delay=100",
+                               "prop.group.protocol=streams", streams=True),
+        "share-ok": JvmApp("ShareApp", f"bootstrap={bs}", f"group={scs['share-ok'].group}",
+                           f"topic={scs['share-ok'].topic}", "mode=healthy"),
+        "share-slow": JvmApp("ShareApp", f"bootstrap={bs}", f"group={scs['share-slow'].group}",
+                             f"topic={scs['share-slow'].topic}", "mode=slow", "delay=100"),
+    }
+    work = Workload(kafka, list(scs.values()))
+    work.start()
+    try:
+        ready = {n: a.event("READY", 120) for n, a in apps.items()}
+        # Three commits once lag grows, + the JVM's first fetches (up to ~20 s on a loaded
+        # machine). The slow share consumer
+        # acknowledges 10 records a second, and its progress shows once the coordinator has
+        # written the group's first state (10 s after the first poll, 17 s on a loaded machine).
+        for n, bound in (("streams-slow", 3 * INTERVAL + 20), ("share-slow", 3 * INTERVAL + 25)):
+            t = recorder.first(scs[n].group, "lagging", 90)
+            start = float(ready[n][0])
+            assert t - start <= bound, (n, t - start)
+        # ...and they are never taken for stuck: they keep committing/acknowledging
+        until = time.time() + STALL_AFTER + 5
+        for n in ("streams-slow", "share-slow"):
+            g = scs[n].group
+            wait_for(lambda g=g: recorder.statuses(g) and recorder.statuses(g)[-1][0] > until, 60,
+                     f"{n} watched past every threshold")
+            seen = {s for _t, s in recorder.statuses(g, float(ready[n][0]))}
+            assert seen <= {"ok", "lagging"}, (n, seen)
+        for n in ("streams-ok", "share-ok"):
+            g = scs[n].group
+            wait_for(lambda g=g: recorder.statuses(g) and recorder.statuses(g)[-1][0] > until, 60,
+                     f"{n} watched past every threshold")
+            timeline = [(round(t - float(ready[n][0]), 1), s)
+                        for t, s in recorder.statuses(g, float(ready[n][0]) + 2 * INTERVAL)]
+            assert {s for _t, s in timeline} == {"ok"}, (n, [x for x in timeline if x[1] != "ok"])
+            assert _group(exporter, g)["type"] == ("streams" if n.startswith("streams") else "share")
+    finally:
+        work.stop_flag.set()
+        for a in apps.values():
+            a.stop()

@@ -127,7 +127,9 @@ def test_streams_member_owns_the_partitions_of_its_active_tasks_source_topics() 
                 active_tasks=[tasks(subtopology_id="0", partitions=[0, 2]),
                               tasks(subtopology_id="1", partitions=[1])],
                 standby_tasks=[tasks(subtopology_id="0", partitions=[1])], warmup_tasks=[]),
-            target_assignment=member.Assignment(active_tasks=[], standby_tasks=[], warmup_tasks=[]),
+            target_assignment=member.Assignment(
+                active_tasks=[tasks(subtopology_id="0", partitions=[0, 1, 2])], standby_tasks=[],
+                warmup_tasks=[]),
             is_classic=False)])])
     (d,) = parse_described("streams", 3, _roundtrip(res, StreamsGroupDescribeResponse, 0))
     assert (d.group_id, d.state, d.group_epoch, d.coordinator, d.error) == ("wordcount", "stable", 7, 3, None)
@@ -135,6 +137,8 @@ def test_streams_member_owns_the_partitions_of_its_active_tasks_source_topics() 
     # standby tasks read changelogs, not the source topics: not ownership
     assert m.assignment == (("wc-repart", 1), ("words", 0), ("words", 2))
     assert (m.member_id, m.member_epoch, m.process_id, m.host) == ("m-1", 7, "proc-a", "/10.0.0.8")
+    # where the coordinator is moving it: task 0_1 comes, the repartition task goes
+    assert m.target == (("words", 0), ("words", 1), ("words", 2))
 
 
 @pytest.mark.unit

@@ -57,7 +57,7 @@ ROWS: list[tuple[int, str, dict, Status, str]] = [
      Status.REWIND, "committed offset moved backwards"),
     (9, "unowned yields to the rejoin loop",
      {"owned": False, "owner": "", "unowned_confirmed": True, "rejoins": 3,
-      "stalled_seconds": 30.0},
+      "stalled_seconds": 30.0, "new_data_seconds": 30.0},
      Status.LIVELOCKED, "members keep leaving and rejoining (3 joins in 300s)"),
     (10, "batch_hung", {**SPARK, "batch_running": 25.0, "running_batch_id": 8},
      Status.LIVELOCKED, "batch 8 has been running for 25 seconds while 50 records wait"),
@@ -72,8 +72,8 @@ ROWS: list[tuple[int, str, dict, Status, str]] = [
      Status.LIVELOCKED, f"owner {OWNER} is still a member but its reports stopped 95s ago"),
     (15, "silent reports while the committed offset still moves recently",
      {**REPORT, "report_stale": True, "stalled_seconds": 10.0}, Status.OK, ""),
-    (16, "rejoin_loop", {"rejoins": 2, "stalled_seconds": 31.0}, Status.LIVELOCKED,
-     "but the committed offset has not moved for 31s"),
+    (16, "rejoin_loop", {"rejoins": 2, "stalled_seconds": 31.0, "new_data_seconds": 31.0},
+     Status.LIVELOCKED, "but the committed offset has not moved for 31s"),
     (17, "rejoins but the committed offset moved within stall_after",
      {"rejoins": 5, "stalled_seconds": 29.0}, Status.OK, ""),
     (18, "stalled", {"stalled_seconds": 30.0, "new_data_seconds": 30.0}, Status.STALLED,
@@ -103,6 +103,9 @@ ROWS: list[tuple[int, str, dict, Status, str]] = [
      {"lag_seconds": 4000.0, "stalled_seconds": 3900.0, "frozen_seconds": 3900.0},
      Status.LAGGING, "committed unchanged for 3900s and no record arrived since: read but not "
                      "committed"),
+    (29, "joins on a quiet tail (scaling out while a burst's tail waits) are no rejoin loop",
+     {"rejoins": 3, "stalled_seconds": 95.0, "frozen_seconds": 95.0, "new_data_seconds": None},
+     Status.OK, ""),
 ]
 
 

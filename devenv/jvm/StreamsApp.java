@@ -12,6 +12,7 @@ import org.apache.kafka.streams.StreamsConfig;
  * prop.main.consumer.interceptor.classes=dev.lagwatch.interceptor.LagwatchConsumerInterceptor.
  *
  *   java -cp STREAMS_LIBS/*:INTERCEPTOR_JAR:CLASSES StreamsApp bootstrap=H:P app=ID topic=T after=N
+ *       [delay=MS]  (a slow processor: MS per record)
  *       [prop.K=V ...]
  *
  * Prints READY when the instance runs and BLOCKED epoch when the processor wedges.
@@ -26,6 +27,7 @@ public final class StreamsApp {
         Properties p = new Properties();
         String bootstrap = null, app = null, topic = null;
         long after = 20;
+        long delayMs = 0;
         for (String arg : argv) {
             int eq = arg.indexOf('=');
             String k = arg.substring(0, eq), v = arg.substring(eq + 1);
@@ -34,6 +36,7 @@ public final class StreamsApp {
                 case "app" -> app = v;
                 case "topic" -> topic = v;
                 case "after" -> after = Long.parseLong(v);
+                case "delay" -> delayMs = Long.parseLong(v);
                 default -> p.put(k.substring(5), v); // prop.K=V
             }
         }
@@ -49,8 +52,17 @@ public final class StreamsApp {
         AtomicLong seen = new AtomicLong();
         AtomicLong first = new AtomicLong();
         long limit = after;
+        long delay = delayMs;
         b.stream(topic, org.apache.kafka.streams.kstream.Consumed.with(Serdes.ByteArray(), Serdes.ByteArray()))
                 .foreach((k, v) -> {
+                    if (delay > 0) {
+                        try {
+                            Thread.sleep(delay); // a slow processor
+                        } catch (InterruptedException e) {
+                            Thread.currentThread().interrupt();
+                            return;
+                        }
+                    }
                     first.compareAndSet(0, System.currentTimeMillis());
                     // ...and not before the thread has had time to commit (every 100 ms between
                     // polls): lagwatch evaluates committed partitions
