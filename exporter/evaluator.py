@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from exporter.config import Thresholds
 from exporter.lag import HwHistory, lag_seconds
-from exporter.memory import GroupMemory, PartitionMemory, observe, remember, remember_members
+from exporter.memory import GroupMemory, PartitionMemory, joins_since, observe, remember, remember_members
 from exporter.report_match import match_reports
 from exporter.reports import ConsumerReport, SparkReport
 from exporter.rules import PartitionFacts, classify, fmt_seconds, reason
@@ -152,7 +152,7 @@ class Evaluator:
                              partitions=prev.partitions if prev else (),
                              spark=prev.spark if prev else None, epoch=prev.epoch if prev else None)
 
-        rejoins = remember_members(st, {m.member_id for m in g.members}, now, self.th.window, g.epoch)
+        remember_members(st, {m.member_id for m in g.members}, now, self.th.window, g.epoch)
         owner_of: dict[TP, Member] = {m_tp: m for m in g.members for m_tp in m.assignment}
         # A partition moving between members of a KIP-848 or streams group is in nobody's
         # current assignment until its new owner's next heartbeat (5 s by default), but in
@@ -179,7 +179,7 @@ class Evaluator:
             else:
                 owned = owner is not None or tp in incoming or (bool(g.members) and not assignment_known)
             parts.append(self._partition(g, tp, st, partitions.get(tp), owner, owned, rep, spark,
-                                         rejoins, exact_ts, now))
+                                         exact_ts, now))
         for tp in [tp for tp in st.parts if tp not in g.committed]:
             del st.parts[tp]
 
@@ -209,7 +209,7 @@ class Evaluator:
 
     def _partition(self, g: GroupSample, tp: TP, st: GroupMemory, po: PartitionOffsets | None,
                    owner: Member | None, owned: bool, rep: ConsumerReport | None,
-                   spark: SparkReport | None, rejoins: int,
+                   spark: SparkReport | None,
                    exact_ts: dict[tuple[str, int, int], float], now: float) -> PartitionView:
         committed = g.committed[tp]
         hw = po.hw if po else None
@@ -224,9 +224,10 @@ class Evaluator:
             topic=tp[0], partition=tp[1], committed=committed, hw=hw, lag_offsets=lag_off,
             lag_seconds=lag_s, stalled_seconds=obs.stalled_seconds,
             frozen_seconds=obs.frozen_seconds, new_data_seconds=obs.new_data_seconds,
-            lagging=obs.lagging, rewinding=obs.rewinding,
+            lagging=obs.lagging, rewinding=obs.rewinding, rewind_pending=obs.rewind_pending,
             owned=owned, unowned_confirmed=obs.unowned_confirmed, owner=_member_label(owner),
-            group_state=g.state, rejoins=rejoins, **_report_facts(rep, now, self.th),
+            group_state=g.state, rejoins=joins_since(st, obs.next_changed_at),
+            **_report_facts(rep, now, self.th),
             **_spark_facts(spark, now))
         status, rule = classify(facts, self.th)
         remember(mem, progress, obs, status)

@@ -9,6 +9,7 @@ changes only in :func:`remember_members`.
 
 from __future__ import annotations
 
+import bisect
 import collections
 from dataclasses import dataclass, field
 
@@ -18,26 +19,34 @@ from exporter.view import GroupView
 REWIND_HOLD_CYCLES = 5  # a rewind is reported this many cycles so that scrapes see it
 STOPPED_AFTER_CYCLES = 2  # a coordinator failover can show a group empty for one cycle
 MAX_JOINS = 64
+# Records arriving this many cycles after the committed offset froze may be a burst's
+# tail that a healthy consumer read and commits only when the next records arrive.
+TAIL_CYCLES = 2
 
-Sample = tuple[float, int, float | None]  # (time, committed, lag seconds)
+# A run of commits at each of which lag seconds grew: (first time, first lag seconds,
+# commits in the run, widest gap between two of them, last time, last committed, last lag
+# seconds). One tuple whatever the run's length: 100k of these must stay small.
+Run = tuple[float, float | None, int, float, float, int, float | None]
 
 
 class PartitionMemory:
     """Per partition of a group. Slotted and tuple-based: 100k of these must stay small."""
 
-    __slots__ = ("committed", "changed_at", "freeze_hw", "quiet_at", "new_data_at", "lag_since",
-                 "samples", "lagging", "rewind_until", "unowned")
+    __slots__ = ("committed", "changed_at", "freeze_hw", "tail_from", "quiet_at", "new_data_at", "lag_since",
+                 "run", "lagging", "rewind_until", "rewind_from", "unowned")
 
     def __init__(self, committed: int, now: float) -> None:
         self.committed = committed
         self.changed_at = now
-        self.freeze_hw: int | None = None  # HW when the committed offset last moved
+        self.freeze_hw: int | None = None  # HW at the last sample since the offset froze
+        self.tail_from: float | None = None  # records arrived right after the freeze, since
         self.quiet_at = now  # last sample at which HW was still freeze_hw
         self.new_data_at: float | None = None  # records arrived after the freeze, from then on
         self.lag_since: float | None = None
-        self.samples: tuple[Sample, ...] = ()  # the last three; a tuple, not a deque (memory)
+        self.run: Run | None = None  # the current run of commits with growing lag
         self.lagging = False
         self.rewind_until = 0.0
+        self.rewind_from: int | None = None  # committed before a backward move not yet confirmed
         self.unowned = 0  # consecutive cycles nobody owned the partition
 
 
@@ -48,6 +57,7 @@ class Observation:
     ``next_*`` fields are what :func:`remember` stores."""
 
     rewinding: bool
+    rewind_pending: bool
     stalled_seconds: float
     frozen_seconds: float
     new_data_seconds: float | None
@@ -56,33 +66,46 @@ class Observation:
     next_changed_at: float
     next_freeze_hw: int | None
     next_quiet_at: float
+    next_tail_from: float | None
     next_new_data_at: float | None
     next_lag_since: float | None
-    next_samples: tuple[Sample, ...]
+    next_run: Run | None
     next_lagging: bool
     next_rewind_until: float
+    next_rewind_from: int | None
     next_unowned: int
 
 
-def lag_trend(was_lagging: bool, samples: tuple[Sample, ...], lag_s: float,
+def extend_run(run: Run | None, now: float, committed: int, lag_s: float | None) -> Run:
+    """The run of commits with growing lag, after a commit seen now: extended when the
+    committed offset advanced and lag seconds grew since the run's last commit, else a
+    new run starts here."""
+    if (run is not None and committed > run[5] and lag_s is not None and run[6] is not None
+            and lag_s > run[6]):
+        t0, l0, n, gap, t_last, _c, _l = run
+        return (t0, l0, n + 1, max(gap, now - t_last), now, committed, lag_s)
+    return (now, lag_s, 1, 0.0, now, committed, lag_s)
+
+
+def lag_trend(was_lagging: bool, run: Run, prev_lag_s: float | None, lag_s: float,
               lag_threshold: float, interval: float) -> bool:
-    """Lagging when lag seconds exceed the threshold, or when the committed offset
-    advanced at each of the last two commits (samples are taken at commits) while lag
-    seconds grew at each (by a quarter of the time elapsed or more, to one interval or
-    more); once lagging, it stays so until the lag shrinks from one commit to the next."""
+    """Lagging when lag seconds exceed the threshold, or when lag seconds grew at each of
+    the last two commits or more (the run, judged at commits so batch committers and
+    share groups acknowledging in steps compare like with like), by a quarter of the time
+    elapsed or more *and* by more than the noise of a consumer keeping up: lag seconds
+    read at commits wander by up to one commit gap plus one sampling interval (the
+    interpolation's resolution), so growth within that is no evidence. Once lagging it
+    stays so until the lag shrinks from one commit to the next or falls within one
+    interval (a ``read_committed`` consumer left one transaction marker behind)."""
     if lag_s > lag_threshold:
         return True
     if was_lagging:
-        prev = samples[-2][2] if len(samples) >= 2 else None
-        return not (prev is not None and lag_s < prev)
-    if len(samples) < 3:
+        return lag_s > interval and not (prev_lag_s is not None and lag_s < prev_lag_s)
+    t0, l0, n, gap, t_last, _c, l_last = run
+    if n < 3 or l0 is None or l_last is None:
         return False
-    (t0, c0, l0), (_, c1, l1), (t2, c2, l2) = samples
-    if l0 is None or l1 is None or l2 is None:
-        return False
-    # Falling behind by a quarter of the time elapsed or more (half an interval over two
-    # cycles when it commits every cycle): a consumer reading less than ~3/4 of what arrives.
-    return c0 < c1 < c2 and l0 < l1 < l2 and l2 >= interval and l2 - l0 >= 0.25 * (t2 - t0)
+    growth = l_last - l0
+    return growth >= 0.25 * (t_last - t0) and growth > gap + interval
 
 
 def observe(mem: PartitionMemory, committed: int, hw: int | None, lag_off: int | None,
@@ -94,22 +117,42 @@ def observe(mem: PartitionMemory, committed: int, hw: int | None, lag_off: int |
     changed_at = now if moved else mem.changed_at
     # Did records arrive after the committed offset stopped moving? Without that, a frozen
     # offset with lag may be a tail the consumer read but commits only with the next records.
+    # Records still arriving within TAIL_CYCLES after the freeze may be the end of a burst
+    # the consumer read and will commit with the next records (it commits only when records
+    # arrive); they are evidence only once they keep arriving past that, or arrive again
+    # after a sample without any.
     if moved or mem.freeze_hw is None:
-        freeze_hw, quiet_at, new_data_at = hw, now, None
+        freeze_hw, quiet_at, tail_from, new_data_at = hw, now, None, None
     else:
-        freeze_hw, quiet_at, new_data_at = mem.freeze_hw, mem.quiet_at, mem.new_data_at
+        freeze_hw, quiet_at, tail_from, new_data_at = (mem.freeze_hw, mem.quiet_at, mem.tail_from,
+                                                       mem.new_data_at)
         if new_data_at is None and hw is not None:
             if hw > freeze_hw:
-                new_data_at = quiet_at  # they arrived after the last sample without them
-            else:
+                if quiet_at > changed_at:  # after a quiet sample: fresh records
+                    new_data_at = quiet_at
+                elif now - changed_at > TAIL_CYCLES * interval:  # still flowing: no tail
+                    new_data_at = tail_from if tail_from is not None else quiet_at
+                elif tail_from is None:
+                    tail_from = quiet_at
+            elif hw == freeze_hw:
                 quiet_at = now
-    rewind_until = now + REWIND_HOLD_CYCLES * interval if rewound else mem.rewind_until
+        if hw is not None:
+            freeze_hw = hw
+    # A backward move is a rewind once the next sample is still below where it was: when a
+    # partition moves between members, a commit of the old owner can land after the new
+    # owner's (KIP-848 scale-out) and the next commit jumps past it; an offset reset stays.
+    rewind_until, rewind_from = mem.rewind_until, None
+    if rewound:
+        rewind_from = max(mem.committed, mem.rewind_from or mem.committed)
+    elif mem.rewind_from is not None and committed < mem.rewind_from:
+        rewind_until = now + REWIND_HOLD_CYCLES * interval
     has_lag = bool(lag_off)
     lag_since = (mem.lag_since if mem.lag_since is not None else now) if has_lag else None
     stalled_s = now - max(changed_at, lag_since) if lag_since is not None else 0.0
     # The lag trend is judged at commits: a consumer that commits every few cycles (in
     # batches, or a share group acknowledging in steps) is compared commit to commit.
-    samples = (*mem.samples[-2:], (now, committed, lag_s)) if moved or not mem.samples else mem.samples
+    run = extend_run(mem.run, now, committed, lag_s) if moved or mem.run is None else mem.run
+    prev_lag_s = mem.run[6] if mem.run is not None else None
     unowned = 0 if owned else mem.unowned + 1
 
     was_lagging = mem.lagging and not rewound
@@ -118,18 +161,20 @@ def observe(mem: PartitionMemory, committed: int, hw: int | None, lag_off: int |
     elif lag_off == 0 or lag_s is None:
         now_lagging = False
         next_lagging = False if lag_off == 0 else was_lagging
-    elif moved or not mem.samples or lag_s > lag_threshold:
-        now_lagging = next_lagging = lag_trend(was_lagging, samples, lag_s, lag_threshold, interval)
+    elif moved or mem.run is None or lag_s > lag_threshold:
+        now_lagging = next_lagging = lag_trend(was_lagging, run, prev_lag_s, lag_s, lag_threshold,
+                                               interval)
     else:  # no commit this cycle: the trend stands until the next one
         now_lagging = next_lagging = was_lagging
     return Observation(
-        rewinding=now < rewind_until, stalled_seconds=stalled_s,
+        rewinding=now < rewind_until, rewind_pending=rewind_from is not None, stalled_seconds=stalled_s,
         frozen_seconds=now - changed_at,
         new_data_seconds=None if new_data_at is None else now - new_data_at,
         unowned_confirmed=unowned >= STOPPED_AFTER_CYCLES,
         lagging=now_lagging, next_changed_at=changed_at, next_freeze_hw=freeze_hw,
-        next_quiet_at=quiet_at, next_new_data_at=new_data_at, next_lag_since=lag_since,
-        next_samples=samples, next_lagging=next_lagging, next_rewind_until=rewind_until,
+        next_quiet_at=quiet_at, next_tail_from=tail_from, next_new_data_at=new_data_at,
+        next_lag_since=lag_since,
+        next_run=run, next_lagging=next_lagging, next_rewind_until=rewind_until, next_rewind_from=rewind_from,
         next_unowned=unowned)
 
 
@@ -140,10 +185,12 @@ def remember(mem: PartitionMemory, committed: int, obs: Observation, status: Sta
     mem.changed_at = obs.next_changed_at
     mem.freeze_hw = obs.next_freeze_hw
     mem.quiet_at = obs.next_quiet_at
+    mem.tail_from = obs.next_tail_from
     mem.new_data_at = obs.next_new_data_at
     mem.lag_since = obs.next_lag_since
-    mem.samples = obs.next_samples
+    mem.run = obs.next_run
     mem.rewind_until = obs.next_rewind_until
+    mem.rewind_from = obs.next_rewind_from
     mem.unowned = obs.next_unowned
     mem.lagging = obs.next_lagging and status in (Status.OK, Status.LAGGING)
 
@@ -180,3 +227,8 @@ def remember_members(mem: GroupMemory, member_ids: set[str], now: float, window:
     while mem.joins and mem.joins[0] < now - window:
         mem.joins.popleft()
     return len(mem.joins)
+
+
+def joins_since(mem: GroupMemory, t: float) -> int:
+    """Joins remembered (within the window) after time ``t``."""
+    return len(mem.joins) - bisect.bisect_right(mem.joins, t)

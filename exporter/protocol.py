@@ -31,7 +31,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from kafka.errors import IncompatibleBrokerVersion, for_code
+from kafka.errors import IncompatibleBrokerVersion, UnknownBrokerIdError, for_code
 from kafka.net.compat import KafkaNetClient
 from kafka.protocol.admin import ListGroupsRequest
 from kafka.protocol.consumer import ListOffsetsRequest
@@ -239,15 +239,27 @@ class BrokerRequests:
     def _gather(self, calls: Sequence[tuple[int, Any]]) -> list[Any]:
         """Send every (node, request) at once; each result is a response or an exception."""
         client = self._connected()
-        futures = [client.send(node, req) for node, req in calls]
+        futures: list[Any] = []
+        for node, req in calls:
+            try:
+                futures.append(client.send(node, req))
+            except UnknownBrokerIdError as e:
+                # A broker that restarted or joined is in librdkafka's metadata, whose node
+                # ids we send to, before kafka-python's own refresh (metadata.max.age.ms,
+                # 5 min): this request fails alone and the refresh is asked for now, so the
+                # next cycle reaches the broker.
+                futures.append(e)
+                client.cluster.request_update()
         self.requests += len(futures)
+        pending = [f for f in futures if not isinstance(f, BaseException)]
         deadline = time.monotonic() + self.timeout
-        while not all(f.is_done for f in futures):
+        while not all(f.is_done for f in pending):
             left = deadline - time.monotonic()
             if left <= 0:
                 break
             client.poll(timeout_ms=min(100, int(left * 1000) + 1))
-        return [f.value if f.succeeded() else (f.exception or TimeoutError("request timed out"))
+        return [f if isinstance(f, BaseException) else
+                f.value if f.succeeded() else (f.exception or TimeoutError("request timed out"))
                 for f in futures]
 
     def close(self) -> None:

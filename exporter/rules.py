@@ -37,12 +37,13 @@ class PartitionFacts:
     frozen_seconds: float  # committed unchanged (whether or not there was lag)
     new_data_seconds: float | None = None  # since records first arrived after the freeze
     lagging: bool  # the lag trend of :func:`exporter.memory.lag_trend`
-    rewinding: bool  # the committed offset moved backwards recently
+    rewinding: bool  # the committed offset moved backwards recently (confirmed)
+    rewind_pending: bool = False  # it moved backwards this cycle; confirmed or not at the next
     owned: bool  # a member (or a live Spark driver) owns the partition
     unowned_confirmed: bool  # nobody owned it for enough cycles in a row
     owner: str = ""  # "client@host (member)" of the owning member, "" when unknown
     group_state: str = ""
-    rejoins: int = 0  # members that joined the group within the window
+    rejoins: int = 0  # joins into the group since the committed offset froze (within the window)
     # from the owner's own reports (instrumented consumers)
     has_report: bool = False
     report_stale: bool = False
@@ -77,7 +78,8 @@ def unowned(f: PartitionFacts, th: Thresholds) -> bool:
     """Nobody has owned the partition for two cycles in a row (one empty cycle may be a
     rebalance or a coordinator failover). It yields to an offset reset, which needs an
     empty group, and to a rejoin loop, which empties the group between rejoins."""
-    return f.unowned_confirmed and not f.rewinding and not _any_livelock(f, th)
+    return (f.unowned_confirmed and not f.rewinding and not f.rewind_pending
+            and not _any_livelock(f, th))
 
 
 # -- livelocked ---------------------------------------------------------------------
@@ -103,14 +105,16 @@ def reports_stopped(f: PartitionFacts, th: Thresholds) -> bool:
 
 
 def rejoin_loop(f: PartitionFacts, th: Thresholds) -> bool:
-    """Members keep leaving and rejoining (two joins or more within ``window``) while the
-    committed offset is frozen for ``stall_after``: the ``max.poll.interval.ms`` kick-out
+    """Members keep leaving and rejoining (two joins or more since the committed offset
+    froze, within ``window``) while it stays frozen for ``stall_after``: the ``max.poll.interval.ms`` kick-out
     loop, seen from the broker without instrumentation. Classic groups show it as new
     member ids; KIP-848 groups, whose members rejoin with the same id, as group epoch
     bumps with the same members (:func:`exporter.memory.remember_members`). Like ``stalled``
     it needs records that arrived after the offset froze and waited ``stall_after``: a
     group scaling out while a quiet partition holds a burst's uncommitted tail shows the
-    same joins and the same frozen offset, and is healthy."""
+    same joins and the same frozen offset, and is healthy. Joins before the freeze (a
+    group's start, an earlier scale-out) say nothing about why it froze: a consumer
+    killed minutes after a rebalance is stopped, not looping."""
     return (f.rejoins >= 2 and f.stalled_seconds >= th.stall_after and f.new_data_seconds is not None
             and f.new_data_seconds >= th.stall_after)
 
@@ -148,9 +152,9 @@ def lag_above_threshold(f: PartitionFacts, th: Thresholds) -> bool:
 
 
 def lag_growing(f: PartitionFacts, th: Thresholds) -> bool:
-    """The committed offset advanced at each of the last two commits while lag seconds grew
-    at each, by a quarter of the time elapsed or more (sticky until the lag shrinks from one
-    commit to the next): :func:`exporter.memory.lag_trend`."""
+    """Lag seconds grew at each of the last two commits or more, by a quarter of the time
+    elapsed and by more than a consumer keeping up wanders (one commit gap plus one
+    interval); sticky until the lag shrinks: :func:`exporter.memory.lag_trend`."""
     return f.lagging
 
 
@@ -193,8 +197,8 @@ _REASONS = {
     "not_polling": "{where}: owner {reporter} is in the group but last polled {poll_age:.0f}s ago; {nums}",
     "reports_stopped": ("{where}: owner {owner} is still a member but its reports stopped "
                         "{report_silent} ago; {nums}"),
-    "rejoin_loop": ("{where}: members keep leaving and rejoining ({rejoins} joins in {window:.0f}s) "
-                    "but the committed offset has not moved for {stalled:.0f}s; owner {owner_or_unknown}; "
+    "rejoin_loop": ("{where}: members keep leaving and rejoining ({rejoins} joins since "
+                    "the committed offset stopped moving {stalled:.0f}s ago); owner {owner_or_unknown}; "
                     "{nums}"),
     "stalled": "{where}: committed offset frozen for {stalled:.0f}s; owner {owner_or_rebalancing}; {nums}",
     "rewind": "{where}: committed offset moved backwards; {nums}",

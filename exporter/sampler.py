@@ -73,6 +73,10 @@ _STATE_NAMES = {"preparing_rebalancing": "preparing_rebalance",
                 "completing_rebalancing": "completing_rebalance"}
 
 
+# Cycles a listed group may be missing from ListGroups before it is taken as gone.
+LISTING_GRACE_CYCLES = 3
+
+
 class Sampler:
     def __init__(self, cfg: ClusterConfig) -> None:
         self.cfg = cfg
@@ -85,6 +89,7 @@ class Sampler:
                     "error_cb": self._on_error}))
         self._last_listed: dict[str, Any] = {}
         self._last_listed_new: dict[str, ListedGroup] = {}
+        self._absent: dict[str, int] = {}  # listed groups missing from the last listings
         self._group_topics: dict[str, set[str]] = {}
         self.extra: BrokerRequests | None
         try:
@@ -189,6 +194,7 @@ class Sampler:
                 # ListGroups goes to every broker: groups of a broker that did not answer
                 # are kept from the last cycle instead of vanishing.
                 listed = {**self._last_listed, **listed}
+            listed = self._bridge(self._last_listed, listed)
             self._last_listed = listed
         except Exception as e:  # noqa: BLE001 - fall back to the last known list of groups
             if not self._last_listed:
@@ -199,6 +205,7 @@ class Sampler:
             errors.append(("list_groups", f"{_err_text(e)} (using the groups known last cycle)"))
             listed = self._last_listed
         groups = self._describe_and_fetch(listed, self._list_streams_and_share(md, errors), errors)
+        groups = self._drop_gone(groups, errors)
 
         topics = {t for g in groups.values() for (t, _) in g.committed}
         topics |= {t for g in groups.values() for m in g.members for (t, _) in m.assignment}
@@ -242,8 +249,41 @@ class Sampler:
         got = {g: lg for g, lg in got.items() if self.cfg.filters.group_ok(g)}
         if failures:
             got = {**self._last_listed_new, **got}
+        got = self._bridge(self._last_listed_new, got)
         self._last_listed_new = got
         return got
+
+    def _drop_gone(self, groups: dict[str, GroupSample], errors: list[tuple[str, str]]
+                   ) -> dict[str, GroupSample]:
+        """Bridged groups that the coordinator says no longer exist go at once (deleted)."""
+        gone = {gid for gid in self._absent if gid in groups and (
+            groups[gid].state == "dead" or any(
+                code in (groups[gid].error or "") for code in ("GroupIdNotFound", "GROUP_ID_NOT_FOUND")))}
+        for gid in gone:
+            del groups[gid]
+            del self._absent[gid]
+        if gone:
+            errors[:] = [e for e in errors if e[1].split(":", 1)[0] not in gone]
+        return groups
+
+    def _bridge(self, last: dict[str, Any], now: dict[str, Any]) -> dict[str, Any]:
+        """``now`` plus the groups of ``last`` missing from it for fewer than
+        LISTING_GRACE_CYCLES cycles in a row. A broker that restarts, or a coordinator that
+        fails over, answers ListGroups without the groups it is still loading (and without
+        an error): they would vanish for a cycle or two, their memory with them. A group
+        really deleted is kept that long and then goes; its describe says it is dead."""
+        out = dict(now)
+        for gid in now:
+            self._absent.pop(gid, None)
+        for gid, lg in last.items():
+            if gid not in now:
+                missing = self._absent.get(gid, 0) + 1
+                if missing < LISTING_GRACE_CYCLES:
+                    self._absent[gid] = missing
+                    out[gid] = lg
+                else:
+                    self._absent.pop(gid, None)
+        return out
 
     def _extra(self, stage: str, errors: list[tuple[str, str]], call: Any, *args: Any) -> dict:
         """One of exporter/protocol.py's batched calls; a failure of the whole call is one

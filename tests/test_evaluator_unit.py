@@ -115,10 +115,21 @@ def test_report_with_old_last_poll_is_livelocked_before_stall_threshold() -> Non
     assert p.position == 160 and "last polled 40s ago" in p.reason
 
 
-def test_rewind_is_reported_then_held_for_a_few_cycles() -> None:
+def test_rewind_is_reported_once_confirmed_then_held_for_a_few_cycles() -> None:
+    """An offset reset stays below where the offset was at the next sample: rewind (held five
+    cycles), and the empty group it needs is not called stopped meanwhile."""
     ev = Evaluator("c", TH, interval=10)
-    got = _run(ev, [(500, 500, ()), (100, 500, ()), (100, 500, ())])
-    assert got == ["ok", "rewind", "rewind"]
+    got = _run(ev, [(500, 500, ())] + [(100, 500, ())] * 7)
+    assert got == ["ok", "ok"] + ["rewind"] * 5 + ["stopped"]
+
+
+def test_a_stale_commit_overtaken_at_the_next_sample_is_no_rewind() -> None:
+    """A partition moving between members: the old owner's last commit lands after the new
+    owner's, and the new owner's next commit is past both."""
+    ev = Evaluator("c", TH, interval=10)
+    got = _run(ev, [(500, 520, (MEMBER,)), (490, 540, (MEMBER,)), (530, 560, (MEMBER,)),
+                    (550, 570, (MEMBER,))])
+    assert got == ["ok"] * 4
 
 
 def test_slow_consumer_is_lagging_when_lag_grows_while_committing() -> None:

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from devenv.jars import kafka_libs
+from devenv.kafka import KafkaCluster
 from exporter import kafka_messages
 from exporter.kafka_messages import (
     DescribeShareGroupOffsetsResponse,
@@ -23,12 +24,14 @@ from exporter.kafka_messages import (
     StreamsGroupDescribeResponse,
 )
 from exporter.protocol import (
+    BrokerRequests,
     Unsupported,
     _state,
     kafka_python_config,
     parse_described,
     parse_share_offsets,
 )
+from tests.conftest import create_topic, produce, unique
 
 SECRET = "s3cr3t-Passw0rd"
 
@@ -189,3 +192,21 @@ def test_shipped_message_definitions_are_kafkas_own() -> None:
     with zipfile.ZipFile(jar) as z:
         for f in shipped:
             assert z.read(f"common/message/{f.name}") == f.read_bytes(), f.name
+
+
+def test_a_broker_kafka_python_does_not_know_yet_fails_alone(kafka: KafkaCluster) -> None:
+    """librdkafka's metadata can name a broker (restarted, or new) that kafka-python's, refreshed
+    every 5 minutes, does not know yet: that broker's request fails, the others answer, and
+    a metadata refresh is asked for at once."""
+    topic = create_topic(kafka, unique("unknown-broker"), partitions=1)
+    produce(kafka, topic, {0: 7})
+    req = BrokerRequests({}, kafka.bootstrap_servers, 10.0, "lagwatch-test")
+    try:
+        req._connected()
+        req._connected().cluster._need_update = False
+        leos, failures = req.log_end_offsets({1: [(topic, 0)], 4242: [(topic, 0)]})
+        assert leos == {(topic, 0): 7}
+        assert len(failures) == 1 and failures[0].startswith("broker 4242:"), failures
+        assert req._connected().cluster._need_update
+    finally:
+        req.close()

@@ -14,7 +14,7 @@ import pytest
 
 from exporter.config import Thresholds
 from exporter.evaluator import Evaluator
-from exporter.memory import lag_trend
+from exporter.memory import extend_run, lag_trend
 from exporter.rules import RULES, PartitionFacts, classify, reason
 from exporter.snapshot import GroupSample, Member, PartitionOffsets, Snapshot
 from exporter.status import Status
@@ -58,7 +58,7 @@ ROWS: list[tuple[int, str, dict, Status, str]] = [
     (9, "unowned yields to the rejoin loop",
      {"owned": False, "owner": "", "unowned_confirmed": True, "rejoins": 3,
       "stalled_seconds": 30.0, "new_data_seconds": 30.0},
-     Status.LIVELOCKED, "members keep leaving and rejoining (3 joins in 300s)"),
+     Status.LIVELOCKED, "members keep leaving and rejoining (3 joins since the committed offset"),
     (10, "batch_hung", {**SPARK, "batch_running": 25.0, "running_batch_id": 8},
      Status.LIVELOCKED, "batch 8 has been running for 25 seconds while 50 records wait"),
     (11, "batch running below livelock_after", {**SPARK, "batch_running": 19.0}, Status.OK, ""),
@@ -73,7 +73,7 @@ ROWS: list[tuple[int, str, dict, Status, str]] = [
     (15, "silent reports while the committed offset still moves recently",
      {**REPORT, "report_stale": True, "stalled_seconds": 10.0}, Status.OK, ""),
     (16, "rejoin_loop", {"rejoins": 2, "stalled_seconds": 31.0, "new_data_seconds": 31.0},
-     Status.LIVELOCKED, "but the committed offset has not moved for 31s"),
+     Status.LIVELOCKED, "(2 joins since the committed offset stopped moving 31s ago)"),
     (17, "rejoins but the committed offset moved within stall_after",
      {"rejoins": 5, "stalled_seconds": 29.0}, Status.OK, ""),
     (18, "stalled", {"stalled_seconds": 30.0, "new_data_seconds": 30.0}, Status.STALLED,
@@ -106,6 +106,10 @@ ROWS: list[tuple[int, str, dict, Status, str]] = [
     (29, "joins on a quiet tail (scaling out while a burst's tail waits) are no rejoin loop",
      {"rejoins": 3, "stalled_seconds": 95.0, "frozen_seconds": 95.0, "new_data_seconds": None},
      Status.OK, ""),
+    (30, "unowned yields to a backward move awaiting confirmation (an offset reset's empty group)",
+     {"owned": False, "owner": "", "unowned_confirmed": True, "rewind_pending": True}, Status.OK, ""),
+    (31, "a backward move awaiting confirmation is not a rewind yet", {"rewind_pending": True},
+     Status.OK, ""),
 ]
 
 
@@ -135,26 +139,44 @@ def test_classifier_runs_rules_in_severity_order() -> None:
     assert all(SEVERITY[s] == Status(s).severity for s in STATUSES)
 
 
-# lag_trend: (was lagging, samples (t, committed, lag s), lag s now, expected)
+# lag_trend: (was lagging, commits seen (t, committed, lag s), expected); interval 1 s
 TREND_ROWS = [
-    ("above lag_seconds", False, ((0, 1, 1.0), (1, 1, 1.0), (2, 1, 4000.0)), 4000.0, True),
-    ("committing while lag grows", False, ((0, 10, 1.0), (1, 20, 2.0), (2, 30, 3.0)), 3.0, True),
-    ("lag grows but committed frozen", False, ((0, 10, 1.0), (1, 10, 2.0), (2, 10, 3.0)), 3.0,
-     False),
-    ("growth smaller than half an interval", False,
-     ((0, 10, 1.0), (1, 20, 1.1), (2, 30, 1.2)), 1.2, False),
-    ("sticky while the lag does not shrink", True, ((0, 10, 5.0), (1, 11, 6.0), (2, 11, 6.0)),
-     6.0, True),
-    ("sticky ends when the lag shrinks", True, ((0, 10, 5.0), (1, 11, 6.0), (2, 20, 2.0)), 2.0,
-     False),
-    ("first cycles: not enough samples", False, ((0, 10, 5.0),), 5.0, False),
+    ("above lag_seconds", False, ((0, 1, 1.0), (1, 1, 1.0), (2, 1, 4000.0)), True),
+    ("growing at three commits in a row, beyond the noise", False,
+     ((0, 10, 1.0), (1, 20, 2.0), (2, 30, 3.0), (3, 40, 4.0)), True),
+    ("growing at two commits, within the noise", False,
+     ((0, 10, 1.0), (1, 20, 2.0), (2, 30, 3.0)), False),
+    ("growing at two commits, well beyond the noise", False,
+     ((0, 10, 1.0), (1, 20, 3.0), (2, 30, 5.0)), True),
+    ("growing at one commit only", False, ((0, 10, 1.0), (1, 20, 9.0)), False),
+    ("lag grows but committed frozen", False,
+     ((0, 10, 1.0), (1, 10, 2.0), (2, 10, 3.0), (3, 10, 4.0)), False),
+    ("growth by less than a quarter of the time elapsed", False,
+     ((0, 10, 1.0), (4, 20, 1.9), (8, 30, 2.8), (12, 40, 3.7)), False),
+    ("growth within one commit gap plus one interval (batch committer's noise)", False,
+     ((0, 10, 1.0), (5, 60, 2.5), (10, 110, 4.0), (15, 160, 6.5)), False),
+    ("a batch committer falling behind by more than its noise", False,
+     ((0, 10, 1.0), (5, 60, 4.0), (10, 110, 7.0), (15, 160, 10.0)), True),
+    ("a dip restarts the run", False,
+     ((0, 10, 1.0), (1, 20, 2.0), (2, 30, 1.5), (3, 40, 2.5), (4, 50, 3.5)), False),
+    ("sticky while the lag does not shrink", True, ((0, 10, 5.0), (1, 11, 6.0), (2, 12, 6.0)),
+     True),
+    ("sticky ends when the lag shrinks", True, ((0, 10, 5.0), (1, 11, 6.0), (2, 20, 2.0)), False),
+    ("sticky ends within one interval (a transaction marker left behind)", True,
+     ((0, 10, 5.0), (1, 11, 6.0), (2, 12, 0.0)), False),
+    ("first cycles: not enough commits", False, ((0, 10, 5.0),), False),
 ]
 
 
-@pytest.mark.parametrize(("what", "was", "samples", "lag_s", "expected"), TREND_ROWS,
+@pytest.mark.parametrize(("what", "was", "commits", "expected"), TREND_ROWS,
                          ids=[r[0] for r in TREND_ROWS])
-def test_lag_trend(what: str, was: bool, samples: tuple, lag_s: float, expected: bool) -> None:
-    assert lag_trend(was, samples, lag_s, 3600, 1.0) is expected
+def test_lag_trend(what: str, was: bool, commits: tuple, expected: bool) -> None:
+    run = None
+    for t, c, lag_s in commits:
+        prev = run[6] if run is not None else None
+        run = extend_run(run, t, c, lag_s)
+    assert run is not None
+    assert lag_trend(was, run, prev, commits[-1][2], 3600, 1.0) is expected
 
 
 # -- edge rows over several cycles, through the evaluator -----------------------------
@@ -196,6 +218,25 @@ def test_edge_coordinator_move_shows_the_group_empty_for_one_cycle() -> None:
     assert got == ["ok", "stopped"]
 
 
+def test_edge_joins_before_the_freeze_are_no_rejoin_loop() -> None:
+    """A group that rebalanced twice (two new members) while committing, then whose consumer
+    was killed: stopped, not livelocked; the same joins after the freeze are a loop."""
+    ev = Evaluator("c", TH, interval=10)
+    gen = [dataclasses.replace(MEMBER, member_id=f"consumer-billing-7-{k}") for k in range(4)]
+    got = [_cycle(ev, i, 100 + 10 * i, 105 + 10 * i, (gen[min(i, 2)],)) for i in range(4)]
+    # killed at 40 s: the offset freezes at 130 while records keep arriving
+    got += [_cycle(ev, i, 130, 105 + 10 * i, ()) for i in range(4, 10)]
+    assert got[:4] == ["ok"] * 4 and got[-1] == "stopped", got
+    assert "livelocked" not in got, got
+
+    ev = Evaluator("c", TH, interval=10)
+    got = [_cycle(ev, i, 100 + 10 * i, 105 + 10 * i, (gen[0],)) for i in range(4)]
+    # frozen at 130 from 30 s on; a member comes back under a new id every other cycle
+    got += [_cycle(ev, i, 130, 105 + 10 * i, (gen[1 + (i // 2) % 3],) if i % 2 else ())
+            for i in range(4, 10)]
+    assert got[-1] == "livelocked", got
+
+
 def test_edge_burst_tail_is_not_stalled_but_a_consumer_stuck_in_it_is() -> None:
     """A burst of 3,000 records every 60 s (3 s cycles). The healthy consumer reads each
     burst at once but commits only while records arrive, so the burst's last 40 records
@@ -214,6 +255,31 @@ def test_edge_burst_tail_is_not_stalled_but_a_consumer_stuck_in_it_is() -> None:
     # stuck at 4500 since t=63; records arrived after it froze at t=120 (last quiet sample
     # 117); stalled once they waited stall_after
     assert 3 * first == 147, (first, got_stuck)
+
+
+def test_edge_tail_arriving_after_the_last_commit_is_not_evidence() -> None:
+    """Bursts of 1,000 records every 60 s (3 s cycles) that take 9 s to arrive; the consumer
+    commits what it read while records arrive, so its last commit (at 6 s) leaves 200 records,
+    100 of which arrive after that commit. Records that stop arriving within two cycles of
+    the freeze are a tail, not evidence of a stuck consumer; a consumer stuck in the same
+    place while records keep arriving all minute is stalled."""
+    th = dataclasses.replace(TH, stall_after=30)
+    healthy, stuck = Evaluator("c", th, interval=3), Evaluator("c", th, interval=3)
+
+    def hw_at(t: int) -> int:
+        return 1000 * (t // 60) + {0: 400, 3: 800, 6: 900}.get(t % 60, 1000)
+
+    got_healthy, got_stuck = [], []
+    for i in range(60):  # 180 s
+        t = 3 * i
+        committed = 1000 * (t // 60) + {0: 0, 3: 400}.get(t % 60, 800)
+        got_healthy.append(_cycle_at(healthy, t, committed, hw_at(t)))
+        # stuck at 1800 from 66 s on while a steady stream arrives (20 records a second)
+        got_stuck.append(_cycle_at(stuck, t, min(committed, 1800), hw_at(t) + max(0, t - 66) * 20))
+    assert set(got_healthy) == {"ok"}, got_healthy
+    # froze at 66 s and records kept arriving past the tail cycles: they count from the last
+    # sample without them (66 s), as if there had been no tail allowance; stalled 30 s later
+    assert 3 * got_stuck.index("stalled") == 96, got_stuck
 
 
 def _cycle_at(ev: Evaluator, t: float, committed: int, hw: int) -> str:

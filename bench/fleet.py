@@ -1,0 +1,823 @@
+"""Trust on a realistic fleet: ~40 consumer groups with known ground truth, one exporter, a real
+Prometheus with the shipped alert rules, and broker faults; prints how often lagwatch was right.
+
+    .venv/bin/python -m bench.fleet                      # 30 min, 3 brokers, faults, full fleet
+    .venv/bin/python -m bench.fleet --duration 300 --brokers 1 --profile small --alert-for-divisor 10
+
+One process tree: Kafka (1 or 3 KRaft nodes), the exporter (``python -m exporter``), Debian's
+Prometheus scraping it as job ``lagwatch`` with ``alerts/lagwatch.rules.yml``, a producer
+process (plain and transactional producers), one process per consumer
+(devenv/fleet_consumer.py), the JVM apps of devenv/jvm (Kafka Streams, share consumers) and one
+PySpark driver with two queries. The fleet itself (which groups, what they do, when they turn
+bad) is devenv/fleet_workloads.py. Every Kafka client the harness needs while brokers fail runs
+in a child process: librdkafka can abort its process when a broker dies under a request.
+
+Ground truth: a healthy group must be ``ok`` in every sample from two cycles after its first
+member got an assignment; a bad group's truth changes at the moment its behaviour turns bad,
+as the consumer itself prints it (``TURNED``/``BLOCKED``) or the harness records it (SIGKILL,
+backwards commit, flag file of the hung Spark batch), and from then on it must show its
+expected status within its bound (``Params.bound``: the README's threshold + 2 cycles +
+margin). A recorder reads ``/api/v1/clusters/fleet/groups`` every second; every reading is a
+sample, weighted by the time to the next one.
+
+With ``--brokers 3`` two faults happen mid-run: a broker restart (SIGTERM, controlled
+shutdown) at 45 % of the run and, at 70 %, SIGKILL of the broker that coordinates most of
+the fleet's groups (restarted once its groups have moved). Neither may turn a healthy group
+non-ok.
+
+Alerts: Prometheus evaluates every ``--interval`` seconds; at the end the ``ALERTS`` series
+say which alert was pending or firing for which group, and when. The shipped rules have
+``for:`` of minutes; ``--alert-for-divisor N`` loads a copy with every ``for:`` divided by N
+(the report says so) for short runs.
+
+The output is a Markdown report (per status: true positives, false negatives, false
+positives, detection delays; healthy groups' seconds in a wrong status; alerts per group),
+printed and, with ``--out``, written to a file; ``--json`` writes the raw result.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import math
+import re
+import shutil
+import sys
+import tempfile
+import threading
+import time
+import traceback
+import uuid
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from devenv import fleet_workloads
+from devenv.fleet_workloads import (
+    Change,
+    Ctx,
+    JvmGroup,
+    Params,
+    ProducerProcess,
+    SparkDriver,
+    SparkQuery,
+    Workload,
+    build_fleet,
+    create_topics,
+    in_child,
+    topics_of,
+)
+from devenv.kafka import KafkaCluster
+
+ROOT = Path(__file__).resolve().parent.parent
+RULES = ROOT / "alerts" / "lagwatch.rules.yml"
+CLUSTER = "fleet"
+RECORD_EVERY = 1.0  # seconds between two readings of the exporter's API
+MAX_SAMPLE_WEIGHT = 3.0  # a gap in the readings counts at most this long
+
+
+@dataclass
+class Options:
+    duration: float = 1800.0
+    interval: float = 3.0
+    stall_after: float = 30.0
+    livelock_after: float = 30.0
+    lag_seconds: float = 600.0
+    brokers: int = 3
+    faults: bool = True
+    profile: str = "full"
+    spark: bool = True
+    jvm: bool = True
+    jvm_bad: bool | None = None
+    alert_for_divisor: float | None = None
+    margin: float = 5.0
+    out: str | None = None
+    json_out: str | None = None
+    keep_workdir: bool = False
+    quiet: bool = False
+
+    @property
+    def params(self) -> Params:
+        return Params(interval=self.interval, stall_after=self.stall_after,
+                      livelock_after=self.livelock_after, lag_seconds=self.lag_seconds,
+                      margin=self.margin)
+
+
+# -- recording ------------------------------------------------------------------------------
+
+class Recorder(threading.Thread):
+    """Reads the exporter's group list every second: per group [(t, status, first reason)]."""
+
+    def __init__(self, exporter: Any, groups: list[str]) -> None:
+        super().__init__(daemon=True, name="fleet-recorder")
+        self.exporter = exporter
+        self.groups = set(groups)
+        self.timeline: dict[str, list[tuple[float, str, str]]] = {g: [] for g in groups}
+        # per group [(t, lag offsets, max lag seconds, members)], for explaining what happened
+        self.lags: dict[str, list[tuple[float, Any, Any, Any]]] = {g: [] for g in groups}
+        self.cluster: list[tuple[float, bool, float | None, float | None]] = []
+        self.failures = 0
+        self.stop_flag = threading.Event()
+
+    def run(self) -> None:
+        while not self.stop_flag.wait(RECORD_EVERY):
+            try:
+                code, body, _ = self.exporter.get(f"/api/v1/clusters/{CLUSTER}/groups", timeout=5)
+                ccode, cbody, _ = self.exporter.get(f"/api/v1/clusters/{CLUSTER}", timeout=5)
+            except OSError:
+                self.failures += 1
+                continue
+            if code != 200:
+                self.failures += 1
+                continue
+            now = time.time()
+            seen = set()
+            for g in json.loads(body):
+                if g["group"] in self.groups:
+                    seen.add(g["group"])
+                    reason = g["reasons"][0] if g["reasons"] else ""
+                    self.timeline[g["group"]].append((now, g["status"], reason))
+                    self.lags[g["group"]].append((now, g.get("lag_offsets"), g.get("max_lag_seconds"),
+                                                  g.get("members")))
+            for g in self.groups - seen:
+                self.timeline[g].append((now, "absent", ""))
+            if ccode == 200:
+                c = json.loads(cbody)
+                self.cluster.append((now, c["up"], c.get("data_age_seconds"),
+                                     c.get("sample_duration_seconds")))
+
+    def current(self) -> dict[str, str]:
+        return {g: tl[-1][1] for g, tl in self.timeline.items() if tl}
+
+
+# -- faults -------------------------------------------------------------------------------------
+
+@dataclass
+class Fault:
+    name: str
+    node: int
+    start: float
+    end: float = 0.0
+    detail: str = ""
+
+
+def coordinators(cluster: KafkaCluster, groups: list[str]) -> dict[str, int]:
+    """Each group's coordinator, asked from a child process: librdkafka's admin client can
+    abort its process when a broker dies under a request (see devenv.fleet_workloads.in_child)."""
+    try:
+        return in_child(fleet_workloads.coordinators, cluster.bootstrap_servers, groups, timeout=90)
+    except Exception:  # noqa: BLE001 - the child died or timed out: nothing known this time
+        return {}
+
+
+def broker_restart(cluster: KafkaCluster, groups: list[str], faults: list[Fault], log: Any) -> None:
+    coords = Counter(coordinators(cluster, groups).values())
+    # the broker coordinating the fewest of the fleet's groups: a plain broker restart
+    node = min((b.node_id for b in cluster.brokers), key=lambda n: coords.get(n, 0))
+    b = next(b for b in cluster.brokers if b.node_id == node)
+    f = Fault("broker restart (SIGTERM, controlled shutdown)", node, time.time(),
+              detail=f"coordinated {coords.get(node, 0)} of the fleet's groups")
+    faults.append(f)
+    log(f"FAULT: restarting broker {node}")
+    cluster.restart_broker(b)
+    f.end = time.time()
+    log(f"FAULT: broker {node} back after {f.end - f.start:.0f} s")
+
+
+def coordinator_failover(cluster: KafkaCluster, groups: list[str], faults: list[Fault], log: Any) -> None:
+    before = coordinators(cluster, groups)
+    if not before:
+        log("FAULT: coordinators unknown, failover skipped")
+        return
+    node = Counter(before.values()).most_common(1)[0][0]
+    mine = [g for g, n in before.items() if n == node]
+    b = next(b for b in cluster.brokers if b.node_id == node)
+    f = Fault("group coordinator failover (SIGKILL)", node, time.time(),
+              detail=f"coordinated {len(mine)} of the fleet's groups")
+    faults.append(f)
+    log(f"FAULT: SIGKILL broker {node}, coordinator of {len(mine)} groups")
+    cluster.stop_broker(b, kill=True)
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        time.sleep(2)
+        now = coordinators(cluster, mine)
+        if len(now) == len(mine) and node not in now.values():
+            f.detail += f"; they moved in {time.time() - f.start:.0f} s"
+            break
+    time.sleep(15)
+    cluster.restart_broker(b)
+    f.end = time.time()
+    log(f"FAULT: broker {node} back after {f.end - f.start:.0f} s ({f.detail})")
+
+
+# -- alerts ------------------------------------------------------------------------------------
+
+def _duration_s(text: str) -> float:
+    total = 0.0
+    for num, unit in re.findall(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)", text):
+        total += float(num) * {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}[unit]
+    return total
+
+
+def rules_file(workdir: Path, divisor: float | None) -> tuple[Path, str]:
+    """The shipped rules, or a copy with every ``for:`` (and ``keep_firing_for:``) divided by
+    ``divisor``: a rule keeps its meaning relative to the others (a 15 min ``for:`` that rides
+    out bursts still rides out bursts ten times shorter), unlike a flat cap."""
+    if divisor is None or divisor == 1:
+        return RULES, "shipped alerts/lagwatch.rules.yml, unchanged"
+    doc = yaml.safe_load(RULES.read_text())
+    changed = []
+    for g in doc["groups"]:
+        for r in g["rules"]:
+            for key in ("for", "keep_firing_for"):
+                if key in r:
+                    new = max(1, round(_duration_s(str(r[key])) / divisor))
+                    if key == "for":
+                        changed.append(f"{r['alert']} {r[key]}->{new}s")
+                    r[key] = f"{new}s"
+    path = workdir / "lagwatch.rules.short-for.yml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return path, (f"a COPY of alerts/lagwatch.rules.yml with every `for:` divided by {divisor:g} for this "
+                  f"short run ({', '.join(c.replace('KafkaConsumer', '') for c in changed)}); "
+                  "expressions unchanged")
+
+
+def rule_for_seconds(path: Path) -> dict[str, float]:
+    """``for:`` of every alert in a rules file, in seconds (0 without one)."""
+    doc = yaml.safe_load(path.read_text())
+    return {r["alert"]: _duration_s(str(r.get("for", "0s"))) for g in doc["groups"] for r in g["rules"]
+            if "alert" in r}
+
+
+def alert_timeline(prom: Any, start: float, end: float, step: float) -> list[dict[str, Any]]:
+    """Every (alert, labels, state) Prometheus had between start and end, with first/last time."""
+    out = []
+    for s in prom.query_range("ALERTS", start, end, step=step):
+        m = s["metric"]
+        ts = [float(t) for t, _v in s["values"]]
+        out.append({"alert": m.get("alertname", ""), "state": m.get("alertstate", ""),
+                    "group": m.get("group", ""), "labels": m, "first": min(ts), "last": max(ts)})
+    return out
+
+
+# -- evaluation ---------------------------------------------------------------------------------
+
+@dataclass
+class Episode:
+    group: str
+    status: str
+    start: float
+    end: float
+    reason: str
+    expected: str
+
+    @property
+    def seconds(self) -> float:
+        return self.end - self.start
+
+
+@dataclass
+class GroupResult:
+    group: str
+    kind: str
+    gtype: str
+    healthy: bool
+    expect: str
+    description: str
+    changes: list[Change]
+    samples: int = 0
+    judged_seconds: float = 0.0
+    wrong: list[Episode] = field(default_factory=list)
+    absent_seconds: float = 0.0
+    turn: float | None = None
+    detected: float | None = None
+    bound: float | None = None
+    before_detection: dict[str, float] = field(default_factory=dict)
+    after_detection: dict[str, float] = field(default_factory=dict)
+    alerts: dict[str, dict[str, float]] = field(default_factory=dict)  # alert -> state -> first
+    expected_alerts: list[str] = field(default_factory=list)
+    alert_marks: list[tuple[float, str]] = field(default_factory=list)
+    alerts_due: list[str] = field(default_factory=list)  # expected alerts that had time to fire
+    events: dict[str, float] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def delay(self) -> float | None:
+        return None if self.detected is None or self.turn is None else self.detected - self.turn
+
+    @property
+    def within_bound(self) -> bool:
+        return self.delay is not None and self.bound is not None and self.delay <= self.bound
+
+
+def _episodes(group: str, samples: list[tuple[float, float, str, str, str]]) -> list[Episode]:
+    """Consecutive samples with the same wrong status (and the same truth) as one episode."""
+    out: list[Episode] = []
+    for t, w, st, reason, expected in samples:
+        last = out[-1] if out else None
+        if last and last.status == st and last.expected == expected and t - last.end < MAX_SAMPLE_WEIGHT:
+            last.end = t + w
+        else:
+            out.append(Episode(group, st, t, t + w, reason, expected))
+    return out
+
+
+def evaluate(ws: list[Workload], rec: Recorder, p: Params, t_end: float,
+             alerts: list[dict[str, Any]], rule_for: dict[str, float] | None = None) -> list[GroupResult]:
+    results = []
+    for w in ws:
+        changes = w.truth(p)
+        r = GroupResult(w.group, w.kind, w.gtype, w.healthy, w.expect, w.description, changes,
+                        expected_alerts=list(w.expected_alerts()), alert_marks=list(w.alert_marks),
+                        events=dict(w.events), notes=list(w.notes))
+        tl = [s for s in rec.timeline.get(w.group, []) if s[0] <= t_end]
+        weighted = [(t, min(MAX_SAMPLE_WEIGHT, (tl[i + 1][0] if i + 1 < len(tl) else t_end) - t), st, rs)
+                    for i, (t, st, rs) in enumerate(tl)]
+        wrong: list[tuple[float, float, str, str, str]] = []
+        for i, ch in enumerate(changes):
+            end = changes[i + 1].t if i + 1 < len(changes) else t_end
+            seg = [s for s in weighted if ch.t <= s[0] < end]
+            if ch.expect is None:
+                continue
+            r.samples += len(seg)
+            r.judged_seconds += sum(s[1] for s in seg)
+            r.absent_seconds += sum(s[1] for s in seg if s[2] == "absent")
+            if ch.expect == "ok":
+                wrong += [(*s, "ok") for s in seg if s[2] not in ("ok", "absent")]
+                continue
+            r.turn, r.bound = ch.t, ch.bound
+            hit = next((s for s in seg if s[2] == ch.expect), None)
+            r.detected = hit[0] if hit else None
+            for s in seg:
+                if s[2] in (ch.expect, "absent"):
+                    continue
+                if hit is None or s[0] < hit[0]:
+                    if s[2] != "ok":  # ok before detection is the detection delay
+                        r.before_detection[s[2]] = r.before_detection.get(s[2], 0.0) + s[1]
+                        wrong.append((*s, ch.expect))
+                else:
+                    r.after_detection[s[2]] = r.after_detection.get(s[2], 0.0) + s[1]
+                    if s[2] != "ok":
+                        wrong.append((*s, ch.expect))
+        r.wrong = _episodes(w.group, sorted(wrong))
+        for a in alerts:
+            if a["group"] == w.group:
+                d = r.alerts.setdefault(a["alert"], {})
+                d[a["state"]] = min(d.get(a["state"], math.inf), a["first"])
+        # An expected alert is due once the status (or the event) is seen, plus its `for:`,
+        # plus two evaluations; an alert whose due time is past the run's end is not judged.
+        rule_for = rule_for or {}
+        for a in r.expected_alerts:
+            if r.detected is not None and r.detected + rule_for.get(a, 0) + 2 * p.interval <= t_end:
+                r.alerts_due.append(a)
+        for t, a in r.alert_marks:
+            if t + rule_for.get(a, 0) + 2 * p.interval <= t_end:
+                r.alerts_due.append(a)
+        results.append(r)
+    return results
+
+
+def _pct(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    v = sorted(values)
+    return v[max(0, math.ceil(q * len(v)) - 1)]
+
+
+def _fmt(v: float | None, nd: int = 1) -> str:
+    return "–" if v is None else f"{v:.{nd}f}"
+
+
+STATUS_ORDER = ("lagging", "stalled", "livelocked", "stopped", "rewind", "error")
+
+
+def summarize(results: list[GroupResult]) -> dict[str, Any]:
+    per: dict[str, dict[str, Any]] = {}
+    for st in STATUS_ORDER:
+        bad = [r for r in results if not r.healthy and r.expect == st and r.turn is not None]
+        delays = [r.delay for r in bad if r.delay is not None]
+        fp = {r.group: sum(e.seconds for e in r.wrong if e.status == st) for r in results}
+        fp_h = [(r.group, fp[r.group]) for r in results if r.healthy]
+        fp_b = [(r.group, fp[r.group]) for r in results if not r.healthy]
+        per[st] = {
+            "bad_groups": len(bad),
+            "tp": sum(1 for r in bad if r.detected is not None),
+            "fn": sum(1 for r in bad if r.detected is None),
+            "late": [r.group for r in bad if r.detected is not None and not r.within_bound],
+            "fp_groups_healthy": sorted(g for g, s in fp_h if s > 0),
+            "fp_seconds_healthy": sum(s for _g, s in fp_h),
+            "fp_groups_bad": sorted(g for g, s in fp_b if s > 0),
+            "fp_seconds_bad": sum(s for _g, s in fp_b),
+            "p50": _pct(delays, 0.5), "p95": _pct(delays, 0.95), "max": max(delays) if delays else None,
+            "bounds": sorted({round(r.bound or 0, 1) for r in bad}),
+        }
+    healthy = [r for r in results if r.healthy]
+    return {
+        "per_status": per,
+        "healthy_groups": len(healthy),
+        "healthy_judged_seconds": sum(r.judged_seconds for r in healthy),
+        "healthy_wrong_seconds": sum(e.seconds for r in healthy for e in r.wrong),
+        "healthy_wrong_groups": sorted(r.group for r in healthy if r.wrong),
+        "healthy_absent_seconds": sum(r.absent_seconds for r in healthy),
+        "bad_groups": len(results) - len(healthy),
+    }
+
+
+# -- report -------------------------------------------------------------------------------------
+
+def report(opts: Options, results: list[GroupResult], summary: dict[str, Any], faults: list[Fault],
+           rules_note: str, alerts: list[dict[str, Any]], t0: float, t_end: float,
+           rec: Recorder, harness_notes: list[str], prefix: str, code: str = "") -> str:
+    def rel(t: float | None) -> str:
+        return "–" if t is None else f"{t - t0:.0f}"
+
+    def short(g: str) -> str:
+        return g[len(prefix) + 1:] if g.startswith(prefix + "-") else g
+
+    p = opts.params
+    lines: list[str] = []
+    code = code or code_state()
+    types = Counter(r.gtype for r in results)
+    lines.append(f"### Fleet run: {(t_end - t0) / 60:.1f} min, {len(results)} groups "
+             f"({summary['healthy_groups']} healthy, {summary['bad_groups']} bad; "
+             + ", ".join(f"{n} {t}" for t, n in sorted(types.items())) + f"), {opts.brokers} broker(s)")
+    lines.append("")
+    lines.append(f"Exporter code: {code}.")
+    lines.append(f"Exporter: interval {p.interval:g} s, stall-after {p.stall_after:g} s, livelock-after "
+             f"{p.livelock_after:g} s, lag-seconds {p.lag_seconds:g} s (window 600 s). Bounds = "
+             f"threshold + 2 cycles + {p.margin:g} s margin. Alert rules: {rules_note}.")
+    durs = [d for _t, _u, _a, d in rec.cluster if d is not None]
+    ages = [a for _t, _u, a, _d in rec.cluster if a is not None]
+    if durs:
+        lines.append(f"Sampling cycle {_fmt(_pct(durs, 0.5), 2)} s median, {_fmt(max(durs), 2)} s max; "
+                 f"data age max {_fmt(max(ages) if ages else None)} s; "
+                 f"{sum(1 for _t, up, _a, _d in rec.cluster if not up)} readings with lagwatch_up 0.")
+    if faults:
+        lines.append("Faults: " + "; ".join(f"{f.name} of broker {f.node} at {rel(f.start)} s, back at "
+                                         f"{rel(f.end)} s ({f.detail})" for f in faults) + ".")
+    lines.append("")
+    lines.append("| status | bad groups | detected (TP) | missed (FN) | late (> bound) | false positives: "
+             "healthy groups (s) | wrong status on bad groups (s) | detection delay p50 / p95 / max (s) | "
+             "bound (s) |")
+    lines.append("|---|---|---|---|---|---|---|---|---|")
+    for st, s in summary["per_status"].items():
+        if not s["bad_groups"] and not s["fp_groups_healthy"] and not s["fp_groups_bad"]:
+            continue
+        lines.append(f"| `{st}` | {s['bad_groups']} | {s['tp']} | {s['fn']} | {len(s['late'])} | "
+                 f"{len(s['fp_groups_healthy'])} ({s['fp_seconds_healthy']:.0f}) | "
+                 f"{len(s['fp_groups_bad'])} ({s['fp_seconds_bad']:.0f}) | "
+                 f"{_fmt(s['p50'])} / {_fmt(s['p95'])} / {_fmt(s['max'])} | "
+                 f"{', '.join(f'{b:g}' for b in s['bounds']) or '–'} |")
+    lines.append(f"| healthy (`ok`) | {summary['healthy_groups']} groups, "
+             f"{summary['healthy_judged_seconds'] / 60:.0f} group-minutes judged | | | | "
+             f"{len(summary['healthy_wrong_groups'])} ({summary['healthy_wrong_seconds']:.0f} s in a wrong "
+             f"status) | | | |")
+    lines.append("")
+    # per group
+    lines.append("| group | type | truth | behaviour | turned at (s) | detected after (s) | bound (s) | "
+             "wrong statuses (s) | alerts (first firing, s after turn) |")
+    lines.append("|---|---|---|---|---|---|---|---|---|")
+    for r in sorted(results, key=lambda r: (not r.healthy, r.kind, r.group)):
+        wrong = Counter()
+        for e in r.wrong:
+            wrong[e.status] += e.seconds
+        wrong_txt = ", ".join(f"{s} {v:.0f}" for s, v in wrong.items()) or "–"
+        fired = []
+        for a, states in sorted(r.alerts.items()):
+            if "firing" in states:
+                ref = r.turn if r.turn is not None else t0
+                fired.append(f"{a.replace('KafkaConsumer', '')} {states['firing'] - ref:+.0f}")
+            elif "pending" in states:
+                fired.append(f"{a.replace('KafkaConsumer', '')} (pending only)")
+        if not r.healthy:
+            for t, a in r.alert_marks:
+                if "firing" in r.alerts.get(a, {}):
+                    short_a = a.replace("KafkaConsumer", "")
+                    fired.append(f"({short_a} {r.alerts[a]['firing'] - t:+.0f} after deletion)")
+            firing = {a for a, st in r.alerts.items() if "firing" in st}
+            due = [a for a in r.alerts_due if a in r.expected_alerts]
+            if due and not firing & set(due):
+                fired.append("MISSING " + "/".join(m.replace("KafkaConsumer", "") for m in due))
+            elif r.expected_alerts and not firing & set(r.expected_alerts):
+                fired.append("(run ended before " + "/".join(m.replace("KafkaConsumer", "")
+                                                              for m in r.expected_alerts) + " was due)")
+            for _t, a in r.alert_marks:
+                if a in r.alerts_due and a not in firing:
+                    fired.append(f"MISSING {a.replace('KafkaConsumer', '')}")
+        delay = "missed" if r.turn is not None and r.detected is None else _fmt(r.delay)
+        if r.turn is None and not r.healthy:
+            delay = "never turned"
+        truth = "ok" if r.healthy else r.expect
+        lines.append(f"| {short(r.group)} | {r.gtype} | {truth} | {r.description} | "
+                 f"{rel(r.turn) if not r.healthy else '–'} | {delay if not r.healthy else '–'} | "
+                 f"{_fmt(r.bound) if not r.healthy else '–'} | {wrong_txt} | {'; '.join(fired) or '–'} |")
+    lines.append("")
+    # alerts
+    healthy = {r.group for r in results if r.healthy}
+    bad = {r.group for r in results if not r.healthy}
+    by_alert: dict[str, dict[str, set[str]]] = {}
+    for a in alerts:
+        d = by_alert.setdefault(a["alert"], {"bad": set(), "healthy": set(), "healthy_pending": set(),
+                                             "other": set()})
+        if a["group"] in bad and a["state"] == "firing":
+            d["bad"].add(short(a["group"]))
+        elif a["group"] in healthy:
+            d["healthy" if a["state"] == "firing" else "healthy_pending"].add(short(a["group"]))
+        elif not a["group"] and a["state"] == "firing":
+            d["other"].add(a["labels"].get("cluster") or a["labels"].get("instance") or "-")
+    lines.append("| alert | fired for bad groups | fired for HEALTHY groups | pending only, healthy groups | "
+             "fired without a group label |")
+    lines.append("|---|---|---|---|---|")
+    for name in sorted(by_alert):
+        d = by_alert[name]
+        lines.append(f"| {name} | {', '.join(sorted(d['bad'])) or '–'} | "
+                     f"{', '.join(sorted(d['healthy'])) or '–'} | "
+                 f"{', '.join(sorted(d['healthy_pending'] - d['healthy'])) or '–'} | "
+                 f"{', '.join(sorted(d['other'])) or '–'} |")
+    if not by_alert:
+        lines.append("| (none) | | | | |")
+    lines.append("")
+    # episodes
+    eps = sorted((e for r in results for e in r.wrong), key=lambda e: e.start)
+    if eps:
+        lines.append("Wrong statuses seen (time after start, group, status for how long, lagwatch's reason):")
+        lines.append("")
+        for e in eps:
+            tag = ""
+            for f in faults:
+                if f.start - 5 <= e.start <= (f.end or t_end) + 60:
+                    tag = f" [during/after {f.name.split(' (')[0]}]"
+            r = next(r for r in results if r.group == e.group)
+            what = "healthy" if r.healthy else f"truth {r.expect}"
+            lines.append(f"* {rel(e.start)} s {short(e.group)} ({what}): `{e.status}` for {e.seconds:.0f} s"
+                     f"{tag}: {e.reason[:300]}")
+        lines.append("")
+    absent = [(short(r.group), r.absent_seconds) for r in results if r.absent_seconds > 0]
+    if absent:
+        lines.append("Absent from the exporter's view while judged: "
+                 + ", ".join(f"{g} {s:.0f} s" for g, s in absent) + ".")
+    for n in harness_notes:
+        lines.append(f"Harness: {n}")
+    return "\n".join(lines) + "\n"
+
+
+# -- the run ------------------------------------------------------------------------------------
+
+@dataclass
+class RunResult:
+    options: Options
+    results: list[GroupResult]
+    summary: dict[str, Any]
+    faults: list[Fault]
+    alerts: list[dict[str, Any]]
+    report: str
+    rules_note: str
+    t0: float
+    t_end: float
+    harness_notes: list[str]
+
+    def healthy_alerts(self, state: str = "firing") -> list[dict[str, Any]]:
+        healthy = {r.group for r in self.results if r.healthy}
+        return [a for a in self.alerts if a["group"] in healthy and a["state"] == state]
+
+
+def code_state() -> str:
+    """The exporter code a run measured: commit, plus a digest of uncommitted changes to it."""
+    import hashlib
+    import subprocess
+
+    def git(*args: str) -> str:
+        r = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, timeout=30)
+        return r.stdout.strip() if r.returncode == 0 else ""
+    head = git("rev-parse", "--short", "HEAD") or "unknown"
+    diff = git("diff", "HEAD", "--", "exporter", "lagwatch_client", "spark_metrics")
+    if not diff:
+        return f"commit {head}"
+    changed = git("diff", "HEAD", "--stat", "--", "exporter", "lagwatch_client", "spark_metrics").splitlines()
+    return (f"commit {head} + uncommitted changes (sha256 {hashlib.sha256(diff.encode()).hexdigest()[:10]}: "
+            f"{changed[-1].strip() if changed else ''})")
+
+
+def _exporter_config(workdir: Path, bootstrap: str, opts: Options) -> Path:
+    cfg = {"interval": opts.interval, "request_timeout": 10,
+           "thresholds": {"stall_after": opts.stall_after, "livelock_after": opts.livelock_after,
+                          "lag_seconds": opts.lag_seconds, "window": 600, "report_stale_after": 60,
+                          "report_expiry": 900},
+           "clusters": [{"name": CLUSTER, "bootstrap_servers": bootstrap}]}
+    path = workdir / "lagwatch.yml"
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+def run(opts: Options) -> RunResult:
+    from tests.exporter_proc import ExporterProcess
+    from tests.prometheus_proc import PrometheusProcess
+
+    def log(msg: str) -> None:
+        if not opts.quiet:
+            print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+    workdir = Path(tempfile.mkdtemp(prefix="lagwatch-fleet-"))
+    (workdir / "logs").mkdir()
+    prefix = f"f{uuid.uuid4().hex[:4]}"
+    harness_notes: list[str] = []
+    cluster = KafkaCluster(brokers_count=opts.brokers)
+    driver = SparkDriver() if opts.spark else None
+    exp = prom = None
+    ws: list[Workload] = []
+    producers: list[Any] = []
+    faults: list[Fault] = []
+    threads: list[threading.Thread] = []
+    run_over = threading.Event()
+    try:
+        log(f"starting {opts.brokers} Kafka broker(s); workdir {workdir}")
+        cluster.start()
+        if driver is not None:
+            driver.start(cluster)
+        ws = build_fleet(opts.profile, opts.duration, prefix, driver, jvm_bad=opts.jvm_bad)
+        if not opts.jvm:
+            ws = [w for w in ws if not isinstance(w, JvmGroup)]
+        create_topics(cluster, topics_of(ws))
+        exp = ExporterProcess(None, config=str(_exporter_config(workdir, cluster.bootstrap_servers, opts)))
+        exp.wait_ready(90)
+        rules, rules_note = rules_file(workdir, opts.alert_for_divisor)
+        prom = PrometheusProcess(workdir / "prometheus", targets={"lagwatch": [f"127.0.0.1:{exp.port}"]},
+                                 rule_files=[rules], scrape_interval=f"{opts.interval:g}s",
+                                 evaluation_interval=f"{opts.interval:g}s")
+        prom.wait_ready(60)
+        ctx = Ctx(cluster=cluster, t0=0.0, log_dir=workdir / "logs", log=log)
+        for w in ws:
+            w.setup(ctx)
+        if driver is not None and any(isinstance(w, SparkQuery) for w in ws):
+            log("waiting for the PySpark driver")
+            if driver.get(300) is None:
+                harness_notes.append(f"Spark driver did not start: {driver.error}; Spark queries left out")
+                ws = [w for w in ws if not isinstance(w, SparkQuery)]
+        code = code_state()  # what the exporter process just loaded
+        rec = Recorder(exp, [w.group for w in ws])
+        rec.start()
+        t0 = time.time()
+        ctx.t0 = t0
+        producers.append(ProducerProcess(cluster, topics_of(ws), t0))
+        log(f"fleet of {len(ws)} groups starting (prefix {prefix}); run of {opts.duration:.0f} s")
+        schedule: list[tuple[float, str, Any]] = []
+        for w in ws:
+            if w.start_at > 0:
+                schedule.append((w.start_at, f"{w.group}: start", lambda c, w=w: w.start(c)))
+            else:
+                w.start(ctx)
+                time.sleep(0.75)  # ~40 interpreters and JVMs starting at once overload 2 cores
+            schedule += [(t, f"{w.group}: {label}", fn) for t, label, fn in w.actions]
+        groups = [w.group for w in ws if w.gtype in ("classic", "consumer") and w.healthy]
+        if opts.brokers >= 3 and opts.faults:
+            schedule.append((0.45 * opts.duration, "broker restart",
+                             lambda c: broker_restart(cluster, groups, faults, log)))
+            schedule.append((0.70 * opts.duration, "coordinator failover",
+                             lambda c: coordinator_failover(cluster, groups, faults, log)))
+        schedule.sort(key=lambda s: s[0])
+
+        def run_action(label: str, fn: Any) -> None:
+            try:
+                fn(ctx)
+            except Exception:  # noqa: BLE001 - the run goes on; the report says so
+                harness_notes.append(f"action {label} failed: {traceback.format_exc(limit=3)}")
+                log(f"action {label} FAILED")
+            # Children die with the *thread* that started them (PR_SET_PDEATHSIG): a thread that
+            # spawned consumers or restarted a broker lives until the run is over.
+            run_over.wait()
+
+        next_progress = t0 + 30
+        next_checkpoint = t0 + 60
+        deadline = t0 + opts.duration
+
+        def checkpoint() -> None:
+            """What was recorded so far, in case the harness dies (--json PATH.partial)."""
+            if not opts.json_out:
+                return
+            with contextlib.suppress(Exception):
+                Path(opts.json_out + ".partial").write_text(json.dumps(
+                    {"t0": t0, "now": time.time(), "faults": [asdict(f) for f in faults],
+                     "events": {w.group: w.events for w in ws}, "timeline": rec.timeline,
+                     "lags": rec.lags, "notes": harness_notes}, default=str))
+        while True:
+            now = time.time()
+            while schedule and schedule[0][0] <= now - t0:
+                _t, label, fn = schedule.pop(0)
+                th = threading.Thread(target=run_action, args=(label, fn), daemon=True)
+                th.start()
+                threads.append(th)
+            for w in ws:
+                for msg in w.check():
+                    harness_notes.append(msg)
+                    log("HARNESS: " + msg)
+            if now >= next_checkpoint:
+                next_checkpoint += 60
+                checkpoint()
+            if now >= next_progress:
+                next_progress += 30
+                cur = rec.current()
+                counts = Counter(cur.values())
+                off = [f"{w.group[len(prefix) + 1:]}={cur.get(w.group, '?')}" for w in ws
+                       if w.healthy and cur.get(w.group, "ok") != "ok" and w.start_at <= now - t0 - 10]
+                log(f"t={now - t0:.0f}s " + " ".join(f"{k}:{v}" for k, v in sorted(counts.items()))
+                    + (f" | healthy not ok: {' '.join(off)}" if off else ""))
+            if now >= deadline and not schedule:
+                # every bad group that turned gets until its deadline (bounded) to be seen
+                pending = []
+                cur_t = time.time()
+                for w in ws:
+                    ch = [c for c in w.truth(opts.params) if c.bound is not None]
+                    for c in ch:
+                        seen = any(t >= c.t and st == c.expect for t, st, _r in rec.timeline[w.group])
+                        if not seen and cur_t < c.t + c.bound + 2 * opts.interval:
+                            pending.append(w.group)
+                if not pending or now > deadline + 120:
+                    break
+            time.sleep(0.5)
+        t_end = time.time()
+        rec.stop_flag.set()
+        rec.join(5)
+        alerts = []
+        try:
+            alerts = alert_timeline(prom, t0, t_end, opts.interval)
+        except Exception as e:  # noqa: BLE001
+            harness_notes.append(f"reading ALERTS from Prometheus failed: {e}")
+        results = evaluate(ws, rec, opts.params, t_end, alerts, rule_for_seconds(rules))
+        summary = summarize(results)
+        text = report(opts, results, summary, faults, rules_note, alerts, t0, t_end, rec,
+                      harness_notes, prefix, code)
+        res = RunResult(opts, results, summary, faults, alerts, text, rules_note, t0, t_end, harness_notes)
+        if opts.out:
+            Path(opts.out).write_text(text)
+        if opts.json_out:
+            Path(opts.json_out).write_text(json.dumps(
+                {"summary": summary, "results": [asdict(r) for r in results],
+                 "faults": [asdict(f) for f in faults], "alerts": alerts, "t0": t0, "t_end": t_end,
+                 "notes": harness_notes, "options": asdict(opts), "timeline": rec.timeline,
+                 "lags": rec.lags}, default=str))
+        return res
+    finally:
+        for w in ws:
+            with contextlib.suppress(Exception):
+                w.stop()
+        for pr in producers:
+            pr.stop()
+        if driver is not None:
+            driver.close()
+        if prom is not None:
+            prom.stop()
+        if exp is not None:
+            exp.stop()
+            with contextlib.suppress(OSError):
+                if opts.keep_workdir:
+                    shutil.copy(exp.log.name, workdir / "logs" / "exporter.log")
+                Path(exp.log.name).unlink()
+        cluster.stop()
+        run_over.set()
+        for th in threads:
+            th.join(1)
+        if not opts.keep_workdir:
+            shutil.rmtree(workdir, ignore_errors=True)
+        else:
+            log(f"kept {workdir}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench.fleet",
+                                 description=__doc__.split("\n\n")[0].replace("\n", " "))
+    ap.add_argument("--duration", type=float, default=1800, help="seconds (default 30 min)")
+    ap.add_argument("--interval", type=float, default=3.0, help="exporter sampling interval, seconds")
+    ap.add_argument("--stall-after", type=float, default=30.0)
+    ap.add_argument("--livelock-after", type=float, default=30.0)
+    ap.add_argument("--lag-seconds", type=float, default=600.0)
+    ap.add_argument("--brokers", type=int, default=3, help="3 adds the fault phase")
+    ap.add_argument("--no-faults", action="store_true")
+    ap.add_argument("--profile", choices=["full", "small"], default=None,
+                    help="full (~40 groups; default from 15 min) or small (one group per kind)")
+    ap.add_argument("--no-spark", action="store_true")
+    ap.add_argument("--no-jvm", action="store_true")
+    ap.add_argument("--alert-for-divisor", type=float, default=None,
+                    help="load a copy of the rules with every for: divided by this (short runs)")
+    ap.add_argument("--margin", type=float, default=5.0, help="seconds added to every detection bound")
+    ap.add_argument("--out", help="write the Markdown report here")
+    ap.add_argument("--json", dest="json_out", help="write the raw result here")
+    ap.add_argument("--keep-workdir", action="store_true")
+    args = ap.parse_args(argv)
+    opts = Options(duration=args.duration, interval=args.interval, stall_after=args.stall_after,
+                   livelock_after=args.livelock_after, lag_seconds=args.lag_seconds, brokers=args.brokers,
+                   faults=not args.no_faults,
+                   profile=args.profile or ("full" if args.duration >= 900 else "small"),
+                   spark=not args.no_spark, jvm=not args.no_jvm, alert_for_divisor=args.alert_for_divisor,
+                   margin=args.margin, out=args.out, json_out=args.json_out, keep_workdir=args.keep_workdir)
+    res = run(opts)
+    print()
+    print(res.report)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

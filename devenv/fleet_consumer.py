@@ -1,0 +1,169 @@
+"""One consumer process of the fleet benchmark (bench/fleet.py), healthy until told otherwise.
+
+    python -m devenv.fleet_consumer --bootstrap H:P --group G --topic T [--behaviour B] [options]
+
+It consumes like a real service does (commit per record, batched commits, auto-commit,
+read_committed, cooperative-sticky, KIP-848, static membership, lagwatch instrumentation)
+and keeps doing so until it gets SIGUSR1: from then on it shows its ``--behaviour``:
+
+  healthy   nothing changes (SIGUSR1 is ignored)
+  slow      each record takes ``--delay`` seconds; every record is still committed
+  nocommit  keeps polling, never commits again
+  wedge     the poll loop wedges for good (librdkafka keeps heartbeating; the member stays
+            in the group because max.poll.interval.ms is large)
+  maxpoll   each record takes longer than max.poll.interval.ms (``--max-poll-ms``): the member
+            is kicked out, rejoins, gets the same record again, and never commits
+
+Commit modes (before the turn): ``--commit record`` commits each record asynchronously;
+``--commit batch`` commits every ``--batch-records`` records or ``--batch-seconds`` seconds,
+whichever comes first, but only when a record arrives (so the tail of a burst stays
+uncommitted until the next records: the README's bursty consumer); ``--commit auto`` is
+librdkafka's auto-commit every ``--auto-commit-ms``.
+
+Prints ``READY <epoch>`` once it has an assignment, ``TURNED <epoch>`` at the moment its
+behaviour changes (the ground truth of bench/fleet.py) and ``EXIT <epoch>`` on SIGTERM, after
+closing the consumer (with ``--instance-id`` librdkafka does not leave the group on close:
+static membership, KIP-345).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import signal
+import sys
+import time
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaException
+
+BEHAVIOURS = ("healthy", "slow", "nocommit", "wedge", "maxpoll")
+
+
+def say(*words: object) -> None:
+    print(*words, flush=True)
+
+
+def build_conf(args: argparse.Namespace) -> dict[str, Any]:
+    conf: dict[str, Any] = {
+        "bootstrap.servers": args.bootstrap, "group.id": args.group,
+        "client.id": args.client_id or f"{args.group}-consumer",
+        "auto.offset.reset": "earliest",
+        "enable.auto.commit": args.commit == "auto",
+        "isolation.level": args.isolation,
+    }
+    if args.commit == "auto":
+        conf["auto.commit.interval.ms"] = args.auto_commit_ms
+    if args.protocol == "consumer":
+        conf["group.protocol"] = "consumer"  # KIP-848: session and heartbeat are the broker's
+    else:
+        conf["session.timeout.ms"] = args.session_timeout_ms
+        conf["heartbeat.interval.ms"] = max(500, args.session_timeout_ms // 10)
+        if args.assignor:
+            conf["partition.assignment.strategy"] = args.assignor
+    if args.instance_id:
+        conf["group.instance.id"] = args.instance_id
+    if args.behaviour == "maxpoll":
+        conf["max.poll.interval.ms"] = args.max_poll_ms
+        if args.protocol == "classic":  # librdkafka wants max.poll.interval.ms >= session.timeout.ms
+            conf["session.timeout.ms"] = min(args.session_timeout_ms, args.max_poll_ms)
+            conf["heartbeat.interval.ms"] = max(500, conf["session.timeout.ms"] // 10)
+    elif args.behaviour == "wedge":
+        conf["max.poll.interval.ms"] = 3_600_000
+    return conf
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m devenv.fleet_consumer")
+    ap.add_argument("--bootstrap", required=True)
+    ap.add_argument("--group", required=True)
+    ap.add_argument("--topic", required=True, help="comma-separated")
+    ap.add_argument("--client-id", default=None)
+    ap.add_argument("--behaviour", choices=BEHAVIOURS, default="healthy")
+    ap.add_argument("--protocol", choices=["classic", "consumer"], default="classic")
+    ap.add_argument("--assignor", default="", help="partition.assignment.strategy (classic)")
+    ap.add_argument("--commit", choices=["record", "batch", "auto"], default="record")
+    ap.add_argument("--batch-records", type=int, default=100)
+    ap.add_argument("--batch-seconds", type=float, default=5.0)
+    ap.add_argument("--auto-commit-ms", type=int, default=5000)
+    ap.add_argument("--isolation", choices=["read_uncommitted", "read_committed"],
+                    default="read_uncommitted")
+    ap.add_argument("--session-timeout-ms", type=int, default=10_000)
+    ap.add_argument("--max-poll-ms", type=int, default=6000)
+    ap.add_argument("--instance-id", default="", help="group.instance.id (static membership)")
+    ap.add_argument("--delay", type=float, default=0.5, help="seconds per record once slow")
+    ap.add_argument("--instrument", action="store_true", help="lagwatch InstrumentedConsumer")
+    ap.add_argument("--report-interval", type=float, default=5.0)
+    args = ap.parse_args(argv)
+
+    conf = build_conf(args)
+    if args.instrument:
+        from lagwatch_client import InstrumentedConsumer
+        consumer: Consumer = InstrumentedConsumer(conf, report_interval=args.report_interval)
+    else:
+        consumer = Consumer(conf)
+    running = True
+    turn_requested = False
+
+    def stop(*_: object) -> None:
+        nonlocal running
+        running = False
+
+    def turn(*_: object) -> None:
+        nonlocal turn_requested
+        turn_requested = True
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    signal.signal(signal.SIGUSR1, turn)
+    consumer.subscribe(args.topic.split(","))
+    ready = False
+    bad = False
+    pending = 0  # records not committed yet (batch mode)
+    last_commit = time.monotonic()
+    while running:
+        if turn_requested and not bad and args.behaviour != "healthy":
+            bad = True
+            say("TURNED", time.time())
+            if args.behaviour == "wedge":
+                while running:  # the handler is wedged; librdkafka's threads still heartbeat
+                    time.sleep(0.2)
+                break
+        msg = consumer.poll(0.5)
+        if not ready and consumer.assignment():
+            ready = True
+            say("READY", time.time())
+        if msg is None or msg.error():
+            continue
+        if bad and args.behaviour == "slow":
+            time.sleep(args.delay)
+            with contextlib.suppress(KafkaException):
+                consumer.commit(msg, asynchronous=False)
+            continue
+        if bad and args.behaviour == "nocommit":
+            continue
+        if bad and args.behaviour == "maxpoll":
+            time.sleep(args.max_poll_ms / 1000 + 2)  # longer than max.poll.interval.ms
+            # Kicked out meanwhile: the commit is refused (classic) or commits the position
+            # the new assignment restarted from (KIP-848); either way nothing moves.
+            with contextlib.suppress(KafkaException):
+                consumer.commit(asynchronous=False)
+            continue
+        if args.commit == "record":
+            with contextlib.suppress(KafkaException):
+                consumer.commit(msg, asynchronous=True)
+        elif args.commit == "batch":
+            pending += 1
+            if pending >= args.batch_records or time.monotonic() - last_commit >= args.batch_seconds:
+                with contextlib.suppress(KafkaException):
+                    consumer.commit(asynchronous=False)
+                pending = 0
+                last_commit = time.monotonic()
+    with contextlib.suppress(Exception):
+        consumer.close()
+    say("EXIT", time.time())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

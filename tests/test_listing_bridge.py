@@ -1,0 +1,53 @@
+"""Groups missing from a ListGroups answer for a cycle or two (a broker restarting or a
+coordinator failing over answers without the groups it is still loading, and without an
+error) are bridged from the last listing; a group the coordinator says is gone goes at once."""
+
+from __future__ import annotations
+
+import pytest
+from confluent_kafka.admin import ConsumerGroupListing
+
+from exporter.config import ClusterConfig
+from exporter.sampler import LISTING_GRACE_CYCLES, Sampler
+from exporter.snapshot import GroupSample
+
+pytestmark = pytest.mark.unit
+
+
+@pytest.fixture
+def sampler() -> Sampler:
+    # librdkafka connects lazily: nothing listens on this port and nothing is sent.
+    s = Sampler(ClusterConfig(name="c", bootstrap_servers="127.0.0.1:1", client={}))
+    yield s
+    s.close()
+
+
+def _listing(*gids: str) -> dict[str, ConsumerGroupListing]:
+    return {g: ConsumerGroupListing(g, False) for g in gids}
+
+
+def test_a_group_missing_for_fewer_than_the_grace_cycles_is_kept(sampler: Sampler) -> None:
+    last = _listing("orders", "billing")
+    for _ in range(LISTING_GRACE_CYCLES - 1):
+        last = sampler._bridge(last, _listing("orders"))
+        assert sorted(last) == ["billing", "orders"]
+    assert sorted(sampler._bridge(last, _listing("orders"))) == ["orders"]
+
+
+def test_a_group_back_in_the_listing_starts_its_grace_afresh(sampler: Sampler) -> None:
+    last = _listing("orders", "billing")
+    for listed in (("orders",), ("orders", "billing"), ("orders",), ("orders",)):
+        last = sampler._bridge(last, _listing(*listed))
+    assert "billing" in last
+
+
+def test_a_bridged_group_the_coordinator_calls_dead_goes_at_once(sampler: Sampler) -> None:
+    sampler._bridge(_listing("orders", "gone", "streams-app"), _listing("orders"))
+    errors = [("describe_group", "streams-app: GroupIdNotFoundError (69)"),
+              ("describe_group", "orders: COORDINATOR_LOAD_IN_PROGRESS")]
+    groups = {"orders": GroupSample(group_id="orders", type="classic", state="stable"),
+              "gone": GroupSample(group_id="gone", type="classic", state="dead"),
+              "streams-app": GroupSample(group_id="streams-app", type="streams", state="unknown",
+                                         error="describe: GroupIdNotFoundError (69)")}
+    assert sorted(sampler._drop_gone(groups, errors)) == ["orders"]
+    assert errors == [("describe_group", "orders: COORDINATOR_LOAD_IN_PROGRESS")]
