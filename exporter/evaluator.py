@@ -219,7 +219,8 @@ class Evaluator:
             mem = st.parts[tp] = PartitionMemory(progress, now)
         lag_off = None if hw is None else max(0, hw - consumed)
         lag_s = None if lag_off is None else self._lag_seconds(tp, consumed, hw, lag_off, exact_ts, now)
-        obs = observe(mem, progress, hw, lag_off, lag_s, owned, now, self.interval, self.th.lag_seconds)
+        obs = observe(mem, progress, hw, lag_off, lag_s, owned, now, self.interval, self.th.lag_seconds,
+                      self.th.stall_after)
         facts = PartitionFacts(
             topic=tp[0], partition=tp[1], committed=committed, hw=hw, lag_offsets=lag_off,
             lag_seconds=lag_s, stalled_seconds=obs.stalled_seconds,

@@ -19,9 +19,6 @@ from exporter.view import GroupView
 REWIND_HOLD_CYCLES = 5  # a rewind is reported this many cycles so that scrapes see it
 STOPPED_AFTER_CYCLES = 2  # a coordinator failover can show a group empty for one cycle
 MAX_JOINS = 64
-# Records arriving this many cycles after the committed offset froze may be a burst's
-# tail that a healthy consumer read and commits only when the next records arrive.
-TAIL_CYCLES = 2
 
 # A run of commits at each of which lag seconds grew: (first time, first lag seconds,
 # commits in the run, widest gap between two of them, last time, last committed, last lag
@@ -110,17 +107,18 @@ def lag_trend(was_lagging: bool, run: Run, prev_lag_s: float | None, lag_s: floa
 
 def observe(mem: PartitionMemory, committed: int, hw: int | None, lag_off: int | None,
             lag_s: float | None, owned: bool, now: float, interval: float,
-            lag_threshold: float) -> Observation:
+            lag_threshold: float, stall_after: float) -> Observation:
     """Pure: this cycle's derived values and the memory the next cycle will need."""
     rewound = committed < mem.committed
     moved = committed != mem.committed
     changed_at = now if moved else mem.changed_at
     # Did records arrive after the committed offset stopped moving? Without that, a frozen
     # offset with lag may be a tail the consumer read but commits only with the next records.
-    # Records still arriving within TAIL_CYCLES after the freeze may be the end of a burst
-    # the consumer read and will commit with the next records (it commits only when records
-    # arrive); they are evidence only once they keep arriving past that, or arrive again
-    # after a sample without any.
+    # Records arriving after the freeze may be the end of a burst the consumer read and
+    # will commit with the next records (it commits only when records arrive): they are
+    # evidence once they keep arriving for ``stall_after`` (and then date from the first of
+    # them, so a consumer stuck in steady traffic is stalled as early as without this
+    # allowance), or arrive again after a sample without any.
     if moved or mem.freeze_hw is None:
         freeze_hw, quiet_at, tail_from, new_data_at = hw, now, None, None
     else:
@@ -130,7 +128,7 @@ def observe(mem: PartitionMemory, committed: int, hw: int | None, lag_off: int |
             if hw > freeze_hw:
                 if quiet_at > changed_at:  # after a quiet sample: fresh records
                     new_data_at = quiet_at
-                elif now - changed_at > TAIL_CYCLES * interval:  # still flowing: no tail
+                elif now - changed_at >= stall_after:  # still flowing: no tail
                     new_data_at = tail_from if tail_from is not None else quiet_at
                 elif tail_from is None:
                     tail_from = quiet_at

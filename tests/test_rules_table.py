@@ -262,7 +262,8 @@ def test_edge_tail_arriving_after_the_last_commit_is_not_evidence() -> None:
     commits what it read while records arrive, so its last commit (at 6 s) leaves 200 records,
     100 of which arrive after that commit. Records that stop arriving within two cycles of
     the freeze are a tail, not evidence of a stuck consumer; a consumer stuck in the same
-    place while records keep arriving all minute is stalled."""
+    place while records keep arriving for stall_after is stalled, as early as if there were
+    no tail allowance."""
     th = dataclasses.replace(TH, stall_after=30)
     healthy, stuck = Evaluator("c", th, interval=3), Evaluator("c", th, interval=3)
 
@@ -277,8 +278,8 @@ def test_edge_tail_arriving_after_the_last_commit_is_not_evidence() -> None:
         # stuck at 1800 from 66 s on while a steady stream arrives (20 records a second)
         got_stuck.append(_cycle_at(stuck, t, min(committed, 1800), hw_at(t) + max(0, t - 66) * 20))
     assert set(got_healthy) == {"ok"}, got_healthy
-    # froze at 66 s and records kept arriving past the tail cycles: they count from the last
-    # sample without them (66 s), as if there had been no tail allowance; stalled 30 s later
+    # froze at 66 s and records kept arriving for stall_after: they count from the last sample
+    # without them (66 s), as if there had been no tail allowance; stalled 30 s later
     assert 3 * got_stuck.index("stalled") == 96, got_stuck
 
 
