@@ -27,6 +27,8 @@ from exporter.view import (
 )
 
 MAX_REASONS = 5
+# States in which a coordinator-driven group moves partitions between members.
+IN_FLIGHT_STATES = frozenset({"assigning", "reconciling", "unknown"})
 
 
 def _member_label(m: Member | None) -> str:
@@ -158,9 +160,14 @@ class Evaluator:
         # current assignment until its new owner's next heartbeat (5 s by default), but in
         # its target assignment: owned, not stopped.
         incoming = {m_tp for m in g.members for m_tp in m.target}
-        # Classic groups publish assignments only when stable; the coordinator-driven
-        # protocols (KIP-848, KIP-1071, KIP-932) always do.
-        assignment_known = g.type != "classic" or g.state == "stable" or not g.members
+        # Classic groups publish assignments only when stable. The coordinator-driven
+        # protocols (KIP-848, KIP-1071, KIP-932) always do, but while the group is assigning
+        # or reconciling a partition revoked from one member may be in nobody's current or
+        # target assignment for a heartbeat or two (librdkafka names both states unknown).
+        if g.type == "classic":
+            assignment_known = g.state == "stable" or not g.members
+        else:
+            assignment_known = g.state not in IN_FLIGHT_STATES or not g.members
         fresh_reports = [r for r in reports if not r.closed]
         report_of: dict[TP, ConsumerReport] = {}
         for r in sorted(fresh_reports, key=lambda r: r.received_at):

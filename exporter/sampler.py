@@ -468,9 +468,11 @@ def _members(d: DescribedGroup) -> tuple[Member, ...]:
 
 def _with_epochs(g: GroupSample, d: DescribedGroup) -> GroupSample:
     """A KIP-848 group as librdkafka described it, plus what only ConsumerGroupDescribe
-    returns: the group and member epochs and the members' target assignments."""
+    returns: the group and member epochs, the members' target assignments, and the state
+    by its KIP-848 name (librdkafka calls ``assigning`` and ``reconciling`` unknown)."""
     of = {m.member_id: m for m in d.members}
-    return dataclasses.replace(g, epoch=d.group_epoch, members=tuple(
+    state = d.state if g.state == "unknown" else g.state
+    return dataclasses.replace(g, epoch=d.group_epoch, state=state, members=tuple(
         dataclasses.replace(m, epoch=of[m.member_id].member_epoch, target=of[m.member_id].target)
         if m.member_id in of else m for m in g.members))
 

@@ -237,6 +237,26 @@ def test_edge_joins_before_the_freeze_are_no_rejoin_loop() -> None:
     assert got[-1] == "livelocked", got
 
 
+def test_edge_kip848_partition_in_flight_while_reconciling_is_not_stopped() -> None:
+    """KIP-848 scale-in: the partition's old owner has left and the remaining member has not
+    taken it over yet, while the coordinator reconciles; once the group says stable and
+    still nobody owns it, it is stopped (two cycles)."""
+    other = dataclasses.replace(MEMBER, assignment=(("orders", 0),))
+
+    def cycle(ev: Evaluator, i: int, state: str) -> str:
+        snap = Snapshot(cluster="c", taken_at=T0 + 10 * i, duration=0.01,
+                        partitions={TP: _offsets(300 + 10 * i)},
+                        groups={"g": GroupSample(group_id="g", type="consumer", state=state,
+                                                 members=(other,), coordinator=1, epoch=7,
+                                                 committed={TP: 288})})
+        return ev.evaluate(snap).groups["g"].status
+
+    ev = Evaluator("c", TH, interval=10)
+    assert [cycle(ev, i, s) for i, s in enumerate(("reconciling", "unknown", "assigning"))] == ["ok"] * 3
+    ev = Evaluator("c", TH, interval=10)
+    assert [cycle(ev, i, "stable") for i in range(2)] == ["ok", "stopped"]
+
+
 def test_edge_burst_tail_is_not_stalled_but_a_consumer_stuck_in_it_is() -> None:
     """A burst of 3,000 records every 60 s (3 s cycles). The healthy consumer reads each
     burst at once but commits only while records arrive, so the burst's last 40 records
