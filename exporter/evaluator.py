@@ -9,6 +9,8 @@ status is its worst partition's.
 
 from __future__ import annotations
 
+import dataclasses
+
 from exporter.config import Thresholds
 from exporter.lag import HwHistory, lag_seconds
 from exporter.memory import GroupMemory, PartitionMemory, joins_since, observe, remember, remember_members
@@ -27,6 +29,8 @@ from exporter.view import (
 )
 
 MAX_REASONS = 5
+# Cycles a group may be unreadable before its status turns `error`.
+UNREADABLE_GRACE_CYCLES = 4
 # States in which a coordinator-driven group moves partitions between members.
 IN_FLIGHT_STATES = frozenset({"assigning", "reconciling", "unknown"})
 
@@ -149,11 +153,20 @@ class Evaluator:
         if g.error is not None:
             prev = st.last_view
             reason_txt = f"group could not be read: {g.error}"
+            if st.unreadable_since is None:
+                st.unreadable_since = now
+            if (prev is not None and prev.status != Status.ERROR
+                    and now - st.unreadable_since < UNREADABLE_GRACE_CYCLES * self.interval):
+                # A coordinator failing over or a broker restarting leaves a group unreadable
+                # for a cycle or three: its last judgement stands meanwhile (the error is
+                # counted), so a healthy group is not flagged and its alerts keep their `for:`.
+                return dataclasses.replace(prev, reasons=(*prev.reasons, f"{reason_txt} (last values kept)"))
             return GroupView(group=g.group_id, type=g.type, state=g.state, status=Status.ERROR,
                              reasons=(reason_txt,), members=prev.members if prev else (),
                              partitions=prev.partitions if prev else (),
                              spark=prev.spark if prev else None, epoch=prev.epoch if prev else None)
 
+        st.unreadable_since = None
         remember_members(st, {m.member_id for m in g.members}, now, self.th.window, g.epoch)
         owner_of: dict[TP, Member] = {m_tp: m for m in g.members for m_tp in m.assignment}
         # A partition moving between members of a KIP-848 or streams group is in nobody's

@@ -20,10 +20,11 @@ REWIND_HOLD_CYCLES = 5  # a rewind is reported this many cycles so that scrapes 
 STOPPED_AFTER_CYCLES = 2  # a coordinator failover can show a group empty for one cycle
 MAX_JOINS = 64
 
-# A run of commits at each of which lag seconds grew: (first time, first lag seconds,
-# commits in the run, widest gap between two of them, last time, last committed, last lag
-# seconds). One tuple whatever the run's length: 100k of these must stay small.
-Run = tuple[float, float | None, int, float, float, int, float | None]
+# A run of commits at each of which lag seconds grew while records arrived: (first time,
+# first lag seconds, commits in the run, widest gap between two of them, last time, last
+# committed, last lag seconds, HW at the last). One tuple whatever the run's length: 100k
+# of these must stay small.
+Run = tuple[float, float | None, int, float, float, int, float | None, int | None]
 
 
 class PartitionMemory:
@@ -73,32 +74,38 @@ class Observation:
     next_unowned: int
 
 
-def extend_run(run: Run | None, now: float, committed: int, lag_s: float | None) -> Run:
+def extend_run(run: Run | None, now: float, committed: int, lag_s: float | None,
+               hw: int | None) -> Run:
     """The run of commits with growing lag, after a commit seen now: extended when the
-    committed offset advanced and lag seconds grew since the run's last commit, else a
-    new run starts here."""
+    committed offset advanced, records arrived (HW moved) and lag seconds grew since the
+    run's last commit, else a new run starts here. Without new records the lag only ages
+    (a burst's tail committed in steps): nobody is falling behind."""
     if (run is not None and committed > run[5] and lag_s is not None and run[6] is not None
-            and lag_s > run[6]):
-        t0, l0, n, gap, t_last, _c, _l = run
-        return (t0, l0, n + 1, max(gap, now - t_last), now, committed, lag_s)
-    return (now, lag_s, 1, 0.0, now, committed, lag_s)
+            and lag_s > run[6] and hw is not None and run[7] is not None and hw > run[7]):
+        t0, l0, n, gap, t_last, _c, _l, _h = run
+        return (t0, l0, n + 1, max(gap, now - t_last), now, committed, lag_s, hw)
+    return (now, lag_s, 1, 0.0, now, committed, lag_s, hw)
 
 
-def lag_trend(was_lagging: bool, run: Run, prev_lag_s: float | None, lag_s: float,
+def lag_trend(was_lagging: bool, run: Run, prev: Run | None, lag_s: float,
               lag_threshold: float, interval: float) -> bool:
     """Lagging when lag seconds exceed the threshold, or when lag seconds grew at each of
-    the last two commits or more (the run, judged at commits so batch committers and
-    share groups acknowledging in steps compare like with like), by a quarter of the time
-    elapsed or more *and* by more than the noise of a consumer keeping up: lag seconds
-    read at commits wander by up to one commit gap plus one sampling interval (the
-    interpolation's resolution), so growth within that is no evidence. Once lagging it
-    stays so until the lag shrinks from one commit to the next or falls within one
-    interval (a ``read_committed`` consumer left one transaction marker behind)."""
+    the last two commits or more while records arrived (the run, judged at commits so
+    batch committers and share groups acknowledging in steps compare like with like), by
+    a quarter of the time elapsed or more *and* by more than the noise of a consumer
+    keeping up: lag seconds read at commits wander by up to one commit gap plus one
+    sampling interval (the interpolation's resolution), so growth within that is no
+    evidence. Once lagging it stays so until, from one commit to the next, the lag shrinks
+    or no record arrived, or until the lag falls within one interval (a ``read_committed``
+    consumer left one transaction marker behind)."""
     if lag_s > lag_threshold:
         return True
     if was_lagging:
-        return lag_s > interval and not (prev_lag_s is not None and lag_s < prev_lag_s)
-    t0, l0, n, gap, t_last, _c, l_last = run
+        if prev is None or prev[6] is None:
+            return lag_s > interval
+        arrived = run[7] is None or prev[7] is None or run[7] > prev[7]
+        return lag_s > interval and lag_s >= prev[6] and arrived
+    t0, l0, n, gap, t_last, _c, l_last, _h = run
     if n < 3 or l0 is None or l_last is None:
         return False
     growth = l_last - l0
@@ -149,8 +156,7 @@ def observe(mem: PartitionMemory, committed: int, hw: int | None, lag_off: int |
     stalled_s = now - max(changed_at, lag_since) if lag_since is not None else 0.0
     # The lag trend is judged at commits: a consumer that commits every few cycles (in
     # batches, or a share group acknowledging in steps) is compared commit to commit.
-    run = extend_run(mem.run, now, committed, lag_s) if moved or mem.run is None else mem.run
-    prev_lag_s = mem.run[6] if mem.run is not None else None
+    run = extend_run(mem.run, now, committed, lag_s, hw) if moved or mem.run is None else mem.run
     unowned = 0 if owned else mem.unowned + 1
 
     was_lagging = mem.lagging and not rewound
@@ -160,10 +166,12 @@ def observe(mem: PartitionMemory, committed: int, hw: int | None, lag_off: int |
         now_lagging = False
         next_lagging = False if lag_off == 0 else was_lagging
     elif moved or mem.run is None or lag_s > lag_threshold:
-        now_lagging = next_lagging = lag_trend(was_lagging, run, prev_lag_s, lag_s, lag_threshold,
+        now_lagging = next_lagging = lag_trend(was_lagging, run, mem.run, lag_s, lag_threshold,
                                                interval)
-    else:  # no commit this cycle: the trend stands until the next one
-        now_lagging = next_lagging = was_lagging
+    else:  # no commit this cycle: the trend stands until the next one, unless no record
+        # arrived since the last (a lag that only ages is not growing)
+        now_lagging = next_lagging = was_lagging and not (
+            hw is not None and mem.run is not None and mem.run[7] is not None and hw <= mem.run[7])
     return Observation(
         rewinding=now < rewind_until, rewind_pending=rewind_from is not None, stalled_seconds=stalled_s,
         frozen_seconds=now - changed_at,
@@ -202,6 +210,7 @@ class GroupMemory:
     seen_once: bool = False
     parts: dict[tuple[str, int], PartitionMemory] = field(default_factory=dict)
     last_view: GroupView | None = None  # kept for a cycle in which the group cannot be read
+    unreadable_since: float | None = None  # the group could not be read from then on
 
 
 def remember_members(mem: GroupMemory, member_ids: set[str], now: float, window: float,

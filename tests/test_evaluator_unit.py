@@ -142,6 +142,16 @@ def test_slow_consumer_is_lagging_when_lag_grows_while_committing() -> None:
     assert got[-1] == "lagging"
 
 
+def test_lagging_ends_when_records_stop_arriving() -> None:
+    """A lag that only ages (no record arrived since the last commit) is not growing."""
+    ev = Evaluator("c", TH, interval=1)
+    got = [ev.evaluate(_snap(T0 + i, 20 * i, 100 * i + 100, (MEMBER,))).groups["g"].status
+           for i in range(8)]
+    assert got[-1] == "lagging"
+    got = [ev.evaluate(_snap(T0 + i, 140, 800, (MEMBER,))).groups["g"].status for i in range(8, 10)]
+    assert got == ["ok", "ok"], got
+
+
 def test_spark_hung_batch_is_livelocked_and_terminated_query_stopped() -> None:
     th = TH
     ev = Evaluator("c", th, interval=10)
@@ -164,15 +174,25 @@ def test_spark_hung_batch_is_livelocked_and_terminated_query_stopped() -> None:
     assert v.groups["q"].status == "stopped"
 
 
-def test_unreadable_group_keeps_last_values_with_error_status() -> None:
+def test_unreadable_group_keeps_last_values_then_turns_error() -> None:
+    """A coordinator failover makes a group unreadable for a few cycles: its last judgement
+    stands for UNREADABLE_GRACE_CYCLES cycles (4), then it is `error`, values kept."""
     ev = Evaluator("c", TH, interval=10)
     ev.evaluate(_snap(T0, 100, 150, (MEMBER,)))
-    bad = Snapshot(cluster="c", taken_at=T0 + 10, duration=0.01, partitions={TP: _offsets(3, 160)},
-                   groups={"g": GroupSample(group_id="g", type="classic", state="unknown",
-                                            error="offset fetch: timed out")})
-    g = ev.evaluate(bad).groups["g"]
-    assert g.status == "error" and "timed out" in g.reasons[0]
-    assert g.partitions[0].committed == 100  # what we knew is not lost
+
+    def bad(i: int) -> Snapshot:
+        return Snapshot(cluster="c", taken_at=T0 + 10 * i, duration=0.01,
+                        partitions={TP: _offsets(3, 160)},
+                        groups={"g": GroupSample(group_id="g", type="classic", state="unknown",
+                                                 error="offset fetch: timed out")})
+    got = [ev.evaluate(bad(i)).groups["g"] for i in range(1, 6)]
+    assert [g.status for g in got] == ["ok"] * 4 + ["error"]
+    assert "timed out (last values kept)" in got[0].reasons[-1]
+    assert "timed out" in got[-1].reasons[0]
+    assert got[-1].partitions[0].committed == 100  # what we knew is not lost
+    # readable again: judged afresh, and a later failure gets its grace again
+    assert ev.evaluate(_snap(T0 + 60, 110, 170, (MEMBER,))).groups["g"].status == "ok"
+    assert ev.evaluate(bad(7)).groups["g"].status == "ok"
 
 
 def test_cardinality_cap_keeps_worst_groups() -> None:

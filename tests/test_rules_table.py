@@ -139,42 +139,48 @@ def test_classifier_runs_rules_in_severity_order() -> None:
     assert all(SEVERITY[s] == Status(s).severity for s in STATUSES)
 
 
-# lag_trend: (was lagging, commits seen (t, committed, lag s), expected); interval 1 s
+# lag_trend: (was lagging, commits seen (t, committed, lag s, HW), expected); interval 1 s
 TREND_ROWS = [
-    ("above lag_seconds", False, ((0, 1, 1.0), (1, 1, 1.0), (2, 1, 4000.0)), True),
+    ("above lag_seconds", False, ((0, 1, 1.0, 5), (1, 1, 1.0, 5), (2, 1, 4000.0, 5)), True),
     ("growing at three commits in a row, beyond the noise", False,
-     ((0, 10, 1.0), (1, 20, 2.0), (2, 30, 3.0), (3, 40, 4.0)), True),
+     ((0, 10, 1.0, 20), (1, 20, 2.0, 40), (2, 30, 3.0, 60), (3, 40, 4.0, 80)), True),
     ("growing at two commits, within the noise", False,
-     ((0, 10, 1.0), (1, 20, 2.0), (2, 30, 3.0)), False),
+     ((0, 10, 1.0, 20), (1, 20, 2.0, 40), (2, 30, 3.0, 60)), False),
     ("growing at two commits, well beyond the noise", False,
-     ((0, 10, 1.0), (1, 20, 3.0), (2, 30, 5.0)), True),
-    ("growing at one commit only", False, ((0, 10, 1.0), (1, 20, 9.0)), False),
+     ((0, 10, 1.0, 20), (1, 20, 3.0, 40), (2, 30, 5.0, 60)), True),
+    ("growing at one commit only", False, ((0, 10, 1.0, 20), (1, 20, 9.0, 40)), False),
     ("lag grows but committed frozen", False,
-     ((0, 10, 1.0), (1, 10, 2.0), (2, 10, 3.0), (3, 10, 4.0)), False),
+     ((0, 10, 1.0, 20), (1, 10, 2.0, 40), (2, 10, 3.0, 60), (3, 10, 4.0, 80)), False),
+    ("lag seconds grow but no record arrives: a tail committed in steps only ages", False,
+     ((0, 10, 1.0, 50), (1, 20, 3.0, 50), (2, 30, 5.0, 50), (3, 40, 7.0, 50)), False),
     ("growth by less than a quarter of the time elapsed", False,
-     ((0, 10, 1.0), (4, 20, 1.9), (8, 30, 2.8), (12, 40, 3.7)), False),
+     ((0, 10, 1.0, 20), (4, 20, 1.9, 40), (8, 30, 2.8, 60), (12, 40, 3.7, 80)), False),
     ("growth within one commit gap plus one interval (batch committer's noise)", False,
-     ((0, 10, 1.0), (5, 60, 2.5), (10, 110, 4.0), (15, 160, 6.5)), False),
+     ((0, 10, 1.0, 20), (5, 60, 2.5, 120), (10, 110, 4.0, 220), (15, 160, 6.5, 320)), False),
     ("a batch committer falling behind by more than its noise", False,
-     ((0, 10, 1.0), (5, 60, 4.0), (10, 110, 7.0), (15, 160, 10.0)), True),
+     ((0, 10, 1.0, 20), (5, 60, 4.0, 120), (10, 110, 7.0, 220), (15, 160, 10.0, 320)), True),
     ("a dip restarts the run", False,
-     ((0, 10, 1.0), (1, 20, 2.0), (2, 30, 1.5), (3, 40, 2.5), (4, 50, 3.5)), False),
-    ("sticky while the lag does not shrink", True, ((0, 10, 5.0), (1, 11, 6.0), (2, 12, 6.0)),
-     True),
-    ("sticky ends when the lag shrinks", True, ((0, 10, 5.0), (1, 11, 6.0), (2, 20, 2.0)), False),
+     ((0, 10, 1.0, 20), (1, 20, 2.0, 40), (2, 30, 1.5, 60), (3, 40, 2.5, 80), (4, 50, 3.5, 100)),
+     False),
+    ("sticky while the lag does not shrink", True,
+     ((0, 10, 5.0, 20), (1, 11, 6.0, 30), (2, 12, 6.0, 40)), True),
+    ("sticky ends when the lag shrinks", True,
+     ((0, 10, 5.0, 20), (1, 11, 6.0, 30), (2, 20, 2.0, 40)), False),
+    ("sticky ends when no record arrived between two commits", True,
+     ((0, 10, 5.0, 20), (1, 11, 6.0, 30), (2, 12, 7.0, 30)), False),
     ("sticky ends within one interval (a transaction marker left behind)", True,
-     ((0, 10, 5.0), (1, 11, 6.0), (2, 12, 0.0)), False),
-    ("first cycles: not enough commits", False, ((0, 10, 5.0),), False),
+     ((0, 10, 5.0, 20), (1, 11, 6.0, 30), (2, 12, 0.0, 40)), False),
+    ("first cycles: not enough commits", False, ((0, 10, 5.0, 20),), False),
 ]
 
 
 @pytest.mark.parametrize(("what", "was", "commits", "expected"), TREND_ROWS,
                          ids=[r[0] for r in TREND_ROWS])
 def test_lag_trend(what: str, was: bool, commits: tuple, expected: bool) -> None:
-    run = None
-    for t, c, lag_s in commits:
-        prev = run[6] if run is not None else None
-        run = extend_run(run, t, c, lag_s)
+    run = prev = None
+    for t, c, lag_s, hw in commits:
+        prev = run
+        run = extend_run(run, t, c, lag_s, hw)
     assert run is not None
     assert lag_trend(was, run, prev, commits[-1][2], 3600, 1.0) is expected
 
