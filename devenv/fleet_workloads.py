@@ -8,7 +8,9 @@ lagwatch must show, from when, and within how long.
 Ground truth is recorded by the workload itself at the moment something happens: the
 consumer process prints ``TURNED <epoch>`` when its behaviour changes, the harness notes the
 time of a SIGKILL or of a backwards commit, a JVM app prints ``BLOCKED <epoch>``. A healthy
-group must be ``ok`` in every sample from ``warmup`` after its first member got an assignment.
+group must be ``ok`` in every sample from ``warmup`` after its first member got an assignment
+(a Spark query: after its first micro-batch that caught up with the topic, by Spark's own
+progress).
 
 Everything runs on loopback against :class:`devenv.kafka.KafkaCluster`; every child process
 dies with the harness (PR_SET_PDEATHSIG).
@@ -742,11 +744,14 @@ class SparkQuery(Workload):
         d.call("start", name=self.group, topic=self.topic.name, trigger_ms=500,
                hang_flag=None if self.flag is None else str(self.flag))
 
+        # Ready once a batch caught up with the topic by Spark's own progress: a fresh
+        # driver's first micro-batches outlast the trigger while the JVM warms up, and the
+        # query is behind (and its lag grows) until then.
         def first_batch() -> None:
             deadline = time.monotonic() + 180
             while time.monotonic() < deadline:
                 with contextlib.suppress(Exception):
-                    if d.call("query", name=self.group)["batch_id"] is not None:
+                    if d.call("query", name=self.group)["caught_up"]:
                         self.events["ready"] = time.time()
                         return
                 time.sleep(1)

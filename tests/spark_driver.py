@@ -75,7 +75,8 @@ class Driver:
         q = self.queries[name]
         last = q.lastProgress
         return {"active": q.isActive, "trigger_active": bool(q.status["isTriggerActive"]),
-                "batch_id": None if last is None else last["batchId"]}
+                "batch_id": None if last is None else last["batchId"],
+                "caught_up": last is not None and _caught_up(last)}
 
     def stop(self, name: str) -> dict[str, Any]:
         self.queries[name].stop()
@@ -111,6 +112,14 @@ class Driver:
             lst.close()
         self.spark.stop()
         return {"counters": counters}
+
+
+def _caught_up(progress: dict[str, Any]) -> bool:
+    """Spark's own word that the batch read everything there was: each source's end offset
+    equals the latest offset the source saw (StreamingQueryProgress.sources)."""
+    sources = progress.get("sources") or []
+    return bool(sources) and all(s.get("latestOffset") is not None
+                                 and s.get("endOffset") == s.get("latestOffset") for s in sources)
 
 
 def _hold_udf(flag: str) -> Any:

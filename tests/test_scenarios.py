@@ -72,6 +72,17 @@ def _api_status(world: dict[str, Any], group: str) -> dict[str, Any]:
     return world["exporter"].api(f"clusters/test/groups/{group}")
 
 
+def _timing(world: dict[str, Any], group: str, since: float) -> str:
+    """What a timing failure needs to be understood: the exporter's cycle cost and load, and
+    the group's timeline as the recorder saw it."""
+    m = world["exporter"].metrics()
+    own = {k[0]: round(v, 2) for k, v in m.items() if k[0] in ("lagwatch_cycle_duration_seconds",
+                                                   "lagwatch_sample_duration_seconds")}
+    groups = len({dict(lab)["group"] for (name, lab) in m if name == "kafka_consumergroup_status"})
+    line = [(round(t - since, 1), s) for t, s in world["recorder"].statuses(group, since)]
+    return f"; exporter {own}, {groups} groups watched; timeline since the event: {line[:40]}"
+
+
 def test_healthy_consumer_is_ok_all_along(world: dict[str, Any]) -> None:
     sc, rec = world["scenarios"]["healthy"], world["recorder"]
     ready = sc.event("READY")
@@ -88,7 +99,7 @@ def test_slow_consumer_becomes_lagging_within_three_cycles(world: dict[str, Any]
     ready = sc.event("READY")
     # lag starts growing as soon as it consumes (producer 20/s, consumer 4/s)
     t_lag = rec.first(sc.group, "lagging", 60)
-    assert t_lag - ready <= 3 * INTERVAL + 3.0, t_lag - ready
+    assert t_lag - ready <= 3 * INTERVAL + 3.0, f"{t_lag - ready:.1f}s" + _timing(world, sc.group, ready)
     doc = _api_status(world, sc.group)
     assert doc["status"] == "lagging"
     assert "lag growing" in doc["reasons"][0] and sc.topic in doc["reasons"][0]
@@ -113,7 +124,8 @@ def test_wedged_instrumented_consumer_is_livelocked_and_named(world: dict[str, A
     sc, rec, exp = world["scenarios"]["blocked"], world["recorder"], world["exporter"]
     blocked = sc.event("BLOCKED")
     t = rec.first(sc.group, "livelocked", 60)
-    assert t - blocked <= LIVELOCK_AFTER + 2 * INTERVAL + 1.5, t - blocked
+    assert t - blocked <= LIVELOCK_AFTER + 2 * INTERVAL + 1.5, \
+        f"{t - blocked:.1f}s" + _timing(world, sc.group, blocked)
     doc = _api_status(world, sc.group)
     assert doc["status"] == "livelocked"
     assert "wedged-worker-7" in doc["reasons"][0] and "last polled" in doc["reasons"][0]
