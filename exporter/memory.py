@@ -152,7 +152,14 @@ def observe(mem: PartitionMemory, committed: int, hw: int | None, lag_off: int |
     elif mem.rewind_from is not None and committed < mem.rewind_from:
         rewind_until = now + REWIND_HOLD_CYCLES * interval
     has_lag = bool(lag_off)
-    lag_since = (mem.lag_since if mem.lag_since is not None else now) if has_lag else None
+    # Lag that appeared since the last sample dates from the arrival of the oldest record not
+    # yet consumed (its lag seconds), not from the sample that saw it: a consumer that stops
+    # committing just after a sample at which it was caught up is stalled ``stall_after``
+    # after that, not one interval later.
+    if has_lag:
+        lag_since = mem.lag_since if mem.lag_since is not None else now - max(lag_s or 0.0, 0.0)
+    else:
+        lag_since = None
     stalled_s = now - max(changed_at, lag_since) if lag_since is not None else 0.0
     # The lag trend is judged at commits: a consumer that commits every few cycles (in
     # batches, or a share group acknowledging in steps) is compared commit to commit.

@@ -78,6 +78,21 @@ def test_healthy_then_stalled_then_caught_up() -> None:
     assert v is not None and v.groups["g"].partitions[0].stalled_seconds == 0
 
 
+def test_stall_clock_starts_when_the_first_unconsumed_record_arrived() -> None:
+    """Caught up at t=40 (lag 0), then it stops committing while 10 records/s arrive: the
+    lag dates from the record at offset 150 (about t=40), not from the sample at t=50 that
+    first saw it, so it is stalled at t=70, 25 s after the freeze plus one interval."""
+    ev = Evaluator("c", Thresholds(stall_after=25, livelock_after=20, lag_seconds=3600, window=300,
+                                   report_stale_after=30), interval=10)
+    steps = [(110 + 10 * i, 110 + 10 * i, (MEMBER,)) for i in range(5)]  # caught up, t=0..40
+    steps += [(150, 250 + 100 * i, (MEMBER,)) for i in range(4)]  # frozen from t=40
+    got = _run(ev, steps)
+    assert got == ["ok"] * 7 + ["stalled", "stalled"], got
+    v = ev.last_good
+    assert v is not None
+    assert v.groups["g"].partitions[0].stalled_seconds == pytest.approx(39.9, abs=0.2)
+
+
 def test_stalled_reason_names_partition_numbers_and_owner() -> None:
     ev = Evaluator("c", TH, interval=10)
     _run(ev, [(150, 200 + i, (MEMBER,)) for i in range(5)])

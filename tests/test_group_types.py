@@ -23,7 +23,7 @@ from devenv.groups_tool import (
 )
 from devenv.jvm_apps import JvmApp
 from devenv.kafka import KafkaCluster
-from tests.conftest import INTERVAL, STALL_AFTER, commit_offsets, create_topic, unique, wait_for
+from tests.conftest import INTERVAL, SLACK, STALL_AFTER, commit_offsets, create_topic, unique, wait_for
 from tests.exporter_proc import ExporterProcess
 from tests.scenarios import Recorder, Scenario, Workload, spawn
 
@@ -60,7 +60,9 @@ def test_kip848_max_poll_loop_is_livelocked(kafka: KafkaCluster, exporter: Expor
     try:
         ready = sc.event("READY")
         t = recorder.first(sc.group, "livelocked", 60)
-        assert t - ready <= STALL_AFTER + 2 * INTERVAL + 3, t - ready
+        # + 1 s: the loop is seen from the broker only, as group epoch bumps between samples
+        # (measured 13.0 s in a full fresh-clone run, 10 to 12 s with this file alone)
+        assert t - ready <= STALL_AFTER + 2 * INTERVAL + SLACK + 1.0, t - ready
         doc = exporter.api(f"clusters/test/groups/{sc.group}")
         assert doc["type"] == "consumer" and doc["group_epoch"] >= 3
         assert any("rejoining" in r and "maxpoll-consumer" in r for r in doc["reasons"]), doc["reasons"]
@@ -154,7 +156,7 @@ def test_streams_group_seen_judged_and_equal_to_kafka_tool(kafka: KafkaCluster, 
         work.start()
         blocked = float(sa.event("BLOCKED", 60)[0])
         t = recorder.first(app, "stalled", 60)
-        assert t - blocked <= STALL_AFTER + 2 * INTERVAL + 3, t - blocked
+        assert t - blocked <= STALL_AFTER + 2 * INTERVAL + SLACK, t - blocked
         assert "ok" not in {s for _t, s in recorder.statuses(app, t)}
         doc = _group(exporter, app)
         assert any(member["client_id"] in r for r in doc["reasons"]), doc["reasons"]
@@ -197,7 +199,7 @@ def test_share_group_seen_judged_and_equal_to_kafka_tool(kafka: KafkaCluster, ex
         work.start()
         blocked = float(app.event("BLOCKED", 60)[0])
         t = recorder.first(group, "stalled", 60)
-        assert t - blocked <= STALL_AFTER + 2 * INTERVAL + 3, t - blocked
+        assert t - blocked <= STALL_AFTER + 2 * INTERVAL + SLACK, t - blocked
         work.stop_flag.set()
         work.join(15)
 

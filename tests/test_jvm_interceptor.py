@@ -19,14 +19,14 @@ from confluent_kafka import Producer
 
 from devenv.jvm_apps import INTERCEPTOR, JvmApp
 from devenv.kafka import KafkaCluster, free_port
-from tests.conftest import INTERVAL, LIVELOCK_AFTER, create_topic, unique, wait_for
+from tests.conftest import INTERVAL, LIVELOCK_AFTER, SLACK, create_topic, unique, wait_for
 from tests.exporter_proc import ExporterProcess
 from tests.scenarios import Recorder
 
 REPORTING = (f"prop.interceptor.classes={INTERCEPTOR}", "prop.lagwatch.report.interval.ms=1000")
 # livelocked within the threshold + 2 cycles (+ the recorder's half-second scrape and report
 # timing, the same slack as the Python consumer's scenario)
-LIVELOCK_DEADLINE = LIVELOCK_AFTER + 2 * INTERVAL + 1.5
+LIVELOCK_DEADLINE = LIVELOCK_AFTER + 2 * INTERVAL + SLACK
 
 
 def _drain(kafka: KafkaCluster, topic: str, records: int, *extra: str, **kw: Any) -> JvmApp:

@@ -22,6 +22,7 @@ from devenv.kafka import KafkaCluster
 from tests.conftest import (
     INTERVAL,
     LIVELOCK_AFTER,
+    SLACK,
     STALL_AFTER,
     commit_offsets,
     create_topic,
@@ -94,12 +95,18 @@ def test_healthy_consumer_is_ok_all_along(world: dict[str, Any]) -> None:
     assert _api_status(world, sc.group)["status"] == "ok"
 
 
-def test_slow_consumer_becomes_lagging_within_three_cycles(world: dict[str, Any]) -> None:
+def test_slow_consumer_becomes_lagging_within_four_cycles(world: dict[str, Any]) -> None:
     sc, rec, exp = world["scenarios"]["slow"], world["recorder"], world["exporter"]
     ready = sc.event("READY")
-    # lag starts growing as soon as it consumes (producer 20/s, consumer 4/s)
+    # lag starts growing as soon as it consumes (producer 20/s, consumer 4/s); the README's
+    # rules table: lagging once the lag grew by more than one commit gap + one interval,
+    # 4 cycles for this consumer, counted from the first cycle that saw its commits (its own
+    # start, first fetch and first commit take a second or three on a loaded machine)
     t_lag = rec.first(sc.group, "lagging", 60)
-    assert t_lag - ready <= 3 * INTERVAL + 3.0, f"{t_lag - ready:.1f}s" + _timing(world, sc.group, ready)
+    first_seen = rec.statuses(sc.group)[0][0]
+    why = _timing(world, sc.group, ready)
+    assert t_lag - first_seen <= 4 * INTERVAL + 2.0, f"{t_lag - first_seen:.1f}s" + why
+    assert t_lag - ready <= 4 * INTERVAL + 5.0, f"{t_lag - ready:.1f}s" + why
     doc = _api_status(world, sc.group)
     assert doc["status"] == "lagging"
     assert "lag growing" in doc["reasons"][0] and sc.topic in doc["reasons"][0]
@@ -124,7 +131,7 @@ def test_wedged_instrumented_consumer_is_livelocked_and_named(world: dict[str, A
     sc, rec, exp = world["scenarios"]["blocked"], world["recorder"], world["exporter"]
     blocked = sc.event("BLOCKED")
     t = rec.first(sc.group, "livelocked", 60)
-    assert t - blocked <= LIVELOCK_AFTER + 2 * INTERVAL + 1.5, \
+    assert t - blocked <= LIVELOCK_AFTER + 2 * INTERVAL + SLACK, \
         f"{t - blocked:.1f}s" + _timing(world, sc.group, blocked)
     doc = _api_status(world, sc.group)
     assert doc["status"] == "livelocked"
