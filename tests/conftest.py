@@ -130,9 +130,9 @@ STALL_AFTER = 8.0
 LIVELOCK_AFTER = 8.0
 # What detection bounds allow beyond "threshold + 2 cycles": the recorders' half-second
 # scrape, report transport, and the cycle itself on this 2-core machine while the whole
-# suite runs (a 3-broker cluster stays up from test_faults on; measured up to 2.4 s over
+# suite runs (a 3-broker cluster stays up from test_faults on; measured up to 3.2 s over
 # threshold + 2 cycles in full fresh-clone runs, 0.5 to 1 s with a test file run alone).
-SLACK = 3.0
+SLACK = 4.0
 WINDOW = 60.0
 
 

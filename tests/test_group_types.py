@@ -60,9 +60,8 @@ def test_kip848_max_poll_loop_is_livelocked(kafka: KafkaCluster, exporter: Expor
     try:
         ready = sc.event("READY")
         t = recorder.first(sc.group, "livelocked", 60)
-        # + 1 s: the loop is seen from the broker only, as group epoch bumps between samples
-        # (measured 13.0 s in a full fresh-clone run, 10 to 12 s with this file alone)
-        assert t - ready <= STALL_AFTER + 2 * INTERVAL + SLACK + 1.0, t - ready
+        # measured 13.0 s in a full fresh-clone run, 10 to 12 s with this file alone
+        assert t - ready <= STALL_AFTER + 2 * INTERVAL + SLACK, t - ready
         doc = exporter.api(f"clusters/test/groups/{sc.group}")
         assert doc["type"] == "consumer" and doc["group_epoch"] >= 3
         assert any("rejoining" in r and "maxpoll-consumer" in r for r in doc["reasons"]), doc["reasons"]

@@ -107,8 +107,11 @@ def test_slow_consumer_becomes_lagging_within_four_cycles(world: dict[str, Any])
     why = _timing(world, sc.group, ready)
     assert t_lag - first_seen <= 4 * INTERVAL + 2.0, f"{t_lag - first_seen:.1f}s" + why
     assert t_lag - ready <= 4 * INTERVAL + 5.0, f"{t_lag - ready:.1f}s" + why
-    doc = _api_status(world, sc.group)
-    assert doc["status"] == "lagging"
+    # Lagging ends at the first commit whose lag seconds did not grow; under load the
+    # interpolated lag can dip for one cycle (seen once in a full fresh-clone run), so the
+    # API is read at a cycle that says lagging, within two cycles.
+    doc = wait_for(lambda: (d := _api_status(world, sc.group))["status"] == "lagging" and d,
+                   2 * INTERVAL + 1, "the API to say lagging")
     assert "lag growing" in doc["reasons"][0] and sc.topic in doc["reasons"][0]
     assert doc["partitions"][0]["lag_offsets"] > 0
     assert any(lab for lab, v in select(exp.metrics(), "kafka_consumergroup_status", group=sc.group,
