@@ -46,14 +46,6 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if item.get_closest_marker("unit") and BROKER_FIXTURES & set(getattr(item, "fixturenames", ())):
             raise pytest.UsageError(f"{item.nodeid} is marked unit but uses a broker fixture")
-    # The 1-s-cycle detection-delay tests run first, on a fresh shared broker and exporter:
-    # after the fleet, the image builds and a few hundred groups on the shared broker, the
-    # same tests were 1 to 5 s slower in full fresh-clone runs (never with a file alone).
-    # A stable sort keeps each module's own order.
-    items.sort(key=lambda it: it.module.__name__ not in TIMING_FIRST if it.module else True)
-
-
-TIMING_FIRST = frozenset({"tests.test_scenarios", "tests.test_group_types", "tests.test_jvm_interceptor"})
 
 
 def unique(prefix: str) -> str:

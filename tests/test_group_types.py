@@ -60,8 +60,10 @@ def test_kip848_max_poll_loop_is_livelocked(kafka: KafkaCluster, exporter: Expor
     try:
         ready = sc.event("READY")
         t = recorder.first(sc.group, "livelocked", 60)
-        # measured 13.0 s in a full fresh-clone run, 10 to 12 s with this file alone
-        assert t - ready <= STALL_AFTER + 2 * INTERVAL + SLACK, t - ready
+        # The rule needs two rejoins since the freeze, and each loop takes the record's 3 s
+        # plus a KIP-848 rejoin (up to a heartbeat interval): 3 s more than a stall. Measured
+        # 10 to 12 s with this file alone, 13.0 and 15.2 s in full fresh-clone runs.
+        assert t - ready <= STALL_AFTER + 2 * INTERVAL + SLACK + 3.0, t - ready
         doc = exporter.api(f"clusters/test/groups/{sc.group}")
         assert doc["type"] == "consumer" and doc["group_epoch"] >= 3
         assert any("rejoining" in r and "maxpoll-consumer" in r for r in doc["reasons"]), doc["reasons"]
