@@ -12,6 +12,7 @@ from __future__ import annotations
 import bisect
 import collections
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from exporter.status import Status
 from exporter.view import GroupView
@@ -20,11 +21,18 @@ REWIND_HOLD_CYCLES = 5  # a rewind is reported this many cycles so that scrapes 
 STOPPED_AFTER_CYCLES = 2  # a coordinator failover can show a group empty for one cycle
 MAX_JOINS = 64
 
-# A run of commits at each of which lag seconds grew while records arrived: (first time,
-# first lag seconds, commits in the run, widest gap between two of them, last time, last
-# committed, last lag seconds, HW at the last). One tuple whatever the run's length: 100k
-# of these must stay small.
-Run = tuple[float, float | None, int, float, float, int, float | None, int | None]
+class Run(NamedTuple):
+    """A run of commits at each of which lag seconds grew while records arrived. A named
+    tuple whatever the run's length: 100k of these must stay small."""
+
+    t0: float  # first commit of the run
+    l0: float | None  # lag seconds then
+    n: int  # commits in the run
+    gap: float  # widest gap between two of them
+    t_last: float  # last commit
+    committed: int  # committed offset at the last
+    lag_s: float | None  # lag seconds at the last
+    hw: int | None  # HW at the last
 
 
 class PartitionMemory:
@@ -80,11 +88,15 @@ def extend_run(run: Run | None, now: float, committed: int, lag_s: float | None,
     committed offset advanced, records arrived (HW moved) and lag seconds grew since the
     run's last commit, else a new run starts here. Without new records the lag only ages
     (a burst's tail committed in steps): nobody is falling behind."""
-    if (run is not None and committed > run[5] and lag_s is not None and run[6] is not None
-            and lag_s > run[6] and hw is not None and run[7] is not None and hw > run[7]):
-        t0, l0, n, gap, t_last, _c, _l, _h = run
-        return (t0, l0, n + 1, max(gap, now - t_last), now, committed, lag_s, hw)
-    return (now, lag_s, 1, 0.0, now, committed, lag_s, hw)
+    if (run is not None and committed > run.committed and lag_s is not None and run.lag_s is not None
+            and lag_s > run.lag_s and _arrived(run.hw, hw)):
+        return Run(run.t0, run.l0, run.n + 1, max(run.gap, now - run.t_last), now, committed, lag_s, hw)
+    return Run(now, lag_s, 1, 0.0, now, committed, lag_s, hw)
+
+
+def _arrived(before: int | None, hw: int | None) -> bool:
+    """Records arrived since ``before`` (both HWs known and the later one higher)."""
+    return before is not None and hw is not None and hw > before
 
 
 def lag_trend(was_lagging: bool, run: Run, prev: Run | None, lag_s: float,
@@ -101,15 +113,14 @@ def lag_trend(was_lagging: bool, run: Run, prev: Run | None, lag_s: float,
     if lag_s > lag_threshold:
         return True
     if was_lagging:
-        if prev is None or prev[6] is None:
+        if prev is None or prev.lag_s is None:
             return lag_s > interval
-        arrived = run[7] is None or prev[7] is None or run[7] > prev[7]
-        return lag_s > interval and lag_s >= prev[6] and arrived
-    t0, l0, n, gap, t_last, _c, l_last, _h = run
-    if n < 3 or l0 is None or l_last is None:
+        arrived = run.hw is None or prev.hw is None or run.hw > prev.hw
+        return lag_s > interval and lag_s >= prev.lag_s and arrived
+    if run.n < 3 or run.l0 is None or run.lag_s is None:
         return False
-    growth = l_last - l0
-    return growth >= 0.25 * (t_last - t0) and growth > gap + interval
+    growth = run.lag_s - run.l0
+    return growth >= 0.25 * (run.t_last - run.t0) and growth > run.gap + interval
 
 
 def observe(mem: PartitionMemory, committed: int, hw: int | None, lag_off: int | None,
@@ -178,7 +189,7 @@ def observe(mem: PartitionMemory, committed: int, hw: int | None, lag_off: int |
     else:  # no commit this cycle: the trend stands until the next one, unless no record
         # arrived since the last (a lag that only ages is not growing)
         now_lagging = next_lagging = was_lagging and not (
-            hw is not None and mem.run is not None and mem.run[7] is not None and hw <= mem.run[7])
+            hw is not None and mem.run is not None and mem.run.hw is not None and hw <= mem.run.hw)
     return Observation(
         rewinding=now < rewind_until, rewind_pending=rewind_from is not None, stalled_seconds=stalled_s,
         frozen_seconds=now - changed_at,
