@@ -38,8 +38,8 @@ class Run(NamedTuple):
 class PartitionMemory:
     """Per partition of a group. Slotted and tuple-based: 100k of these must stay small."""
 
-    __slots__ = ("committed", "changed_at", "freeze_hw", "tail_from", "quiet_at", "new_data_at", "lag_since",
-                 "run", "lagging", "rewind_until", "rewind_from", "unowned")
+    __slots__ = ("committed", "changed_at", "freeze_hw", "tail_from", "quiet_at", "flow_at", "new_data_at",
+                 "lag_since", "run", "lagging", "rewind_until", "rewind_from", "unowned")
 
     def __init__(self, committed: int, now: float) -> None:
         self.committed = committed
@@ -47,6 +47,7 @@ class PartitionMemory:
         self.freeze_hw: int | None = None  # HW at the last sample since the offset froze
         self.tail_from: float | None = None  # records arrived right after the freeze, since
         self.quiet_at = now  # last sample at which HW was still freeze_hw
+        self.flow_at = now  # last sample at which records had arrived since the one before
         self.new_data_at: float | None = None  # records arrived after the freeze, from then on
         self.lag_since: float | None = None
         self.run: Run | None = None  # the current run of commits with growing lag
@@ -72,6 +73,7 @@ class Observation:
     next_changed_at: float
     next_freeze_hw: int | None
     next_quiet_at: float
+    next_flow_at: float
     next_tail_from: float | None
     next_new_data_at: float | None
     next_lag_since: float | None
@@ -136,20 +138,28 @@ def observe(mem: PartitionMemory, committed: int, hw: int | None, lag_off: int |
     # will commit with the next records (it commits only when records arrive): they are
     # evidence once they keep arriving for ``stall_after`` (and then date from the first of
     # them, so a consumer stuck in steady traffic is stalled as early as without this
-    # allowance), or arrive again after a sample without any.
+    # allowance), or arrive again after a pause: a burst ended and the next began. A pause
+    # shorter than half of ``stall_after`` within records that were already arriving is a
+    # producer's hiccup, not the end of a burst: it leaves the evidence dated from the first
+    # records (else one quiet second under a steady producer delays ``stalled`` by up to
+    # ``stall_after``); a healthy consumer that commits when records arrive is at most that
+    # pause plus its commit gap behind when they resume, well within ``stall_after``.
     if moved or mem.freeze_hw is None:
-        freeze_hw, quiet_at, tail_from, new_data_at = hw, now, None, None
+        freeze_hw, quiet_at, flow_at, tail_from, new_data_at = hw, now, now, None, None
     else:
-        freeze_hw, quiet_at, tail_from, new_data_at = (mem.freeze_hw, mem.quiet_at, mem.tail_from,
-                                                       mem.new_data_at)
+        freeze_hw, quiet_at, flow_at, tail_from, new_data_at = (
+            mem.freeze_hw, mem.quiet_at, mem.flow_at, mem.tail_from, mem.new_data_at)
         if new_data_at is None and hw is not None:
             if hw > freeze_hw:
-                if quiet_at > changed_at:  # after a quiet sample: fresh records
+                paused = quiet_at > changed_at and (
+                    tail_from is None or quiet_at - flow_at >= stall_after / 2)
+                if paused:  # fresh records after a pause
                     new_data_at = quiet_at
                 elif now - changed_at >= stall_after:  # still flowing: no tail
                     new_data_at = tail_from if tail_from is not None else quiet_at
                 elif tail_from is None:
                     tail_from = quiet_at
+                flow_at = now
             elif hw == freeze_hw:
                 quiet_at = now
         if hw is not None:
@@ -196,7 +206,7 @@ def observe(mem: PartitionMemory, committed: int, hw: int | None, lag_off: int |
         new_data_seconds=None if new_data_at is None else now - new_data_at,
         unowned_confirmed=unowned >= STOPPED_AFTER_CYCLES,
         lagging=now_lagging, next_changed_at=changed_at, next_freeze_hw=freeze_hw,
-        next_quiet_at=quiet_at, next_tail_from=tail_from, next_new_data_at=new_data_at,
+        next_quiet_at=quiet_at, next_flow_at=flow_at, next_tail_from=tail_from, next_new_data_at=new_data_at,
         next_lag_since=lag_since,
         next_run=run, next_lagging=next_lagging, next_rewind_until=rewind_until, next_rewind_from=rewind_from,
         next_unowned=unowned)
@@ -209,6 +219,7 @@ def remember(mem: PartitionMemory, committed: int, obs: Observation, status: Sta
     mem.changed_at = obs.next_changed_at
     mem.freeze_hw = obs.next_freeze_hw
     mem.quiet_at = obs.next_quiet_at
+    mem.flow_at = obs.next_flow_at
     mem.tail_from = obs.next_tail_from
     mem.new_data_at = obs.next_new_data_at
     mem.lag_since = obs.next_lag_since

@@ -309,6 +309,25 @@ def test_edge_tail_arriving_after_the_last_commit_is_not_evidence() -> None:
     assert 3 * got_stuck.index("stalled") == 96, got_stuck
 
 
+def test_edge_producer_hiccup_does_not_restart_the_evidence_clock() -> None:
+    """A steady producer (20 records a second, 3 s cycles) that pauses once for a cycle while
+    the consumer is stuck: the records before and after the pause are one flow, so the stall
+    dates from the freeze, not from the pause (which made it one pause late in loaded runs)."""
+    th = dataclasses.replace(TH, stall_after=30)
+    ev, got = Evaluator("c", th, interval=3), []
+    for i in range(30):  # 90 s; the consumer commits at HW until 30 s, then never again
+        hw = 60 * i - (60 if i >= 13 else 0)  # nothing arrived between 36 and 39 s
+        got.append(_cycle_at(ev, 3 * i, min(hw, 600), hw))
+    assert got[:21] == ["ok"] * 21 and got[21] == "stalled", got  # 63 s: 30 s after the first lag at 33 s
+
+    # the same pause but long (half of stall_after or more) ends a burst: the evidence restarts
+    ev, got = Evaluator("c", th, interval=3), []
+    for i in range(40):  # nothing arrived between 36 and 54 s
+        hw = 60 * i - (360 if i >= 18 else 60 * (i - 12) if i > 12 else 0)
+        got.append(_cycle_at(ev, 3 * i, min(hw, 600), hw))
+    assert got.index("stalled") == 28, got  # records after the last quiet sample (51 s): 51 + 30 = 81 s
+
+
 def _cycle_at(ev: Evaluator, t: float, committed: int, hw: int) -> str:
     snap = Snapshot(cluster="c", taken_at=T0 + t, duration=0.01, partitions={TP: _offsets(hw)},
                     groups={"g": GroupSample(group_id="g", type="classic", state="stable", members=(MEMBER,),
