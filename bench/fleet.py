@@ -120,6 +120,7 @@ class Recorder(threading.Thread):
         # per group [(t, lag offsets, max lag seconds, members)], for explaining what happened
         self.lags: dict[str, list[tuple[float, Any, Any, Any]]] = {g: [] for g in groups}
         self.cluster: list[tuple[float, bool, float | None, float | None]] = []
+        self.down: list[tuple[float, str]] = []  # (t, last_error) of readings with up false
         self.failures = 0
         self.stop_flag = threading.Event()
 
@@ -149,6 +150,8 @@ class Recorder(threading.Thread):
                 c = json.loads(cbody)
                 self.cluster.append((now, c["up"], c.get("data_age_seconds"),
                                      c.get("sample_duration_seconds")))
+                if not c["up"]:
+                    self.down.append((now, c.get("last_error") or ""))
 
     def current(self) -> dict[str, str]:
         return {g: tl[-1][1] for g, tl in self.timeline.items() if tl}
@@ -429,6 +432,14 @@ def summarize(results: list[GroupResult]) -> dict[str, Any]:
 
 # -- report -------------------------------------------------------------------------------------
 
+def _by_error(down: list[tuple[float, str]]) -> dict[str, list[float]]:
+    """When lagwatch said the cluster was down, grouped by what it said."""
+    out: dict[str, list[float]] = {}
+    for t, err in down:
+        out.setdefault(err or "no error given", []).append(t)
+    return out
+
+
 def report(opts: Options, results: list[GroupResult], summary: dict[str, Any], faults: list[Fault],
            rules_note: str, alerts: list[dict[str, Any]], t0: float, t_end: float,
            rec: Recorder, harness_notes: list[str], prefix: str, code: str = "") -> str:
@@ -455,7 +466,9 @@ def report(opts: Options, results: list[GroupResult], summary: dict[str, Any], f
     if durs:
         lines.append(f"Sampling cycle {_fmt(_pct(durs, 0.5), 2)} s median, {_fmt(max(durs), 2)} s max; "
                  f"data age max {_fmt(max(ages) if ages else None)} s; "
-                 f"{sum(1 for _t, up, _a, _d in rec.cluster if not up)} readings with lagwatch_up 0.")
+                 f"{sum(1 for _t, up, _a, _d in rec.cluster if not up)} readings with lagwatch_up 0"
+                 + "".join(f"; {rel(min(ts))}–{rel(max(ts))} s: {err[:200]}"
+                           for err, ts in _by_error(rec.down).items()) + ".")
     if faults:
         lines.append("Faults: " + "; ".join(f"{f.name} of broker {f.node} at {rel(f.start)} s, back at "
                                          f"{rel(f.end)} s ({f.detail})" for f in faults) + ".")
@@ -701,7 +714,7 @@ def run(opts: Options) -> RunResult:
             with contextlib.suppress(Exception):
                 Path(opts.json_out + ".partial").write_text(json.dumps(
                     {"t0": t0, "now": time.time(), "faults": [asdict(f) for f in faults],
-                     "events": {w.group: w.events for w in ws}, "timeline": rec.timeline,
+                     "events": {w.group: w.events for w in ws}, "timeline": rec.timeline, "down": rec.down,
                      "lags": rec.lags, "notes": harness_notes}, default=str))
         while True:
             now = time.time()
@@ -757,7 +770,7 @@ def run(opts: Options) -> RunResult:
             Path(opts.json_out).write_text(json.dumps(
                 {"summary": summary, "results": [asdict(r) for r in results],
                  "faults": [asdict(f) for f in faults], "alerts": alerts, "t0": t0, "t_end": t_end,
-                 "notes": harness_notes, "options": asdict(opts), "timeline": rec.timeline,
+                 "notes": harness_notes, "options": asdict(opts), "timeline": rec.timeline, "down": rec.down,
                  "lags": rec.lags}, default=str))
         return res
     finally:
