@@ -788,6 +788,8 @@ def run(opts: Options) -> RunResult:
             with contextlib.suppress(OSError):
                 if opts.keep_workdir:
                     shutil.copy(exp.log.name, workdir / "logs" / "exporter.log")
+                if opts.json_out:  # the worker's crash stacks (faulthandler) are in it
+                    shutil.copy(exp.log.name, opts.json_out + ".exporter.log")
                 Path(exp.log.name).unlink()
         cluster.stop()
         run_over.set()

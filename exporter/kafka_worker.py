@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import faulthandler
 import logging
 import os
 import signal
@@ -86,6 +87,10 @@ def _serve(conn: _Pipe, cfg: ClusterConfig, thresholds: Thresholds, log_level: s
     # parent stops its worker itself, and the worker dies with it in any case.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    # librdkafka has aborted (SIGABRT) and segfaulted in this process around broker
+    # failovers; the Python stack of every thread, dumped to the log, says which request
+    # was in flight, which a bug report upstream needs (and the exit code alone does not).
+    faulthandler.enable(all_threads=True)
     logs.setup(log_level)
     from exporter.lag import RecordTimestamps
     from exporter.report_reader import ReportReader

@@ -71,6 +71,15 @@ def test_sampling_exception_keeps_the_worker_and_a_crash_counts_once(kafka: Kafk
         assert value(m, "lagwatch_errors_total", cluster="test", stage="cycle") == 0
         assert "Kafka worker process died (exit code -9)" in exp.output()
 
+        # A native crash (librdkafka has segfaulted around failovers) leaves the stack of
+        # every thread of the worker in the log, to tell which request was in flight.
+        os.kill(new[0], signal.SIGSEGV)
+        wait_for(lambda: errors(exp, "worker_crash") == 2 and up(exp) == 1, 60,
+                 "the segfault counted and a new worker sampling")
+        log = exp.output()
+        assert "Kafka worker process died (exit code -11)" in log
+        assert "Fatal Python error: Segmentation fault" in log and "most recent call first" in log, log
+
 
 def test_sigterm_shuts_down_quietly(kafka: KafkaCluster, tmp_path: Any) -> None:
     with ExporterProcess(None, config=exporter_config(tmp_path, kafka.bootstrap_servers)) as exp:
