@@ -135,9 +135,13 @@ def stalled(f: PartitionFacts, th: Thresholds) -> bool:
     ``stall_after`` ago at least: with no new data, the same picture is also what a healthy
     consumer leaves when it commits only when records arrive (the tail of a burst), so a
     quiet partition is judged by the age of its lag instead (``lag_above_threshold``).
-    An offset reset restarts the clock and is reported as ``rewind`` first."""
+    An offset reset restarts the clock and is reported as ``rewind`` first. A Spark query
+    moves its offsets only when a micro-batch ends: while one runs, shorter than
+    ``livelock_after`` (else ``batch_hung``), the query is working on the waiting records
+    (an idle query's first batch on new data, slow under load), not stalled."""
     return (f.stalled_seconds >= th.stall_after and f.new_data_seconds is not None
-            and f.new_data_seconds >= th.stall_after and not f.rewinding)
+            and f.new_data_seconds >= th.stall_after and not f.rewinding
+            and not (f.spark and f.batch_running is not None))
 
 
 def rewind(f: PartitionFacts, th: Thresholds) -> bool:

@@ -110,6 +110,13 @@ ROWS: list[tuple[int, str, dict, Status, str]] = [
      {"owned": False, "owner": "", "unowned_confirmed": True, "rewind_pending": True}, Status.OK, ""),
     (31, "a backward move awaiting confirmation is not a rewind yet", {"rewind_pending": True},
      Status.OK, ""),
+    (32, "a Spark batch running below livelock_after is work in progress, not a stall (offsets "
+         "move only when it ends)",
+     {**SPARK, "batch_running": 19.0, "stalled_seconds": 40.0, "frozen_seconds": 40.0,
+      "new_data_seconds": 35.0}, Status.OK, ""),
+    (33, "a Spark query with no batch running and data waiting is stalled",
+     {**SPARK, "stalled_seconds": 40.0, "frozen_seconds": 40.0, "new_data_seconds": 35.0},
+     Status.STALLED, "committed offset frozen for 40s"),
 ]
 
 

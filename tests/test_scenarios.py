@@ -107,7 +107,8 @@ def test_slow_consumer_becomes_lagging_within_four_cycles(world: dict[str, Any])
     # (its first sample came 2.9 and 5.2 s after READY in two full fresh-clone runs: the
     # consumer's own first fetch and commit, not lagwatch; a group that lagwatch lists late
     # is caught by test_exporter_core)
-    assert t_lag - first_seen <= 4 * INTERVAL + 2.0, \
+    # (SLACK as for the other 1-s-cycle bounds: 6.4 s once in a full fresh-clone run)
+    assert t_lag - first_seen <= 4 * INTERVAL + SLACK, \
         f"{t_lag - first_seen:.1f}s" + _timing(world, sc.group, ready)
     # Lagging ends at the first commit whose lag seconds did not grow; under load the
     # interpolated lag can dip for one cycle (seen once in a full fresh-clone run), so the
