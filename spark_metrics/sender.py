@@ -306,9 +306,10 @@ class ReportSender:
         if err is None:
             self.counters.inc("reports_delivered")
             return
-        self.counters.inc("reports_failed")
+        # Warn before counting: whoever sees the counter move finds the warning logged.
         self.warn.warning("delivery", "lagwatch: report to %s not delivered, dropped (%s); "
                           "is Kafka reachable?", self.topic, err)
+        self.counters.inc("reports_failed")
 
     def _on_error(self, err: Any) -> None:
         self.counters.inc("kafka_errors")

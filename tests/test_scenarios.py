@@ -171,7 +171,8 @@ def test_killed_consumer_is_stopped_after_session_timeout(world: dict[str, Any])
     os.kill(sc.proc.pid, signal.SIGKILL)
     killed = time.time()
     t = rec.first(sc.group, "stopped", 40)
-    assert 3.0 <= t - killed <= 6.0 + 3 * INTERVAL + 3, t - killed  # session.timeout.ms = 6000
+    # session.timeout.ms = 6000; SLACK as for the other 1-s-cycle bounds (12.1 s once)
+    assert 3.0 <= t - killed <= 6.0 + 3 * INTERVAL + SLACK, t - killed
     doc = _api_status(world, sc.group)
     assert doc["status"] == "stopped" and doc["members"] == []
     assert "no member owns" in doc["reasons"][0]
