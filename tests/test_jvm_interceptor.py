@@ -63,7 +63,8 @@ def test_unreachable_reports_cluster_costs_no_speed_and_counts_errors(kafka: Kaf
     errors = int(dead_exit[1])
     assert errors >= 3 and errors > errors_after_drain, (errors_after_drain, errors)
     ours = [line for _t, line in dead.lines if "lagwatch interceptor:" in line]
-    assert 1 <= len(ours) <= 2 < errors, ours  # one line per distinct problem per minute
+    # one log line per distinct problem per minute, while the counter counts every drop
+    assert len(ours) in (1, 2) and errors > 2, (ours, errors)
 
 
 @dataclass
