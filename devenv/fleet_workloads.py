@@ -758,12 +758,11 @@ class SparkQuery(Workload):
         started = time.monotonic()
 
         def first_batch() -> None:
-            deadline = started + 180
-            while time.monotonic() < deadline:
+            time.sleep(SPARK_WARMUP)
+            while time.monotonic() < started + 180 and "ready" not in self.events:
                 with contextlib.suppress(Exception):
-                    if (time.monotonic() - started >= SPARK_WARMUP
-                            and d.call("query", name=self.group)["caught_up"]):
-                        self.events["ready"] = time.time()
+                    if d.call("query", name=self.group)["caught_up"]:
+                        self.events.setdefault("ready", time.time())  # unless it turned first
                         return
                 time.sleep(1)
         threading.Thread(target=first_batch, daemon=True).start()

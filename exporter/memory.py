@@ -96,9 +96,12 @@ def extend_run(run: Run | None, now: float, committed: int, lag_s: float | None,
     return Run(now, lag_s, 1, 0.0, now, committed, lag_s, hw)
 
 
-def _arrived(before: int | None, hw: int | None) -> bool:
-    """Records arrived since ``before`` (both HWs known and the later one higher)."""
-    return before is not None and hw is not None and hw > before
+def _arrived(before: int | None, hw: int | None, unknown: bool = False) -> bool:
+    """Records arrived since ``before`` (the later HW higher); ``unknown`` when either HW
+    is: a run extends only on proof, a lagging trend is not ended without it."""
+    if before is None or hw is None:
+        return unknown
+    return hw > before
 
 
 def lag_trend(was_lagging: bool, run: Run, prev: Run | None, lag_s: float,
@@ -117,8 +120,7 @@ def lag_trend(was_lagging: bool, run: Run, prev: Run | None, lag_s: float,
     if was_lagging:
         if prev is None or prev.lag_s is None:
             return lag_s > interval
-        arrived = run.hw is None or prev.hw is None or run.hw > prev.hw
-        return lag_s > interval and lag_s >= prev.lag_s and arrived
+        return lag_s > interval and lag_s >= prev.lag_s and _arrived(prev.hw, run.hw, unknown=True)
     if run.n < 3 or run.l0 is None or run.lag_s is None:
         return False
     growth = run.lag_s - run.l0
@@ -198,8 +200,8 @@ def observe(mem: PartitionMemory, committed: int, hw: int | None, lag_off: int |
                                                interval)
     else:  # no commit this cycle: the trend stands until the next one, unless no record
         # arrived since the last (a lag that only ages is not growing)
-        now_lagging = next_lagging = was_lagging and not (
-            hw is not None and mem.run is not None and mem.run.hw is not None and hw <= mem.run.hw)
+        now_lagging = next_lagging = was_lagging and (
+            mem.run is None or _arrived(mem.run.hw, hw, unknown=True))
     return Observation(
         rewinding=now < rewind_until, rewind_pending=rewind_from is not None, stalled_seconds=stalled_s,
         frozen_seconds=now - changed_at,
