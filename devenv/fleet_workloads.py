@@ -54,7 +54,6 @@ EXPECTED_ALERTS: dict[str, tuple[str, ...]] = {
 }
 SPARK_ALERTS: dict[str, tuple[str, ...]] = {
     "livelocked": ("KafkaConsumerSparkQueryLivelocked",),
-    "stalled": ("KafkaConsumerSparkQueryStalled",),
     "lagging": ("KafkaConsumerSparkQueryLagHigh",),
     "stopped": ("KafkaConsumerGroupStoppedWithLag",),
 }
@@ -734,9 +733,10 @@ class SparkQuery(Workload):
     gtype = "spark"
 
     def __init__(self, kind: str, group: str, topic: TopicSpec, *, healthy: bool, expect: str = "ok",
-                 description: str = "", driver: SparkDriver) -> None:
+                 description: str = "", driver: SparkDriver, trigger_ms: int = 500) -> None:
         super().__init__(kind, group, topic, healthy=healthy, expect=expect, description=description)
         self.driver = driver
+        self.trigger_ms = trigger_ms
         self.flag: Path | None = None
 
     def start(self, ctx: Ctx) -> None:
@@ -746,7 +746,7 @@ class SparkQuery(Workload):
             return
         if not self.healthy:
             self.flag = ctx.log_dir / f"{self.group}.hang"
-        d.call("start", name=self.group, topic=self.topic.name, trigger_ms=500,
+        d.call("start", name=self.group, topic=self.topic.name, trigger_ms=self.trigger_ms,
                hang_flag=None if self.flag is None else str(self.flag))
 
         # Ready once a batch caught up with the topic by Spark's own progress, after a
@@ -929,7 +929,12 @@ def build_fleet(profile: str, duration: float, prefix: str, driver: SparkDriver 
                        description="share group (KafkaShareConsumer)"))
     if driver is not None:
         ws.append(SparkQuery("spark", group("spark"), topic("spark", partitions=1, rate=5),
-                             healthy=True, driver=driver, description="Spark Structured Streaming query"))
+                             healthy=True, driver=driver,
+                             description="Spark Structured Streaming query, 500 ms trigger"))
+        # Records wait up to a minute between its micro-batches, by design: not `stalled`.
+        ws.append(SparkQuery("spark", group("spark-60s"), topic("spark-60s", partitions=1, rate=5),
+                             healthy=True, driver=driver, trigger_ms=60_000,
+                             description="Spark query with a 60 s trigger: records wait between batches"))
 
     # Bad, to be detected ----------------------------------------------------------------
     def turns(first: float) -> list[tuple[str, float]]:

@@ -135,13 +135,15 @@ def stalled(f: PartitionFacts, th: Thresholds) -> bool:
     ``stall_after`` ago at least: with no new data, the same picture is also what a healthy
     consumer leaves when it commits only when records arrive (the tail of a burst), so a
     quiet partition is judged by the age of its lag instead (``lag_above_threshold``).
-    An offset reset restarts the clock and is reported as ``rewind`` first. A Spark query
-    moves its offsets only when a micro-batch ends: while one runs, shorter than
-    ``livelock_after`` (else ``batch_hung``), the query is working on the waiting records
-    (an idle query's first batch on new data, slow under load), not stalled."""
+    An offset reset restarts the clock and is reported as ``rewind`` first.
+
+    Never a Spark query: its offsets move only when a micro-batch ends. While a batch
+    runs the query works on the waiting records (past ``livelock_after``: ``batch_hung``);
+    between batches it waits for its trigger by design (a 60 s trigger leaves records
+    waiting for up to a minute), or its last batch's progress event is still on Spark's
+    asynchronous listener bus. A query falling behind is ``lagging`` by its lag."""
     return (f.stalled_seconds >= th.stall_after and f.new_data_seconds is not None
-            and f.new_data_seconds >= th.stall_after and not f.rewinding
-            and not (f.spark and f.batch_running is not None))
+            and f.new_data_seconds >= th.stall_after and not f.rewinding and not f.spark)
 
 
 def rewind(f: PartitionFacts, th: Thresholds) -> bool:

@@ -36,12 +36,14 @@ class Scenario:
 
 
 class Recorder(threading.Thread):
-    """Scrapes the exporter continuously: per group, [(time, status, stalled_max, lag_offsets)]."""
+    """Scrapes the exporter continuously: per group, [(time, status)], and the group's lag
+    [(time, max lag seconds, lag offsets)] for timing failures to be understood."""
 
     def __init__(self, exp: ExporterProcess) -> None:
         super().__init__(daemon=True)
         self.exp = exp
         self.timeline: dict[str, list[tuple[float, str]]] = {}
+        self.lags: dict[str, list[tuple[float, float, float]]] = {}
         self.stop_flag = threading.Event()
 
     def run(self) -> None:
@@ -55,9 +57,18 @@ class Recorder(threading.Thread):
                 if v == 1:
                     d = dict(lab)
                     self.timeline.setdefault(d["group"], []).append((now, d["status"]))
+            offsets = select(m, "kafka_consumergroup_lag_offsets_sum")
+            for lab, v in select(m, "kafka_consumergroup_max_lag_seconds").items():
+                group = dict(lab)["group"]
+                self.lags.setdefault(group, []).append((now, v, offsets.get(lab, -1.0)))
 
     def statuses(self, group: str, since: float = 0.0) -> list[tuple[float, str]]:
         return [(t, s) for t, s in list(self.timeline.get(group, [])) if t >= since]
+
+    def lag_line(self, group: str, since: float) -> list[tuple[float, float, int]]:
+        """(seconds since ``since``, max lag seconds, lag offsets) of the group."""
+        return [(round(t - since, 1), round(v, 1), int(o))
+                for t, v, o in list(self.lags.get(group, [])) if t >= since]
 
     def first(self, group: str, status: str, timeout: float) -> float:
         def find() -> float | None:

@@ -306,7 +306,7 @@ def test_expected_alerts_and_severities() -> None:
     assert sev["KafkaConsumerGroupRewind"] == "info"
     for name in ("KafkaConsumerGroupStalled", "KafkaConsumerGroupStoppedWithLag",
                  "KafkaConsumerGroupNearRetention", "KafkaConsumerSparkQueryLagHigh",
-                 "KafkaConsumerSparkQueryStalled", "KafkaConsumerSparkQueryLivelocked",
+                 "KafkaConsumerSparkQueryLivelocked",
                  "KafkaConsumerLagExporterDown", "KafkaConsumerLagClusterUnreachable",
                  "KafkaConsumerLagDataStale"):
         assert name in sev, name

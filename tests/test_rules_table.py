@@ -114,9 +114,13 @@ ROWS: list[tuple[int, str, dict, Status, str]] = [
          "move only when it ends)",
      {**SPARK, "batch_running": 19.0, "stalled_seconds": 40.0, "frozen_seconds": 40.0,
       "new_data_seconds": 35.0}, Status.OK, ""),
-    (33, "a Spark query with no batch running and data waiting is stalled",
+    (33, "a Spark query between batches with data waiting is not stalled (it waits for its "
+         "trigger, or its progress event is still on the listener bus)",
      {**SPARK, "stalled_seconds": 40.0, "frozen_seconds": 40.0, "new_data_seconds": 35.0},
-     Status.STALLED, "committed offset frozen for 40s"),
+     Status.OK, ""),
+    (34, "a Spark query between batches whose oldest waiting record is too old is lagging",
+     {**SPARK, "stalled_seconds": 4000.0, "frozen_seconds": 4000.0, "new_data_seconds": 3900.0,
+      "lag_seconds": 4000.0}, Status.LAGGING, "oldest unconsumed record is 4000s old"),
 ]
 
 

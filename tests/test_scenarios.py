@@ -81,7 +81,9 @@ def _timing(world: dict[str, Any], group: str, since: float) -> str:
                                                    "lagwatch_sample_duration_seconds")}
     groups = len({dict(lab)["group"] for (name, lab) in m if name == "kafka_consumergroup_status"})
     line = [(round(t - since, 1), s) for t, s in world["recorder"].statuses(group, since)]
-    return f"; exporter {own}, {groups} groups watched; timeline since the event: {line[:40]}"
+    lags = world["recorder"].lag_line(group, since)
+    return (f"; exporter {own}, {groups} groups watched; timeline since the event: {line[:40]}"
+            f"; lag (seconds, offsets) since the event: {lags[:40]}")
 
 
 def test_healthy_consumer_is_ok_all_along(world: dict[str, Any]) -> None:

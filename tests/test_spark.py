@@ -444,15 +444,19 @@ def test_idle_query_is_ok_and_resumes(driver: SparkDriverProcess, kafka: KafkaCl
 
         produce(kafka, topic, {0: 5})  # data again: caught up without ever looking stuck
         want = {0: 13, 1: 4}
-        statuses: set[str] = set()
+        t0 = time.monotonic()
+        timeline: list[tuple[Any, ...]] = []  # what a failure needs: lagwatch's view and Spark's
 
         def resumed() -> Any:
             g = exporter.group(name)
-            statuses.add(g["status"] if g else "absent")
+            spark = driver.call("query", name=name)
+            timeline.append((round(time.monotonic() - t0, 1), g["status"] if g else "absent",
+                             g and g["reasons"], g and g["spark"]["batch_running_seconds"],
+                             spark["trigger_active"], spark["batch_id"]))
             return _caught_up(exporter, name, topic, want)
 
         wait_for(resumed, 30, f"{name} at {want} after idling")
-        assert statuses <= {"ok", "lagging"}, statuses
+        assert {s for _t, s, *_ in timeline} <= {"ok", "lagging"}, timeline
     finally:
         driver.call("stop", name=name)
 
