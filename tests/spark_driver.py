@@ -16,6 +16,7 @@ reply is one line ``@@ <json>`` on stdout (the JVM may print other lines there):
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
 import json
 import os
@@ -124,6 +125,11 @@ def _caught_up(progress: dict[str, Any]) -> bool:
 
 def _hold_udf(flag: str) -> Any:
     def hold(v: Any) -> Any:  # runs in the Python worker: the batch hangs while the flag exists
+        if os.path.exists(flag):
+            # The first row to block says when the batch really hung (the fleet's ground
+            # truth): a batch running when the flag appeared may have passed this UDF already.
+            with contextlib.suppress(FileExistsError), open(flag + ".held", "x") as f:
+                f.write(repr(time.time()))
         while os.path.exists(flag):
             time.sleep(0.1)
         return v
