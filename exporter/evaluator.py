@@ -187,6 +187,8 @@ class Evaluator:
             for tp in r.positions.keys() | r.committed.keys():
                 report_of[tp] = r
         report_by_member = match_reports(g.members, fresh_reports)
+        if g.type == "share" and (st.queue_progress_at is None or self._queue_moved(g, st, partitions)):
+            st.queue_progress_at = now
 
         parts: list[PartitionView] = []
         for tp in sorted(g.committed):
@@ -240,7 +242,7 @@ class Evaluator:
         lag_off = None if hw is None else max(0, hw - consumed)
         lag_s = None if lag_off is None else self._lag_seconds(tp, consumed, hw, lag_off, exact_ts, now)
         obs = observe(mem, progress, hw, lag_off, lag_s, owned, now, self.interval, self.th.lag_seconds,
-                      self.th.stall_after)
+                      self.th.stall_after, st.queue_progress_at if g.type == "share" else None)
         facts = PartitionFacts(
             topic=tp[0], partition=tp[1], committed=committed, hw=hw, lag_offsets=lag_off,
             lag_seconds=lag_s, stalled_seconds=obs.stalled_seconds,
@@ -257,6 +259,16 @@ class Evaluator:
                              lag_offsets=lag_off, lag_seconds=lag_s,
                              stalled_seconds=obs.stalled_seconds if lag_off else 0.0, status=status,
                              reason=reason(rule, facts, self.th), owner=facts.owner)
+
+    @staticmethod
+    def _queue_moved(g: GroupSample, st: GroupMemory, partitions: dict[TP, PartitionOffsets]) -> bool:
+        """A share group acknowledged records on some partition since the last cycle."""
+        for tp, start in g.committed.items():
+            mem, po = st.parts.get(tp), partitions.get(tp)
+            if mem is not None and _share_progress(start, po.hw if po else None,
+                                                   g.reported_lag.get(tp), mem)[1] > mem.committed:
+                return True
+        return False
 
     def _lag_seconds(self, tp: TP, committed: int, hw: int, lag_off: int,
                      exact_ts: dict[tuple[str, int, int], float], now: float) -> float | None:

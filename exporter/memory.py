@@ -129,8 +129,11 @@ def lag_trend(was_lagging: bool, run: Run, prev: Run | None, lag_s: float,
 
 def observe(mem: PartitionMemory, committed: int, hw: int | None, lag_off: int | None,
             lag_s: float | None, owned: bool, now: float, interval: float,
-            lag_threshold: float, stall_after: float) -> Observation:
-    """Pure: this cycle's derived values and the memory the next cycle will need."""
+            lag_threshold: float, stall_after: float,
+            queue_progress_at: float | None = None) -> Observation:
+    """Pure: this cycle's derived values and the memory the next cycle will need.
+    ``queue_progress_at`` (share groups): when the group last progressed on any partition,
+    which restarts this partition's stall clock too (see ``GroupMemory.queue_progress_at``)."""
     rewound = committed < mem.committed
     moved = committed != mem.committed
     changed_at = now if moved else mem.changed_at
@@ -183,7 +186,8 @@ def observe(mem: PartitionMemory, committed: int, hw: int | None, lag_off: int |
         lag_since = mem.lag_since if mem.lag_since is not None else now - max(lag_s or 0.0, 0.0)
     else:
         lag_since = None
-    stalled_s = now - max(changed_at, lag_since) if lag_since is not None else 0.0
+    stalled_s = (now - max(changed_at, lag_since, queue_progress_at or changed_at)
+                 if lag_since is not None else 0.0)
     # The lag trend is judged at commits: a consumer that commits every few cycles (in
     # batches, or a share group acknowledging in steps) is compared commit to commit.
     run = extend_run(mem.run, now, committed, lag_s, hw) if moved or mem.run is None else mem.run
@@ -242,6 +246,12 @@ class GroupMemory:
     parts: dict[tuple[str, int], PartitionMemory] = field(default_factory=dict)
     last_view: GroupView | None = None  # kept for a cycle in which the group cannot be read
     unreadable_since: float | None = None  # the group could not be read from then on
+    # Share groups (KIP-932) own no partitions: every member fetches from every partition and
+    # the broker rotates which partitions a fetch serves first, so under a backlog a partition
+    # can wait several fetches for its turn while the group acknowledges records elsewhere.
+    # That partition is not stuck; its stall clock is the group's: the last cycle at which
+    # the group progressed on any partition.
+    queue_progress_at: float | None = None
 
 
 def remember_members(mem: GroupMemory, member_ids: set[str], now: float, window: float,

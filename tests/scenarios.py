@@ -70,6 +70,15 @@ class Recorder(threading.Thread):
         return [(round(t - since, 1), round(v, 1), int(o))
                 for t, v, o in list(self.lags.get(group, [])) if t >= since]
 
+    def story(self, group: str, since: float) -> str:
+        """A group's status changes and lag line since ``since``, for a failure message."""
+        changes: list[tuple[float, str]] = []
+        for t, s in self.statuses(group, since):
+            if not changes or changes[-1][1] != s:
+                changes.append((round(t - since, 1), s))
+        lags = self.lag_line(group, since)[:80]
+        return f"status changes: {changes[:40]}; lag (s, seconds, offsets): {lags}"
+
     def first(self, group: str, status: str, timeout: float) -> float:
         def find() -> float | None:
             return next((t for t, s in self.statuses(group) if s == status), None)

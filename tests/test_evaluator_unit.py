@@ -246,3 +246,34 @@ def test_share_group_follows_the_brokers_lag_not_its_lazily_persisted_start_offs
     wedged = [share(T0 + 60 + 10 * i, 700 + 20 * i, 5 + 20 * i) for i in range(5)]  # nothing acked
     assert wedged[:3] == ["ok:5", "ok:25", "ok:45"] and wedged[4] == "stalled:85", wedged
     assert share(T0 + 110, 800, 200) == "stalled:200"  # locks expired, records back: no rewind
+
+
+@pytest.mark.unit
+def test_share_partition_waiting_its_turn_is_not_stalled_while_the_queue_progresses() -> None:
+    """Members of a share group fetch from every partition, and under a backlog a fetch is
+    served by one partition at a time in rotation: a partition can wait longer than
+    ``stall_after`` for its turn while the group acknowledges records elsewhere. Not stuck;
+    once no partition progresses for ``stall_after``, every lagging partition is stalled."""
+    ev = Evaluator("c", TH, interval=10)
+    a, b = ("jobs", 0), ("jobs", 1)
+    member = Member(member_id="m-1", client_id="worker-1", host="/10.0.0.7", assignment=(a, b))
+
+    def cycle(i: int, acked: dict[tuple[str, int], int]) -> dict[int, str]:
+        hw = 1000 + 50 * i  # records keep arriving on both partitions
+        snap = Snapshot(cluster="c", taken_at=T0 + 10 * i, duration=0.01,
+                        partitions={tp: _offsets(1, hw) for tp in (a, b)},
+                        groups={"q": GroupSample(group_id="q", type="share", state="stable",
+                                                 members=(member,), committed={a: 0, b: 0},
+                                                 reported_lag={tp: hw - acked[tp] for tp in (a, b)},
+                                                 epoch=3)})
+        return {p.partition: p.status for p in ev.evaluate(snap).groups["q"].partitions}
+
+    acked = {a: 950, b: 950}
+    turns = []
+    for i in range(12):  # partition 0 is served for 40 s, then partition 1 for 40 s, ...
+        served = a if (i // 4) % 2 == 0 else b
+        acked[served] = min(1000 + 50 * i, acked[served] + 100)  # keeping up on average
+        turns.append(cycle(i, acked))
+    assert all(s == {0: "ok", 1: "ok"} for s in turns), turns  # each waits 40 s > stall_after
+    frozen = [cycle(12 + i, acked) for i in range(5)]  # the queue stops: nothing acknowledged
+    assert frozen[1] == {0: "ok", 1: "ok"} and frozen[4] == {0: "stalled", 1: "stalled"}, frozen

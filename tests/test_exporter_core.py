@@ -278,9 +278,18 @@ def test_leo_ahead_of_hw_while_follower_paused(kafka3: KafkaCluster, tmp_path: A
     followers = [r for r in md.replicas if r != md.leader]
     follower_id = next((r for r in followers if r != controller), followers[0])
     follower = next(b for b in kafka3.brokers if b.node_id == follower_id)
-    group = unique("leo")
     produce(kafka3, topic, {0: 10}, acks="all")
-    commit_offsets(kafka3.bootstrap_servers, group, topic, {0: 10})
+    # A group whose coordinator is not the paused follower: this test is about LEO and HW.
+    # With its coordinator paused too the group is unreadable, and librdkafka's admin client
+    # can abort on a response that arrives after its request timed out
+    # (confluentinc/librdkafka#4605), which restarts the exporter's Kafka worker.
+    for _ in range(20):
+        group = unique("leo")
+        commit_offsets(kafka3.bootstrap_servers, group, topic, {0: 10})
+        desc = admin.describe_consumer_groups([group], request_timeout=10)[group].result()
+        if desc.coordinator.id != follower_id:
+            break
+        admin.delete_consumer_groups([group], request_timeout=10)[group].result()
     cfg = exporter_config(tmp_path, kafka3.bootstrap_servers, interval=0.5, request_timeout=2)
     with ExporterProcess(None, config=cfg) as exp:
         exp.wait_ready()

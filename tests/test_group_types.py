@@ -261,7 +261,7 @@ def test_slow_streams_and_share_groups_are_lagging_healthy_ones_stay_ok(
             wait_for(lambda g=g: recorder.statuses(g) and recorder.statuses(g)[-1][0] > until, 60,
                      f"{n} watched past every threshold")
             seen = {s for _t, s in recorder.statuses(g, float(ready[n][0]))}
-            assert seen <= {"ok", "lagging"}, (n, seen)
+            assert seen <= {"ok", "lagging"}, (n, seen, recorder.story(g, float(ready[n][0])))
         for n in ("streams-ok", "share-ok"):
             g = scs[n].group
             wait_for(lambda g=g: recorder.statuses(g) and recorder.statuses(g)[-1][0] > until, 60,
