@@ -307,6 +307,7 @@ class GroupResult:
     alerts_due: list[str] = field(default_factory=list)  # expected alerts that had time to fire
     events: dict[str, float] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    spark_view: list[tuple[float, int | None, int | None, int | None]] = field(default_factory=list)
 
     @property
     def delay(self) -> float | None:
@@ -329,6 +330,16 @@ def _episodes(group: str, samples: list[tuple[float, float, str, str, str]]) -> 
     return out
 
 
+def _spark_then(r: GroupResult, t: float) -> str:
+    """Spark's own offsets and the listener's near ``t``: did the query or its reports lag?"""
+    near = [v for v in r.spark_view if abs(v[0] - t) <= 5]
+    if not near:
+        return ""
+    _t, own_end, own_latest, heard = min(near, key=lambda v: abs(v[0] - t))
+    return (f" (Spark's own last progress then: end offsets {own_end}, latest {own_latest}; "
+            f"the listener's end offsets {heard})")
+
+
 def evaluate(ws: list[Workload], rec: Recorder, p: Params, t_end: float,
              alerts: list[dict[str, Any]], rule_for: dict[str, float] | None = None) -> list[GroupResult]:
     results = []
@@ -336,7 +347,8 @@ def evaluate(ws: list[Workload], rec: Recorder, p: Params, t_end: float,
         changes = w.truth(p)
         r = GroupResult(w.group, w.kind, w.gtype, w.healthy, w.expect, w.description, changes,
                         expected_alerts=list(w.expected_alerts()), alert_marks=list(w.alert_marks),
-                        events=dict(w.events), notes=list(w.notes))
+                        events=dict(w.events), notes=list(w.notes),
+                        spark_view=list(getattr(w, "spark_view", [])))
         tl = [s for s in rec.timeline.get(w.group, []) if s[0] <= t_end]
         weighted = [(t, min(MAX_SAMPLE_WEIGHT, (tl[i + 1][0] if i + 1 < len(tl) else t_end) - t), st, rs)
                     for i, (t, st, rs) in enumerate(tl)]
@@ -567,7 +579,7 @@ def report(opts: Options, results: list[GroupResult], summary: dict[str, Any], f
             r = next(r for r in results if r.group == e.group)
             what = "healthy" if r.healthy else f"truth {r.expect}"
             lines.append(f"* {rel(e.start)} s {short(e.group)} ({what}): `{e.status}` for {e.seconds:.0f} s"
-                     f"{tag}: {e.reason[:300]}")
+                     f"{tag}: {e.reason[:300]}{_spark_then(r, e.start)}")
         lines.append("")
     absent = [(short(r.group), r.absent_seconds) for r in results if r.absent_seconds > 0]
     if absent:

@@ -738,6 +738,10 @@ class SparkQuery(Workload):
         self.driver = driver
         self.trigger_ms = trigger_ms
         self.flag: Path | None = None
+        # (time, Spark's own end and latest offsets, the listener's end offsets), summed over
+        # partitions: a wrong status is explained by whether the query or its reports lagged.
+        self.spark_view: list[tuple[float, int | None, int | None, int | None]] = []
+        self._stopped = threading.Event()
 
     def start(self, ctx: Ctx) -> None:
         d = self.driver.get()
@@ -767,6 +771,15 @@ class SparkQuery(Workload):
                 time.sleep(1)
         threading.Thread(target=first_batch, daemon=True).start()
 
+        def watch() -> None:
+            while not self._stopped.wait(2.0):
+                with contextlib.suppress(Exception):
+                    own = d.call("query", name=self.group)
+                    ends = d.call("listener", name=self.group)["end_offsets"] or {}
+                    heard = sum(int(v) for parts in ends.values() for v in parts.values()) if ends else None
+                    self.spark_view.append((time.time(), own["end_offsets"], own["latest_offsets"], heard))
+        threading.Thread(target=watch, daemon=True).start()
+
     def hang(self) -> Callable[[Ctx], None]:
         def act(ctx: Ctx) -> None:
             if self.flag is None:
@@ -788,6 +801,7 @@ class SparkQuery(Workload):
         return super().truth(p)
 
     def stop(self) -> None:
+        self._stopped.set()
         if self.flag is not None:
             with contextlib.suppress(OSError):
                 self.flag.unlink()

@@ -292,11 +292,23 @@ def _share_progress(start: int, hw: int | None, reported_lag: int | None,
     acknowledged). There the lag is the broker's, from ``HW - lag``, and the memory follows
     that too, so it moves as records are acknowledged and freezes when nobody consumes; it
     never moves backwards, because records whose acquisition lock expired return to the
-    lag without anyone rewinding anything."""
+    lag without anyone rewinding anything.
+
+    The broker computed its lag against its HW when it answered, after our last cycle's HW
+    sample and before this cycle's (the sampler reads groups, then partitions), so the
+    records acknowledged lie between last cycle's HW minus the lag and ours minus the lag.
+    Taking ours alone, records produced in between made a wedged share consumer look as if
+    it acknowledged a few records now and then (read as committing, its stall clock
+    restarted). So the memory moves only when the lower end of that range passes where it
+    stands (the upper end of an earlier range): certain progress, seen within two cycles."""
     if reported_lag is None or hw is None:
         return start, start
-    consumed = max(start, hw - max(0, reported_lag))
-    return consumed, max(consumed, mem.committed) if mem is not None else consumed
+    lag = max(0, reported_lag)
+    consumed = max(start, hw - lag)
+    if mem is None:
+        return consumed, consumed
+    before = mem.freeze_hw if mem.freeze_hw is not None else hw  # the HW at the last sample
+    return consumed, consumed if max(start, before - lag) > mem.committed else mem.committed
 
 
 def _report_facts(rep: ConsumerReport | None, now: float, th: Thresholds) -> dict:

@@ -44,7 +44,7 @@ class PartitionMemory:
     def __init__(self, committed: int, now: float) -> None:
         self.committed = committed
         self.changed_at = now
-        self.freeze_hw: int | None = None  # HW at the last sample since the offset froze
+        self.freeze_hw: int | None = None  # the last known HW (the last sample's, with a HW)
         self.tail_from: float | None = None  # records arrived right after the freeze, since
         self.quiet_at = now  # last sample at which HW was still freeze_hw
         self.flow_at = now  # last sample at which records had arrived since the one before

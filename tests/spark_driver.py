@@ -77,7 +77,9 @@ class Driver:
         last = q.lastProgress
         return {"active": q.isActive, "trigger_active": bool(q.status["isTriggerActive"]),
                 "batch_id": None if last is None else last["batchId"],
-                "caught_up": last is not None and _caught_up(last)}
+                "caught_up": last is not None and _caught_up(last),
+                "end_offsets": None if last is None else _offset_sum(last, "endOffset"),
+                "latest_offsets": None if last is None else _offset_sum(last, "latestOffset")}
 
     def stop(self, name: str) -> dict[str, Any]:
         self.queries[name].stop()
@@ -121,6 +123,19 @@ def _caught_up(progress: dict[str, Any]) -> bool:
     sources = progress.get("sources") or []
     return bool(sources) and all(s.get("latestOffset") is not None
                                  and s.get("endOffset") == s.get("latestOffset") for s in sources)
+
+
+def _offset_sum(progress: dict[str, Any], key: str) -> int | None:
+    """The sum over partitions of a progress event's ``endOffset`` or ``latestOffset``."""
+    total = 0
+    for src in progress.get("sources") or []:
+        offs = src.get(key)
+        if isinstance(offs, str):
+            offs = json.loads(offs)
+        if not isinstance(offs, dict):
+            return None
+        total += sum(int(v) for parts in offs.values() for v in parts.values())
+    return total
 
 
 def _hold_udf(flag: str) -> Any:

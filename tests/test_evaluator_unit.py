@@ -277,3 +277,31 @@ def test_share_partition_waiting_its_turn_is_not_stalled_while_the_queue_progres
     assert all(s == {0: "ok", 1: "ok"} for s in turns), turns  # each waits 40 s > stall_after
     frozen = [cycle(12 + i, acked) for i in range(5)]  # the queue stops: nothing acknowledged
     assert frozen[1] == {0: "ok", 1: "ok"} and frozen[4] == {0: "stalled", 1: "stalled"}, frozen
+
+
+@pytest.mark.unit
+def test_wedged_share_group_is_stalled_although_the_brokers_lag_trails_our_hw() -> None:
+    """The broker computes a share group's lag against its HW when it answers, before our
+    HW sample of the same cycle: with records arriving, ``HW - lag`` creeps up although
+    nothing is acknowledged. A wedged queue must still be stalled after ``stall_after``, and
+    never read as committing; a healthy one under the same skew stays ok."""
+    ev = Evaluator("c", TH, interval=10)
+
+    def cycle(i: int, acked: int, skew: int = 30) -> tuple[str, str]:
+        hw = 1000 + 50 * i
+        lag = (hw - skew) - acked  # the broker's HW was ``skew`` records behind ours
+        snap = Snapshot(cluster="c", taken_at=T0 + 10 * i, duration=0.01, partitions={TP: _offsets(1, hw)},
+                        groups={"q": GroupSample(group_id="q", type="share", state="stable",
+                                                 members=(MEMBER,), committed={TP: 0},
+                                                 reported_lag={TP: lag}, epoch=2)})
+        v = ev.evaluate(snap).groups["q"]
+        return v.status, v.reasons[0] if v.reasons else ""
+
+    # keeps up, 40 records behind; the skew varies between samples
+    healthy = [cycle(i, 1000 + 50 * i - 40, (20, 10, 20, 10, 20)[i]) for i in range(5)]
+    assert {st for st, _ in healthy} == {"ok"}, healthy
+    # acknowledges nothing from now on; the skew keeps setting new highs (as records arrive
+    # in bursts): HW - lag read at our HW would creep up and look like commits
+    wedged = [cycle(5 + i, 1160, skew) for i, skew in enumerate((5, 12, 20, 30, 38, 45, 49))]
+    assert [st for st, _ in wedged] == ["ok", "ok"] + ["stalled"] * 5, wedged
+    assert all("frozen" in r for _, r in wedged[2:]), wedged
