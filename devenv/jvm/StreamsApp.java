@@ -5,6 +5,7 @@ import org.apache.kafka.common.serialization.Serdes;
 import org.apache.kafka.streams.KafkaStreams;
 import org.apache.kafka.streams.StreamsBuilder;
 import org.apache.kafka.streams.StreamsConfig;
+import org.apache.kafka.streams.errors.StreamsUncaughtExceptionHandler;
 
 /**
  * A Kafka Streams application whose processor wedges after `after` records (and 2 s), for lagwatch's
@@ -15,7 +16,8 @@ import org.apache.kafka.streams.StreamsConfig;
  *       [delay=MS]  (a slow processor: MS per record)
  *       [prop.K=V ...]
  *
- * Prints READY when the instance runs and BLOCKED epoch when the processor wedges.
+ * Prints READY when the instance runs and BLOCKED epoch when the processor wedges. If the client
+ * fails (a stream thread died: DIED and the exception), it exits with status 3.
  */
 public final class StreamsApp {
     static void say(String s) {
@@ -79,9 +81,18 @@ public final class StreamsApp {
                     }
                 });
         KafkaStreams streams = new KafkaStreams(b.build(), p);
+        streams.setUncaughtExceptionHandler(e -> {
+            say("DIED " + e); // why the client shuts down (the SLF4J logger prints nothing)
+            return StreamsUncaughtExceptionHandler.StreamThreadExceptionResponse.SHUTDOWN_CLIENT;
+        });
         streams.setStateListener((now, before) -> {
             if (now == KafkaStreams.State.RUNNING) {
                 say("READY " + System.currentTimeMillis() / 1000.0);
+            } else if (now == KafkaStreams.State.ERROR) {
+                // No stream thread is left: exit, so that whoever runs this sees it died
+                // instead of a live process that no longer consumes.
+                say("EXIT error");
+                Runtime.getRuntime().halt(3);
             }
         });
         Runtime.getRuntime().addShutdownHook(new Thread(() -> say("EXIT")));
