@@ -775,8 +775,7 @@ class SparkQuery(Workload):
             while not self._stopped.wait(2.0):
                 with contextlib.suppress(Exception):
                     own = d.call("query", name=self.group)
-                    ends = d.call("listener", name=self.group)["end_offsets"] or {}
-                    heard = sum(int(v) for parts in ends.values() for v in parts.values()) if ends else None
+                    heard = d.call("listener", name=self.group)["end_offset_sum"]
                     self.spark_view.append((time.time(), own["end_offsets"], own["latest_offsets"], heard))
         threading.Thread(target=watch, daemon=True).start()
 
@@ -794,10 +793,10 @@ class SparkQuery(Workload):
         # Bad from when its batch really hung (the UDF's first blocked row), as the JVM
         # groups are from their BLOCKED line: in a 30-minute run the query, 40 s behind,
         # completed batches for 30 s after the flag appeared.
-        held = self.flag.with_name(self.flag.name + ".held") if self.flag is not None else None
-        with contextlib.suppress(OSError, ValueError):
-            if held is not None:
-                self.events["turn"] = max(self.events.get("turn", 0.0), float(held.read_text()))
+        if self.flag is not None:
+            with contextlib.suppress(OSError, ValueError):
+                held = float(self.flag.with_name(self.flag.name + ".held").read_text())
+                self.events["turn"] = max(self.events.get("turn", 0.0), held)
         return super().truth(p)
 
     def stop(self) -> None:

@@ -187,7 +187,14 @@ class Evaluator:
             for tp in r.positions.keys() | r.committed.keys():
                 report_of[tp] = r
         report_by_member = match_reports(g.members, fresh_reports)
-        if g.type == "share" and (st.queue_progress_at is None or self._queue_moved(g, st, partitions)):
+        # (where the lag starts, what the memory follows) per partition, computed once: a
+        # share group's stall clock needs every partition's before any is judged.
+        progress = {tp: _share_progress(c, po.hw if (po := partitions.get(tp)) else None,
+                                        g.reported_lag.get(tp), st.parts.get(tp))
+                    for tp, c in g.committed.items()}
+        if g.type == "share" and (st.queue_progress_at is None or any(
+                (mem := st.parts.get(tp)) is not None and prog > mem.committed
+                for tp, (_consumed, prog) in progress.items())):
             st.queue_progress_at = now
 
         parts: list[PartitionView] = []
@@ -200,8 +207,8 @@ class Evaluator:
                 owned = spark is not None and not spark.terminated and bool(g.members)
             else:
                 owned = owner is not None or tp in incoming or (bool(g.members) and not assignment_known)
-            parts.append(self._partition(g, tp, st, partitions.get(tp), owner, owned, rep, spark,
-                                         exact_ts, now))
+            parts.append(self._partition(g, tp, st, partitions.get(tp), progress[tp], owner, owned,
+                                         rep, spark, exact_ts, now))
         for tp in [tp for tp in st.parts if tp not in g.committed]:
             del st.parts[tp]
 
@@ -230,13 +237,13 @@ class Evaluator:
         return view
 
     def _partition(self, g: GroupSample, tp: TP, st: GroupMemory, po: PartitionOffsets | None,
-                   owner: Member | None, owned: bool, rep: ConsumerReport | None,
-                   spark: SparkReport | None,
+                   consumed_progress: tuple[int, int], owner: Member | None, owned: bool,
+                   rep: ConsumerReport | None, spark: SparkReport | None,
                    exact_ts: dict[tuple[str, int, int], float], now: float) -> PartitionView:
         committed = g.committed[tp]
         hw = po.hw if po else None
         mem = st.parts.get(tp)
-        consumed, progress = _share_progress(committed, hw, g.reported_lag.get(tp), mem)
+        consumed, progress = consumed_progress
         if mem is None:
             mem = st.parts[tp] = PartitionMemory(progress, now)
         lag_off = None if hw is None else max(0, hw - consumed)
@@ -259,16 +266,6 @@ class Evaluator:
                              lag_offsets=lag_off, lag_seconds=lag_s,
                              stalled_seconds=obs.stalled_seconds if lag_off else 0.0, status=status,
                              reason=reason(rule, facts, self.th), owner=facts.owner)
-
-    @staticmethod
-    def _queue_moved(g: GroupSample, st: GroupMemory, partitions: dict[TP, PartitionOffsets]) -> bool:
-        """A share group acknowledged records on some partition since the last cycle."""
-        for tp, start in g.committed.items():
-            mem, po = st.parts.get(tp), partitions.get(tp)
-            if mem is not None and _share_progress(start, po.hw if po else None,
-                                                   g.reported_lag.get(tp), mem)[1] > mem.committed:
-                return True
-        return False
 
     def _lag_seconds(self, tp: TP, committed: int, hw: int, lag_off: int,
                      exact_ts: dict[tuple[str, int, int], float], now: float) -> float | None:

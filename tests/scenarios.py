@@ -70,26 +70,26 @@ class Recorder(threading.Thread):
         return [(round(t - since, 1), round(v, 1), int(o))
                 for t, v, o in list(self.lags.get(group, [])) if t >= since]
 
+    def changes(self, group: str, since: float = 0.0) -> list[tuple[float, str]]:
+        """(time, status) at each change of the group's status since ``since``."""
+        out: list[tuple[float, str]] = []
+        for t, s in self.statuses(group, since):
+            if not out or out[-1][1] != s:
+                out.append((t, s))
+        return out
+
     def story(self, group: str, since: float) -> str:
         """A group's status changes and lag line since ``since``, for a failure message."""
-        changes: list[tuple[float, str]] = []
-        for t, s in self.statuses(group, since):
-            if not changes or changes[-1][1] != s:
-                changes.append((round(t - since, 1), s))
+        changes = [(round(t - since, 1), s) for t, s in self.changes(group, since)]
         lags = self.lag_line(group, since)[:80]
         return f"status changes: {changes[:40]}; lag (s, seconds, offsets): {lags}"
 
     def first(self, group: str, status: str, timeout: float) -> float:
         def find() -> float | None:
             return next((t for t, s in self.statuses(group) if s == status), None)
-        return wait_for(find, timeout, f"{group} to become {status}; saw {self._seen(group)}")
+        seen = [s for _t, s in self.changes(group)]
+        return wait_for(find, timeout, f"{group} to become {status}; saw {seen}")
 
-    def _seen(self, group: str) -> list[str]:
-        out: list[str] = []
-        for _t, s in self.statuses(group):
-            if not out or out[-1] != s:
-                out.append(s)
-        return out
 
 
 def spawn(kafka: KafkaCluster, sc: Scenario, mode: str, *extra: str) -> None:

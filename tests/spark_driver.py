@@ -92,6 +92,7 @@ class Driver:
         if name is not None:
             qs = lst._queries.get(str(self.queries[name].id))
             out["end_offsets"] = qs.end_offsets if qs is not None else None
+            out["end_offset_sum"] = _total(qs.end_offsets) if qs is not None and qs.end_offsets else None
         return out
 
     def add_listener(self, key: str, **kwargs: Any) -> dict[str, Any]:
@@ -134,8 +135,13 @@ def _offset_sum(progress: dict[str, Any], key: str) -> int | None:
             offs = json.loads(offs)
         if not isinstance(offs, dict):
             return None
-        total += sum(int(v) for parts in offs.values() for v in parts.values())
+        total += _total(offs)
     return total
+
+
+def _total(offsets: dict[str, dict[str, Any]]) -> int:
+    """The sum of topic -> partition -> offset, Spark's shape of Kafka source offsets."""
+    return sum(int(v) for parts in offsets.values() for v in parts.values())
 
 
 def _hold_udf(flag: str) -> Any:
