@@ -308,6 +308,8 @@ class GroupResult:
     events: dict[str, float] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     spark_view: list[tuple[float, int | None, int | None, int | None]] = field(default_factory=list)
+    # the consumers' own COMMIT_BACK and REPLAY lines (devenv.fleet_consumer): (epoch, line)
+    commits_back: list[tuple[float, str]] = field(default_factory=list)
 
     @property
     def delay(self) -> float | None:
@@ -348,7 +350,9 @@ def evaluate(ws: list[Workload], rec: Recorder, p: Params, t_end: float,
         r = GroupResult(w.group, w.kind, w.gtype, w.healthy, w.expect, w.description, changes,
                         expected_alerts=list(w.expected_alerts()), alert_marks=list(w.alert_marks),
                         events=dict(w.events), notes=list(w.notes),
-                        spark_view=list(getattr(w, "spark_view", [])))
+                        spark_view=list(getattr(w, "spark_view", [])),
+                        commits_back=sorted((t, line) for pr in w.procs for t, line in list(pr.lines)
+                                            if line.startswith(("COMMIT_BACK", "REPLAY"))))
         tl = [s for s in rec.timeline.get(w.group, []) if s[0] <= t_end]
         weighted = [(t, min(MAX_SAMPLE_WEIGHT, (tl[i + 1][0] if i + 1 < len(tl) else t_end) - t), st, rs)
                     for i, (t, st, rs) in enumerate(tl)]
@@ -580,6 +584,18 @@ def report(opts: Options, results: list[GroupResult], summary: dict[str, Any], f
             what = "healthy" if r.healthy else f"truth {r.expect}"
             lines.append(f"* {rel(e.start)} s {short(e.group)} ({what}): `{e.status}` for {e.seconds:.0f} s"
                      f"{tag}: {e.reason[:300]}{_spark_then(r, e.start)}")
+        lines.append("")
+    backs = [(t, short(r.group), line) for r in results for t, line in r.commits_back]
+    if backs:
+        lines.append("The consumers' own view of their committed offsets going backwards (COMMIT_BACK "
+                     "partition from to: the broker acknowledged a lower commit after a higher one; "
+                     "REPLAY partition offset acknowledged: records below an acknowledged commit "
+                     "delivered again):")
+        lines.append("")
+        for t, g, line in sorted(backs)[:60]:
+            lines.append(f"* {rel(t)} s {g}: {' '.join(line.split()[:1] + line.split()[2:])}")
+        if len(backs) > 60:
+            lines.append(f"* ... {len(backs) - 60} more")
         lines.append("")
     absent = [(short(r.group), r.absent_seconds) for r in results if r.absent_seconds > 0]
     if absent:

@@ -24,6 +24,12 @@ Prints ``READY <epoch>`` once it has an assignment, ``TURNED <epoch>`` at the mo
 behaviour changes (the ground truth of bench/fleet.py) and ``EXIT <epoch>`` on SIGTERM, after
 closing the consumer (with ``--instance-id`` librdkafka does not leave the group on close:
 static membership, KIP-345).
+
+It also prints what it sees of its own committed offsets going backwards, the fleet's evidence
+for a ``rewind`` nobody planned: ``COMMIT_BACK <epoch> <partition> <from> <to>`` when the
+broker acknowledges a commit lower than one it acknowledged before (the committed offset is
+now lower), and ``REPLAY <epoch> <partition> <offset> <acknowledged>`` when a record below
+an offset already acknowledged as committed is delivered again (records processed twice).
 """
 
 from __future__ import annotations
@@ -73,6 +79,36 @@ def build_conf(args: argparse.Namespace) -> dict[str, Any]:
     return conf
 
 
+class CommitWatch:
+    """Per partition, the highest commit the broker acknowledged, to print COMMIT_BACK and
+    REPLAY (once per episode: until the partition is past it again)."""
+
+    def __init__(self) -> None:
+        self.acked: dict[tuple[str, int], int] = {}
+        self.replaying: set[tuple[str, int]] = set()
+
+    def on_commit(self, err: Any, partitions: list[Any]) -> None:
+        if err is not None:
+            return
+        for tp in partitions:
+            if tp.error is not None or tp.offset < 0:
+                continue
+            key = (tp.topic, tp.partition)
+            before = self.acked.get(key, -1)
+            if tp.offset < before:
+                say("COMMIT_BACK", time.time(), tp.partition, before, tp.offset)
+            self.acked[key] = tp.offset  # the broker holds the latest acknowledged one
+
+    def consumed(self, topic: str, partition: int, offset: int) -> None:
+        key = (topic, partition)
+        acked = self.acked.get(key, -1)
+        if offset < acked and key not in self.replaying:
+            self.replaying.add(key)
+            say("REPLAY", time.time(), partition, offset, acked)
+        elif offset >= acked:
+            self.replaying.discard(key)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m devenv.fleet_consumer")
     ap.add_argument("--bootstrap", required=True)
@@ -97,6 +133,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     conf = build_conf(args)
+    watch = CommitWatch()
+    conf["on_commit"] = watch.on_commit
     if args.instrument:
         from lagwatch_client import InstrumentedConsumer
         consumer: Consumer = InstrumentedConsumer(conf, report_interval=args.report_interval)
@@ -135,6 +173,7 @@ def main(argv: list[str] | None = None) -> int:
             say("READY", time.time())
         if msg is None or msg.error():
             continue
+        watch.consumed(msg.topic(), msg.partition(), msg.offset())
         if bad and args.behaviour == "slow":
             time.sleep(args.delay)
             with contextlib.suppress(KafkaException):

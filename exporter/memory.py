@@ -18,6 +18,10 @@ from exporter.status import Status
 from exporter.view import GroupView
 
 REWIND_HOLD_CYCLES = 5  # a rewind is reported this many cycles so that scrapes see it
+# How late a member's commit can land: a client retries a commit for up to its request
+# timeout, 60 s by default in librdkafka (socket.timeout.ms) and in the Java client
+# (default.api.timeout.ms). A backward move within that is a late commit, not a rewind.
+LATE_COMMIT_WINDOW = 60.0
 STOPPED_AFTER_CYCLES = 2  # a coordinator failover can show a group empty for one cycle
 MAX_JOINS = 64
 
@@ -39,7 +43,8 @@ class PartitionMemory:
     """Per partition of a group. Slotted and tuple-based: 100k of these must stay small."""
 
     __slots__ = ("committed", "changed_at", "freeze_hw", "tail_from", "quiet_at", "flow_at", "new_data_at",
-                 "lag_since", "run", "lagging", "rewind_until", "rewind_from", "unowned")
+                 "lag_since", "run", "lagging", "rewind_until", "rewind_from", "unowned",
+                 "floor", "floor_next", "floor_at")
 
     def __init__(self, committed: int, now: float) -> None:
         self.committed = committed
@@ -55,6 +60,12 @@ class PartitionMemory:
         self.rewind_until = 0.0
         self.rewind_from: int | None = None  # committed before a backward move not yet confirmed
         self.unowned = 0  # consecutive cycles nobody owned the partition
+        # The committed offset one to two LATE_COMMIT_WINDOWs ago (floor), and the one a
+        # window ago that becomes it at floor_at + LATE_COMMIT_WINDOW: what a late commit of a
+        # member can land on.
+        self.floor = committed
+        self.floor_next = committed
+        self.floor_at = now
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -82,6 +93,7 @@ class Observation:
     next_rewind_until: float
     next_rewind_from: int | None
     next_unowned: int
+    next_floor: tuple[int, int, float]  # floor, floor_next, floor_at
 
 
 def extend_run(run: Run | None, now: float, committed: int, lag_s: float | None,
@@ -172,8 +184,17 @@ def observe(mem: PartitionMemory, committed: int, hw: int | None, lag_off: int |
     # A backward move is a rewind once the next sample is still below where it was: when a
     # partition moves between members, a commit of the old owner can land after the new
     # owner's (KIP-848 scale-out) and the next commit jumps past it; an offset reset stays.
+    # Nor is it one when a member owns the partition and the offset lands no lower than it
+    # stood a LATE_COMMIT_WINDOW or more ago: a commit retried after a newer one succeeded
+    # (KIP-848 groups under a slow coordinator: the broker acknowledged 227, then 177, and
+    # no record was delivered again). An offset reset needs an empty group (the tools
+    # refuse otherwise) and a consumer seeking back goes further than a minute.
+    floor, floor_next, floor_at = mem.floor, mem.floor_next, mem.floor_at
+    if now - floor_at >= LATE_COMMIT_WINDOW:
+        floor, floor_next, floor_at = floor_next, mem.committed, now
+    late_commit = rewound and owned and committed >= floor
     rewind_until, rewind_from = mem.rewind_until, None
-    if rewound:
+    if rewound and not late_commit:
         rewind_from = max(mem.committed, mem.rewind_from or mem.committed)
     elif mem.rewind_from is not None and committed < mem.rewind_from:
         rewind_until = now + REWIND_HOLD_CYCLES * interval
@@ -215,7 +236,7 @@ def observe(mem: PartitionMemory, committed: int, hw: int | None, lag_off: int |
         next_quiet_at=quiet_at, next_flow_at=flow_at, next_tail_from=tail_from, next_new_data_at=new_data_at,
         next_lag_since=lag_since,
         next_run=run, next_lagging=next_lagging, next_rewind_until=rewind_until, next_rewind_from=rewind_from,
-        next_unowned=unowned)
+        next_unowned=unowned, next_floor=(floor, floor_next, floor_at))
 
 
 def remember(mem: PartitionMemory, committed: int, obs: Observation, status: Status) -> None:
@@ -233,6 +254,7 @@ def remember(mem: PartitionMemory, committed: int, obs: Observation, status: Sta
     mem.rewind_until = obs.next_rewind_until
     mem.rewind_from = obs.next_rewind_from
     mem.unowned = obs.next_unowned
+    mem.floor, mem.floor_next, mem.floor_at = obs.next_floor
     mem.lagging = obs.next_lagging and status in (Status.OK, Status.LAGGING)
 
 

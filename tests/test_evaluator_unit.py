@@ -147,6 +147,27 @@ def test_a_stale_commit_overtaken_at_the_next_sample_is_no_rewind() -> None:
     assert got == ["ok"] * 4
 
 
+def test_a_members_commit_landing_late_is_no_rewind() -> None:
+    """The fleet's KIP-848 groups under a slow coordinator: the broker acknowledged a
+    member's commit of 177 after its commit of 227, and the later commits climbed back
+    through the retried ones; no record was delivered twice (the consumer's own log)."""
+    ev = Evaluator("c", TH, interval=10)
+    got = _run(ev, [(100, 110, (MEMBER,)), (150, 160, (MEMBER,)), (200, 210, (MEMBER,)),
+                    (227, 260, (MEMBER,)), (177, 300, (MEMBER,)), (190, 330, (MEMBER,)),
+                    (215, 350, (MEMBER,)), (260, 370, (MEMBER,)), (380, 390, (MEMBER,))])
+    assert got == ["ok"] * 9
+
+
+def test_a_member_seeking_back_further_than_a_minute_is_rewind() -> None:
+    """A consumer that seeks back and commits there, below where its group stood a minute
+    and more ago, rewinds even though it owns the partition."""
+    ev = Evaluator("c", TH, interval=10)
+    steps = [(100 * i, 100 * i + 10, (MEMBER,)) for i in range(15)]  # 140 s of commits
+    steps += [(450, 1500, (MEMBER,)), (460, 1510, (MEMBER,)), (470, 1520, (MEMBER,))]
+    got = _run(ev, steps)
+    assert got[:16] == ["ok"] * 16 and got[16:] == ["rewind"] * 2
+
+
 def test_slow_consumer_is_lagging_when_lag_grows_while_committing() -> None:
     ev = Evaluator("c", TH, interval=1)
     got = []
