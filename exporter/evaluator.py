@@ -249,7 +249,8 @@ class Evaluator:
         lag_off = None if hw is None else max(0, hw - consumed)
         lag_s = None if lag_off is None else self._lag_seconds(tp, consumed, hw, lag_off, exact_ts, now)
         obs = observe(mem, progress, hw, lag_off, lag_s, owned, now, self.interval, self.th.lag_seconds,
-                      self.th.stall_after, st.queue_progress_at if g.type == "share" else None)
+                      self.th.stall_after, st.queue_progress_at if g.type == "share" else None,
+                      owner.member_id if owner is not None else None)
         facts = PartitionFacts(
             topic=tp[0], partition=tp[1], committed=committed, hw=hw, lag_offsets=lag_off,
             lag_seconds=lag_s, stalled_seconds=obs.stalled_seconds,

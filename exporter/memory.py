@@ -44,7 +44,7 @@ class PartitionMemory:
 
     __slots__ = ("committed", "changed_at", "freeze_hw", "tail_from", "quiet_at", "flow_at", "new_data_at",
                  "lag_since", "run", "lagging", "rewind_until", "rewind_from", "unowned",
-                 "floor", "floor_next", "floor_at")
+                 "floor", "floor_next", "floor_at", "owner")
 
     def __init__(self, committed: int, now: float) -> None:
         self.committed = committed
@@ -62,10 +62,12 @@ class PartitionMemory:
         self.unowned = 0  # consecutive cycles nobody owned the partition
         # The committed offset one to two LATE_COMMIT_WINDOWs ago (floor), and the one a
         # window ago that becomes it at floor_at + LATE_COMMIT_WINDOW: what a late commit of a
-        # member can land on.
-        self.floor = committed
+        # member can land on. In the first window anything can (-1): a commit made before
+        # lagwatch first saw the partition can still land.
+        self.floor = -1
         self.floor_next = committed
         self.floor_at = now
+        self.owner: str | None = None  # member id of the last known owner
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -94,6 +96,7 @@ class Observation:
     next_rewind_from: int | None
     next_unowned: int
     next_floor: tuple[int, int, float]  # floor, floor_next, floor_at
+    next_owner: str | None
 
 
 def extend_run(run: Run | None, now: float, committed: int, lag_s: float | None,
@@ -124,7 +127,8 @@ def lag_trend(was_lagging: bool, run: Run, prev: Run | None, lag_s: float,
     a quarter of the time elapsed or more *and* by more than the noise of a consumer
     keeping up: lag seconds read at commits wander by up to one commit gap plus one
     sampling interval (the interpolation's resolution), so growth within that is no
-    evidence. Once lagging it stays so until, from one commit to the next, the lag shrinks
+    evidence. A partition that changed owner starts a new run (see :func:`observe`).
+    Once lagging it stays so until, from one commit to the next, the lag shrinks
     or no record arrived, or until the lag falls within one interval (a ``read_committed``
     consumer left one transaction marker behind)."""
     if lag_s > lag_threshold:
@@ -142,10 +146,11 @@ def lag_trend(was_lagging: bool, run: Run, prev: Run | None, lag_s: float,
 def observe(mem: PartitionMemory, committed: int, hw: int | None, lag_off: int | None,
             lag_s: float | None, owned: bool, now: float, interval: float,
             lag_threshold: float, stall_after: float,
-            queue_progress_at: float | None = None) -> Observation:
+            queue_progress_at: float | None = None, owner: str | None = None) -> Observation:
     """Pure: this cycle's derived values and the memory the next cycle will need.
     ``queue_progress_at`` (share groups): when the group last progressed on any partition,
-    which restarts this partition's stall clock too (see ``GroupMemory.queue_progress_at``)."""
+    which restarts this partition's stall clock too (see ``GroupMemory.queue_progress_at``).
+    ``owner``: the member id owning the partition, when known."""
     rewound = committed < mem.committed
     moved = committed != mem.committed
     changed_at = now if moved else mem.changed_at
@@ -163,6 +168,10 @@ def observe(mem: PartitionMemory, committed: int, hw: int | None, lag_off: int |
     # pause plus its commit gap behind when they resume, well within ``stall_after``.
     if moved or mem.freeze_hw is None:
         freeze_hw, quiet_at, flow_at, tail_from, new_data_at = hw, now, now, None, None
+        if moved and _arrived(mem.freeze_hw, hw):
+            # Records were arriving as the consumer committed: more of them after a short
+            # pause (a clumpy producer) are the same burst's tail, not fresh records.
+            tail_from = now
     else:
         freeze_hw, quiet_at, flow_at, tail_from, new_data_at = (
             mem.freeze_hw, mem.quiet_at, mem.flow_at, mem.tail_from, mem.new_data_at)
@@ -210,8 +219,13 @@ def observe(mem: PartitionMemory, committed: int, hw: int | None, lag_off: int |
     stalled_s = (now - max(changed_at, lag_since, queue_progress_at or changed_at)
                  if lag_since is not None else 0.0)
     # The lag trend is judged at commits: a consumer that commits every few cycles (in
-    # batches, or a share group acknowledging in steps) is compared commit to commit.
-    run = extend_run(mem.run, now, committed, lag_s, hw) if moved or mem.run is None else mem.run
+    # batches, or a share group acknowledging in steps) is compared commit to commit, and
+    # by one owner: a partition's new owner re-reads what the old one read but had not
+    # committed, and its first commits carry that tail's age (a group scaling in, on a
+    # quiet topic, read `lagging` for a cycle): it is catching up, not falling behind.
+    new_owner = owner is not None and mem.owner is not None and owner != mem.owner
+    prev_run = None if new_owner else mem.run
+    run = extend_run(prev_run, now, committed, lag_s, hw) if moved or prev_run is None else prev_run
     unowned = 0 if owned else mem.unowned + 1
 
     was_lagging = mem.lagging and not rewound
@@ -220,13 +234,12 @@ def observe(mem: PartitionMemory, committed: int, hw: int | None, lag_off: int |
     elif lag_off == 0 or lag_s is None:
         now_lagging = False
         next_lagging = False if lag_off == 0 else was_lagging
-    elif moved or mem.run is None or lag_s > lag_threshold:
-        now_lagging = next_lagging = lag_trend(was_lagging, run, mem.run, lag_s, lag_threshold,
+    elif moved or prev_run is None or lag_s > lag_threshold:
+        now_lagging = next_lagging = lag_trend(was_lagging, run, prev_run, lag_s, lag_threshold,
                                                interval)
     else:  # no commit this cycle: the trend stands until the next one, unless no record
         # arrived since the last (a lag that only ages is not growing)
-        now_lagging = next_lagging = was_lagging and (
-            mem.run is None or _arrived(mem.run.hw, hw, unknown=True))
+        now_lagging = next_lagging = was_lagging and _arrived(prev_run.hw, hw, unknown=True)
     return Observation(
         rewinding=now < rewind_until, rewind_pending=rewind_from is not None, stalled_seconds=stalled_s,
         frozen_seconds=now - changed_at,
@@ -236,7 +249,8 @@ def observe(mem: PartitionMemory, committed: int, hw: int | None, lag_off: int |
         next_quiet_at=quiet_at, next_flow_at=flow_at, next_tail_from=tail_from, next_new_data_at=new_data_at,
         next_lag_since=lag_since,
         next_run=run, next_lagging=next_lagging, next_rewind_until=rewind_until, next_rewind_from=rewind_from,
-        next_unowned=unowned, next_floor=(floor, floor_next, floor_at))
+        next_unowned=unowned, next_floor=(floor, floor_next, floor_at),
+        next_owner=owner if owner is not None else mem.owner)
 
 
 def remember(mem: PartitionMemory, committed: int, obs: Observation, status: Status) -> None:
@@ -255,6 +269,7 @@ def remember(mem: PartitionMemory, committed: int, obs: Observation, status: Sta
     mem.rewind_from = obs.next_rewind_from
     mem.unowned = obs.next_unowned
     mem.floor, mem.floor_next, mem.floor_at = obs.next_floor
+    mem.owner = obs.next_owner
     mem.lagging = obs.next_lagging and status in (Status.OK, Status.LAGGING)
 
 

@@ -168,6 +168,56 @@ def test_a_member_seeking_back_further_than_a_minute_is_rewind() -> None:
     assert got[:16] == ["ok"] * 16 and got[16:] == ["rewind"] * 2
 
 
+OTHER = Member(member_id="m-2", client_id="billing-8", host="/10.0.0.6", assignment=(TP,))
+
+
+def _every_3s(steps: list[tuple[int, int, Member]]) -> list[str]:
+    """Statuses of (committed, HW, owner) samples taken every 3 s (the fleet's interval)."""
+    ev = Evaluator("c", Thresholds(stall_after=30, livelock_after=30, lag_seconds=600, window=600,
+                                   report_stale_after=30), interval=3)
+    return [ev.evaluate(_snap(T0 + 3 * i, c, hw, (m,))).groups["g"].status
+            for i, (c, hw, m) in enumerate(steps)]
+
+
+def test_a_new_owner_committing_the_old_owners_tail_is_not_lagging() -> None:
+    """A group scaling in on a quiet topic (the fleet's coop-scale-tail read `lagging` for
+    one cycle): the old owner read a burst and committed in batches, leaving its tail
+    uncommitted; the new owner re-reads it and commits part of it 40 s later, at that old
+    tail's age. Lag seconds grew from commit to commit, but across two consumers."""
+    steps = [(0, 0, MEMBER), (1, 17, MEMBER), (1, 41, MEMBER), (1, 65, MEMBER), (42, 65, MEMBER)]
+    steps += [(42, 69, MEMBER)] * 11 + [(42, 69, OTHER)] + [(58, 69, OTHER)] * 4
+    assert _every_3s(steps) == ["ok"] * len(steps)
+
+
+def test_a_clumpy_producers_last_clump_after_a_commit_is_a_tail_not_new_data() -> None:
+    """Records were arriving as the consumer committed (HW 53 -> 63), one cycle passed
+    without records, then the burst's last clump (HW 93): the consumer read it and commits
+    with the next records. A pause of one cycle inside a burst is not the end of one."""
+    steps = [(0, 0, MEMBER), (1, 11, MEMBER), (1, 53, MEMBER), (54, 63, MEMBER), (54, 63, MEMBER)]
+    steps += [(54, 93, MEMBER)] * 25
+    assert _every_3s(steps) == ["ok"] * len(steps)
+
+
+def test_a_stuck_consumer_is_stalled_through_a_clumpy_producers_pauses() -> None:
+    """The same picture with the clumps still coming (pauses of one cycle): stalled once the
+    records have kept coming for stall_after after the commit."""
+    steps = [(0, 0, MEMBER), (1, 11, MEMBER), (1, 53, MEMBER), (54, 63, MEMBER)]
+    hw = 63
+    for i in range(16):
+        hw += 20 if i % 2 else 0  # a clump every other cycle
+        steps.append((54, hw, MEMBER))
+    got = _every_3s(steps)
+    assert got[:12] == ["ok"] * 12 and got[-4:] == ["stalled"] * 4, got
+
+
+def test_a_members_first_commit_landing_late_in_lagwatchs_first_minute_is_no_rewind() -> None:
+    """The fleet's KIP-848 start: lagwatch first saw the partition at 150; 15 s later the
+    broker acknowledged the member's very first commit (1) after its later ones."""
+    steps = [(150, 200, MEMBER), (170, 210, MEMBER), (176, 220, MEMBER), (1, 230, MEMBER),
+             (158, 240, MEMBER), (200, 250, MEMBER), (240, 260, MEMBER)]
+    assert _every_3s(steps) == ["ok"] * len(steps)
+
+
 def test_slow_consumer_is_lagging_when_lag_grows_while_committing() -> None:
     ev = Evaluator("c", TH, interval=1)
     got = []
