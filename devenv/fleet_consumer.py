@@ -20,7 +20,8 @@ whichever comes first, but only when a record arrives (so the tail of a burst st
 uncommitted until the next records: the README's bursty consumer); ``--commit auto`` is
 librdkafka's auto-commit every ``--auto-commit-ms``.
 
-Prints ``READY <epoch>`` once it has an assignment, ``TURNED <epoch>`` at the moment its
+Prints ``READY <epoch>`` once it has an assignment, ``CAUGHT_UP <epoch>`` once it read a record
+less than ``CAUGHT_UP_AGE`` seconds old (its start backlog behind it), ``TURNED <epoch>`` at the moment its
 behaviour changes (the ground truth of bench/fleet.py) and ``EXIT <epoch>`` on SIGTERM, after
 closing the consumer (with ``--instance-id`` librdkafka does not leave the group on close:
 static membership, KIP-345).
@@ -44,6 +45,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaException
 
 BEHAVIOURS = ("healthy", "slow", "nocommit", "wedge", "maxpoll")
+CAUGHT_UP_AGE = 2.0  # seconds: producers and consumers share this machine's clock
 
 
 def say(*words: object) -> None:
@@ -156,6 +158,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGUSR1, turn)
     consumer.subscribe(args.topic.split(","))
     ready = False
+    caught_up = False
     bad = False
     pending = 0  # records not committed yet (batch mode)
     last_commit = time.monotonic()
@@ -174,6 +177,11 @@ def main(argv: list[str] | None = None) -> int:
         if msg is None or msg.error():
             continue
         watch.consumed(msg.topic(), msg.partition(), msg.offset())
+        if not caught_up:
+            _kind, ts_ms = msg.timestamp()
+            if ts_ms > 0 and time.time() - ts_ms / 1000 < CAUGHT_UP_AGE:
+                caught_up = True
+                say("CAUGHT_UP", time.time())
         if bad and args.behaviour == "slow":
             time.sleep(args.delay)
             with contextlib.suppress(KafkaException):
