@@ -57,6 +57,7 @@ from typing import Any
 import yaml
 
 from devenv import fleet_workloads
+from devenv.fleet_consumer import COMMIT_EVIDENCE
 from devenv.fleet_workloads import (
     Change,
     Ctx,
@@ -352,7 +353,7 @@ def evaluate(ws: list[Workload], rec: Recorder, p: Params, t_end: float,
                         events=dict(w.events), notes=list(w.notes),
                         spark_view=list(getattr(w, "spark_view", [])),
                         commits_back=sorted((t, line) for pr in w.procs for t, line in list(pr.lines)
-                                            if line.startswith(("COMMIT_BACK", "REPLAY"))))
+                                            if line.startswith(COMMIT_EVIDENCE)))
         tl = [s for s in rec.timeline.get(w.group, []) if s[0] <= t_end]
         weighted = [(t, min(MAX_SAMPLE_WEIGHT, (tl[i + 1][0] if i + 1 < len(tl) else t_end) - t), st, rs)
                     for i, (t, st, rs) in enumerate(tl)]
@@ -593,7 +594,8 @@ def report(opts: Options, results: list[GroupResult], summary: dict[str, Any], f
                      "delivered again):")
         lines.append("")
         for t, g, line in sorted(backs)[:60]:
-            lines.append(f"* {rel(t)} s {g}: {' '.join(line.split()[:1] + line.split()[2:])}")
+            word, _epoch, *rest = line.split()
+            lines.append(f"* {rel(t)} s {g}: {' '.join([word, *rest])}")
         if len(backs) > 60:
             lines.append(f"* ... {len(backs) - 60} more")
         lines.append("")

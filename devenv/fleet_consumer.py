@@ -46,6 +46,7 @@ from confluent_kafka import Consumer, KafkaException
 
 BEHAVIOURS = ("healthy", "slow", "nocommit", "wedge", "maxpoll")
 CAUGHT_UP_AGE = 2.0  # seconds: producers and consumers share this machine's clock
+COMMIT_EVIDENCE = ("COMMIT_BACK", "REPLAY")  # the lines bench/fleet.py reports
 
 
 def say(*words: object) -> None:

@@ -44,7 +44,7 @@ class PartitionMemory:
 
     __slots__ = ("committed", "changed_at", "freeze_hw", "tail_from", "quiet_at", "flow_at", "new_data_at",
                  "lag_since", "run", "lagging", "rewind_until", "rewind_from", "unowned",
-                 "floor", "floor_next", "floor_at", "owner")
+                 "floor", "owner")
 
     def __init__(self, committed: int, now: float) -> None:
         self.committed = committed
@@ -60,13 +60,11 @@ class PartitionMemory:
         self.rewind_until = 0.0
         self.rewind_from: int | None = None  # committed before a backward move not yet confirmed
         self.unowned = 0  # consecutive cycles nobody owned the partition
-        # The committed offset one to two LATE_COMMIT_WINDOWs ago (floor), and the one a
-        # window ago that becomes it at floor_at + LATE_COMMIT_WINDOW: what a late commit of a
-        # member can land on. In the first window anything can (-1): a commit made before
-        # lagwatch first saw the partition can still land.
-        self.floor = -1
-        self.floor_next = committed
-        self.floor_at = now
+        # (floor, next, at): the committed offset one to two LATE_COMMIT_WINDOWs ago, and the
+        # one a window ago that becomes it at ``at`` + LATE_COMMIT_WINDOW: what a late commit
+        # of a member can land on. In the first window anything can (-1): a commit made
+        # before lagwatch first saw the partition can still land.
+        self.floor: tuple[int, int, float] = (-1, committed, now)
         self.owner: str | None = None  # member id of the last known owner
 
 
@@ -198,7 +196,7 @@ def observe(mem: PartitionMemory, committed: int, hw: int | None, lag_off: int |
     # (KIP-848 groups under a slow coordinator: the broker acknowledged 227, then 177, and
     # no record was delivered again). An offset reset needs an empty group (the tools
     # refuse otherwise) and a consumer seeking back goes further than a minute.
-    floor, floor_next, floor_at = mem.floor, mem.floor_next, mem.floor_at
+    floor, floor_next, floor_at = mem.floor
     if now - floor_at >= LATE_COMMIT_WINDOW:
         floor, floor_next, floor_at = floor_next, mem.committed, now
     late_commit = rewound and owned and committed >= floor
@@ -268,7 +266,7 @@ def remember(mem: PartitionMemory, committed: int, obs: Observation, status: Sta
     mem.rewind_until = obs.next_rewind_until
     mem.rewind_from = obs.next_rewind_from
     mem.unowned = obs.next_unowned
-    mem.floor, mem.floor_next, mem.floor_at = obs.next_floor
+    mem.floor = obs.next_floor
     mem.owner = obs.next_owner
     mem.lagging = obs.next_lagging and status in (Status.OK, Status.LAGGING)
 
