@@ -44,7 +44,7 @@ class PartitionMemory:
 
     __slots__ = ("committed", "changed_at", "freeze_hw", "tail_from", "quiet_at", "flow_at", "new_data_at",
                  "lag_since", "run", "lagging", "rewind_until", "rewind_from", "unowned",
-                 "floor", "owner")
+                 "floor", "owner", "arrived_at")
 
     def __init__(self, committed: int, now: float) -> None:
         self.committed = committed
@@ -66,6 +66,7 @@ class PartitionMemory:
         # before lagwatch first saw the partition can still land.
         self.floor: tuple[int, int, float] = (-1, committed, now)
         self.owner: str | None = None  # member id of the last known owner
+        self.arrived_at = now  # last sample whose HW was above the one before
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -95,6 +96,7 @@ class Observation:
     next_unowned: int
     next_floor: tuple[int, int, float]  # floor, floor_next, floor_at
     next_owner: str | None
+    next_arrived_at: float
 
 
 def extend_run(run: Run | None, now: float, committed: int, lag_s: float | None,
@@ -118,7 +120,7 @@ def _arrived(before: int | None, hw: int | None, unknown: bool = False) -> bool:
 
 
 def lag_trend(was_lagging: bool, run: Run, prev: Run | None, lag_s: float,
-              lag_threshold: float, interval: float) -> bool:
+              lag_threshold: float, interval: float, quiet: bool = False) -> bool:
     """Lagging when lag seconds exceed the threshold, or when lag seconds grew at each of
     the last two commits or more while records arrived (the run, judged at commits so
     batch committers and share groups acknowledging in steps compare like with like), by
@@ -126,19 +128,31 @@ def lag_trend(was_lagging: bool, run: Run, prev: Run | None, lag_s: float,
     keeping up: lag seconds read at commits wander by up to one commit gap plus one
     sampling interval (the interpolation's resolution), so growth within that is no
     evidence. A partition that changed owner starts a new run (see :func:`observe`).
-    Once lagging it stays so until, from one commit to the next, the lag shrinks
-    or no record arrived, or until the lag falls within one interval (a ``read_committed``
-    consumer left one transaction marker behind)."""
+
+    Once lagging it stays so until, from one commit to the next, the lag shrinks in
+    seconds *and* in offsets (catching up shrinks both), until no record has arrived for
+    half of ``stall_after`` (``quiet``: the lag only ages), or until the lag falls within
+    one interval (a ``read_committed`` consumer left one transaction marker behind). One
+    measure alone is not enough: a producer's pause of a cycle shrinks the offsets while
+    the seconds grow, and the consumer reading past that pause later shrinks the seconds
+    while the offsets grow; either ended a slow consumer's `lagging` for three cycles."""
     if lag_s > lag_threshold:
         return True
     if was_lagging:
-        if prev is None or prev.lag_s is None:
-            return lag_s > interval
-        return lag_s > interval and lag_s >= prev.lag_s and _arrived(prev.hw, run.hw, unknown=True)
+        if lag_s <= interval or quiet:
+            return False
+        return prev is None or prev.lag_s is None or not (
+            lag_s < prev.lag_s and _behind(run) < _behind(prev))
     if run.n < 3 or run.l0 is None or run.lag_s is None:
         return False
     growth = run.lag_s - run.l0
     return growth >= 0.25 * (run.t_last - run.t0) and growth > run.gap + interval
+
+
+def _behind(run: Run) -> float:
+    """Offsets between the run's last commit and the HW then (unknown HW: infinitely far,
+    so an unknown lag never counts as shrinking)."""
+    return float("inf") if run.hw is None else run.hw - run.committed
 
 
 def observe(mem: PartitionMemory, committed: int, hw: int | None, lag_off: int | None,
@@ -222,6 +236,8 @@ def observe(mem: PartitionMemory, committed: int, hw: int | None, lag_off: int |
     # committed, and its first commits carry that tail's age (a group scaling in, on a
     # quiet topic, read `lagging` for a cycle): it is catching up, not falling behind.
     new_owner = owner is not None and mem.owner is not None and owner != mem.owner
+    arrived_at = now if _arrived(mem.freeze_hw, hw) else mem.arrived_at
+    quiet = now - arrived_at >= stall_after / 2
     prev_run = None if new_owner else mem.run
     run = extend_run(prev_run, now, committed, lag_s, hw) if moved or prev_run is None else prev_run
     unowned = 0 if owned else mem.unowned + 1
@@ -234,10 +250,10 @@ def observe(mem: PartitionMemory, committed: int, hw: int | None, lag_off: int |
         next_lagging = False if lag_off == 0 else was_lagging
     elif moved or prev_run is None or lag_s > lag_threshold:
         now_lagging = next_lagging = lag_trend(was_lagging, run, prev_run, lag_s, lag_threshold,
-                                               interval)
+                                               interval, quiet)
     else:  # no commit this cycle: the trend stands until the next one, unless no record
-        # arrived since the last (a lag that only ages is not growing)
-        now_lagging = next_lagging = was_lagging and _arrived(prev_run.hw, hw, unknown=True)
+        # arrived for a while (a lag that only ages is not growing)
+        now_lagging = next_lagging = was_lagging and not quiet
     return Observation(
         rewinding=now < rewind_until, rewind_pending=rewind_from is not None, stalled_seconds=stalled_s,
         frozen_seconds=now - changed_at,
@@ -248,7 +264,7 @@ def observe(mem: PartitionMemory, committed: int, hw: int | None, lag_off: int |
         next_lag_since=lag_since,
         next_run=run, next_lagging=next_lagging, next_rewind_until=rewind_until, next_rewind_from=rewind_from,
         next_unowned=unowned, next_floor=(floor, floor_next, floor_at),
-        next_owner=owner if owner is not None else mem.owner)
+        next_owner=owner if owner is not None else mem.owner, next_arrived_at=arrived_at)
 
 
 def remember(mem: PartitionMemory, committed: int, obs: Observation, status: Status) -> None:
@@ -268,6 +284,7 @@ def remember(mem: PartitionMemory, committed: int, obs: Observation, status: Sta
     mem.unowned = obs.next_unowned
     mem.floor = obs.next_floor
     mem.owner = obs.next_owner
+    mem.arrived_at = obs.next_arrived_at
     mem.lagging = obs.next_lagging and status in (Status.OK, Status.LAGGING)
 
 

@@ -229,13 +229,51 @@ def test_slow_consumer_is_lagging_when_lag_grows_while_committing() -> None:
 
 
 def test_lagging_ends_when_records_stop_arriving() -> None:
-    """A lag that only ages (no record arrived since the last commit) is not growing."""
+    """A lag that only ages (no record arrived for half of stall_after) is not growing."""
     ev = Evaluator("c", TH, interval=1)
     got = [ev.evaluate(_snap(T0 + i, 20 * i, 100 * i + 100, (MEMBER,))).groups["g"].status
            for i in range(8)]
     assert got[-1] == "lagging"
-    got = [ev.evaluate(_snap(T0 + i, 140, 800, (MEMBER,))).groups["g"].status for i in range(8, 10)]
-    assert got == ["ok", "ok"], got
+    got = [ev.evaluate(_snap(T0 + i, 140, 800, (MEMBER,))).groups["g"].status for i in range(8, 26)]
+    # the last record arrived at 7 s: still lagging up to 21 s, ok from 22 s (15 s quiet)
+    assert got == ["lagging"] * 14 + ["ok"] * 4, got
+
+
+def _slow_consumer(pauses: set[int], cycles: int) -> list[str]:
+    """A consumer reading 4 records/s of 20/s, committing every record, sampled every
+    second; the producer pauses at the given cycles (stall_after 8 s, as in the tests)."""
+    ev = Evaluator("c", Thresholds(stall_after=8, livelock_after=8, lag_seconds=600, window=300,
+                                   report_stale_after=30), interval=1)
+    hw, out = 0, []
+    for i in range(cycles):
+        hw += 0 if i in pauses else 20
+        out.append(ev.evaluate(_snap(T0 + i, 4 * i, hw, (MEMBER,))).groups["g"].status)
+    return out
+
+
+def test_a_slow_consumer_stays_lagging_through_a_producers_pause() -> None:
+    """The scenario test's slow consumer read `ok` for 3 s under a loaded machine: a
+    producer's pause of one or two cycles shrank the offsets (ending `lagging` at once),
+    and 80 s later reading past that pause shrank the lag seconds (ending it again)."""
+    got = _slow_consumer({20, 21}, 110)
+    assert got[:3] == ["ok"] * 3 and got[3:] == ["lagging"] * 107, \
+        [i for i, s in enumerate(got) if s != "lagging"]
+
+
+def test_lagging_ends_once_the_producer_paused_for_half_of_stall_after() -> None:
+    got = _slow_consumer(set(range(20, 25)), 30)
+    assert got[3:23] == ["lagging"] * 20 and got[23] == "ok", got  # quiet since 19 s
+
+
+def test_lagging_ends_when_the_consumer_catches_up() -> None:
+    """Faster than the producer: the lag shrinks in seconds and in offsets."""
+    ev = Evaluator("c", Thresholds(stall_after=8, livelock_after=8, lag_seconds=600, window=300,
+                                   report_stale_after=30), interval=1)
+    got, committed = [], 0
+    for i in range(40):
+        committed += 4 if i < 20 else 40
+        got.append(ev.evaluate(_snap(T0 + i, committed, 20 * (i + 1), (MEMBER,))).groups["g"].status)
+    assert got[19] == "lagging" and got[20] == "ok", got
 
 
 def test_spark_hung_batch_is_livelocked_and_terminated_query_stopped() -> None:

@@ -175,10 +175,12 @@ TREND_ROWS = [
      False),
     ("sticky while the lag does not shrink", True,
      ((0, 10, 5.0, 20), (1, 11, 6.0, 30), (2, 12, 6.0, 40)), True),
-    ("sticky ends when the lag shrinks", True,
-     ((0, 10, 5.0, 20), (1, 11, 6.0, 30), (2, 20, 2.0, 40)), False),
-    ("sticky ends when no record arrived between two commits", True,
-     ((0, 10, 5.0, 20), (1, 11, 6.0, 30), (2, 12, 7.0, 30)), False),
+    ("sticky ends when the lag shrinks in seconds and in offsets", True,
+     ((0, 10, 5.0, 20), (1, 11, 6.0, 30), (2, 20, 2.0, 25)), False),
+    ("sticky while only the offsets shrink (a producer's pause)", True,
+     ((0, 10, 5.0, 20), (1, 11, 6.0, 30), (2, 12, 7.0, 30)), True),
+    ("sticky while only the seconds shrink (reading past a producer's pause)", True,
+     ((0, 10, 5.0, 20), (1, 11, 6.0, 30), (2, 12, 4.0, 40)), True),
     ("sticky ends within one interval (a transaction marker left behind)", True,
      ((0, 10, 5.0, 20), (1, 11, 6.0, 30), (2, 12, 0.0, 40)), False),
     ("first cycles: not enough commits", False, ((0, 10, 5.0, 20),), False),
@@ -194,6 +196,13 @@ def test_lag_trend(what: str, was: bool, commits: tuple, expected: bool) -> None
         run = extend_run(run, t, c, lag_s, hw)
     assert run is not None
     assert lag_trend(was, run, prev, commits[-1][2], 3600, 1.0) is expected
+
+
+def test_lag_trend_ends_when_records_stopped_arriving_for_a_while() -> None:
+    prev = extend_run(None, 0, 10, 5.0, 20)
+    run = extend_run(prev, 1, 11, 6.0, 20)
+    assert lag_trend(True, run, prev, 6.0, 3600, 1.0, quiet=False) is True
+    assert lag_trend(True, run, prev, 6.0, 3600, 1.0, quiet=True) is False
 
 
 # -- edge rows over several cycles, through the evaluator -----------------------------

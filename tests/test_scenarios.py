@@ -112,9 +112,10 @@ def test_slow_consumer_becomes_lagging_within_four_cycles(world: dict[str, Any])
     # (SLACK as for the other 1-s-cycle bounds: 6.4 s once in a full fresh-clone run)
     assert t_lag - first_seen <= 4 * INTERVAL + SLACK, \
         f"{t_lag - first_seen:.1f}s" + _timing(world, sc.group, ready)
-    # Lagging ends at the first commit whose lag seconds did not grow; under load the
-    # interpolated lag can dip for one cycle (seen once in a full fresh-clone run), so the
-    # API is read at a cycle that says lagging, within two cycles.
+    # Lagging is sticky through a producer's pause: before lag_trend's hysteresis, a pause
+    # of the Workload thread for a cycle under load ended it for 3 cycles (the likely cause
+    # of the API reading ok here in two full fresh-clone runs); the API is read at a cycle
+    # that says lagging, within two cycles.
     doc = wait_for(lambda: (d := _api_status(world, sc.group))["status"] == "lagging" and d,
                    2 * INTERVAL + 1, "the API to say lagging")
     assert "lag growing" in doc["reasons"][0] and sc.topic in doc["reasons"][0]
