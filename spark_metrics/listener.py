@@ -15,6 +15,14 @@ no trigger active means no batch running (a query waiting for a long trigger
 interval is not "stuck"), and a batch that became active is dated from the
 last time the query was seen inactive.
 
+In classic PySpark a progress event reaches Python as a JVM object, which
+PySpark converts field by field over py4j: about 60 ms per event on an idle
+machine and 400-760 ms on a starved one, on Spark's single listener-bus thread,
+so with a few fast-trigger queries the events queued and reached the listener
+up to 15 s late (lagwatch then judged a query by offsets that old). The
+listener therefore asks the JVM for the event's JSON instead (one call, about
+1 ms): see :class:`_JsonProgressBridge`.
+
 Callbacks only update a little state under a lock and ``put_nowait`` a report
 into a bounded queue; everything that talks to Kafka happens in the sender
 thread (:mod:`spark_metrics.sender`). Every exception is caught and counted
@@ -33,6 +41,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pyspark.sql.streaming import StreamingQueryListener
+
+try:  # classic PySpark's py4j adapter (3.4+); Spark Connect never uses it
+    from pyspark.sql.streaming.listener import JStreamingQueryListener
+except ImportError:  # pragma: no cover - an older or Connect-only PySpark
+    JStreamingQueryListener = None
 
 from lagwatch_client.wire import DEFAULT_REPORTS_TOPIC, MAX_NAME, VERSION, report_key
 from spark_metrics.offsets import Offsets, parse_progress
@@ -70,6 +83,30 @@ class _Query:
     probe_thread: threading.Thread | None = None
     stop: threading.Event = field(default_factory=threading.Event)
     heartbeat: threading.Thread | None = None
+
+
+@dataclass(frozen=True)
+class _ProgressJson:
+    """A progress event as its JSON text, the form :func:`parse_progress` reads first."""
+
+    progress: str
+
+
+if JStreamingQueryListener is not None:
+    class _JsonProgressBridge(JStreamingQueryListener):
+        """PySpark's own py4j adapter, except that a progress event is fetched as one JSON
+        text rather than converted field by field (``StreamingQueryProgress.fromJObject``
+        makes dozens of py4j round trips per event, on Spark's listener-bus thread).
+        PySpark calls this class's methods; the Java interface comes from the parent."""
+
+        def onQueryProgress(self, jevent: Any) -> None:
+            try:
+                text = jevent.progress().json()
+            except Exception:  # noqa: BLE001 - e.g. a gateway closing: PySpark's way
+                super().onQueryProgress(jevent)
+                return
+            self.pylistener._counters.inc("events_progress_json")
+            self.pylistener.onQueryProgress(_ProgressJson(text))
 
 
 def _clip(s: str, n: int = MAX_NAME) -> str:
@@ -150,6 +187,20 @@ class LagListener(StreamingQueryListener):
                                     create_topic=self.create_topic)
         ref = weakref.ref(self)
         atexit.register(lambda: (lambda s: s.close(2.0) if s is not None else None)(ref()))
+
+    @property
+    def _jlistener(self) -> Any:
+        """The JVM side of this listener, which classic PySpark's ``addListener`` registers
+        (after importing ``org.apache.spark.sql.streaming.*`` into the gateway): PySpark's
+        wrapper around :class:`_JsonProgressBridge` instead of its field-by-field adapter."""
+        if not hasattr(self, "_jlistenerobj"):
+            if JStreamingQueryListener is None:
+                return StreamingQueryListener._jlistener.fget(self)  # type: ignore[attr-defined]
+            from pyspark import SparkContext
+
+            jvm: Any = SparkContext._jvm
+            self._jlistenerobj = jvm.PythonStreamingQueryListenerWrapper(_JsonProgressBridge(self))
+        return self._jlistenerobj
 
     # -- public helpers ------------------------------------------------------------
     @property

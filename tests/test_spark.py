@@ -407,6 +407,10 @@ def test_healthy_query_lag_matches_end_offsets(driver: SparkDriverProcess, kafka
         mirror_counters = driver.call("remove_listener", key="mirror")["counters"]
     assert mirror_counters.get("commits", 0) >= 1, mirror_counters
     assert mirror_counters.get("commit_errors", 0) == 0, mirror_counters
+    # every progress event came as one JSON text, not PySpark's field-by-field conversion
+    # (tens of py4j calls per event, which queued events up to 15 s on a starved driver)
+    assert mirror_counters["events_progress_json"] == mirror_counters["events_progress"] >= 2, \
+        mirror_counters
 
 
 @pytest.mark.spark
