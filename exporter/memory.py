@@ -135,7 +135,8 @@ def lag_trend(was_lagging: bool, run: Run, prev: Run | None, lag_s: float,
     one interval (a ``read_committed`` consumer left one transaction marker behind). One
     measure alone is not enough: a producer's pause of a cycle shrinks the offsets while
     the seconds grow, and the consumer reading past that pause later shrinks the seconds
-    while the offsets grow; either ended a slow consumer's `lagging` for three cycles."""
+    while the offsets grow; either ended a slow consumer's `lagging` for three cycles.
+    (A new pause in the very cycle the consumer reads past an old one still shrinks both.)"""
     if lag_s > lag_threshold:
         return True
     if was_lagging:

@@ -16,12 +16,12 @@ interval is not "stuck"), and a batch that became active is dated from the
 last time the query was seen inactive.
 
 In classic PySpark a progress event reaches Python as a JVM object, which
-PySpark converts field by field over py4j: about 60 ms per event on an idle
-machine and 400-760 ms on a starved one, on Spark's single listener-bus thread,
-so with a few fast-trigger queries the events queued and reached the listener
-up to 15 s late (lagwatch then judged a query by offsets that old). The
-listener therefore asks the JVM for the event's JSON instead (one call, about
-1 ms): see :class:`_JsonProgressBridge`.
+PySpark converts field by field over py4j on Spark's single listener-bus
+thread: about 60 ms per event on an idle machine, 435 ms on a starved one, so
+three 500 ms queries had their events queued and delivered up to 17 s late
+(``bench/spark_progress_delivery.py``), and lagwatch judged them by offsets
+that old. The listener asks the JVM for the event's JSON instead (one call,
+about 1 ms): see :class:`_JsonProgressBridge`.
 
 Callbacks only update a little state under a lock and ``put_nowait`` a report
 into a bounded queue; everything that talks to Kafka happens in the sender
