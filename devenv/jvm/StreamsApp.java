@@ -16,7 +16,8 @@ import org.apache.kafka.streams.errors.StreamsUncaughtExceptionHandler;
  *       [delay=MS]  (a slow processor: MS per record)
  *       [prop.K=V ...]
  *
- * Prints READY when the instance runs and BLOCKED epoch when the processor wedges. If the client
+ * Prints READY when the instance runs, FIRST epoch once it processed its first record and
+ * BLOCKED epoch when the processor wedges. If the client
  * fails (a stream thread died: DIED and the exception), it exits with status 3.
  */
 public final class StreamsApp {
@@ -65,7 +66,9 @@ public final class StreamsApp {
                             return;
                         }
                     }
-                    first.compareAndSet(0, System.currentTimeMillis());
+                    if (first.compareAndSet(0, System.currentTimeMillis())) {
+                        say("FIRST " + first.get() / 1000.0); // its first record, processed
+                    }
                     // ...and not before the thread has had time to commit (every 100 ms between
                     // polls): lagwatch evaluates committed partitions
                     if (seen.incrementAndGet() >= limit && System.currentTimeMillis() - first.get() > 2000) {
