@@ -34,14 +34,11 @@ def driver(adapter: str, seconds: float) -> dict[str, Any]:
     from pyspark.sql.streaming.listener import JStreamingQueryListener
 
     from spark_metrics.listener import _JsonProgressBridge
-    from spark_metrics.sender import Counters
 
     delays: list[float] = []
     costs: list[float] = []
 
     class Recorder(StreamingQueryListener):
-        _counters = Counters()
-
         def onQueryStarted(self, event: Any) -> None:
             pass
 
@@ -59,6 +56,8 @@ def driver(adapter: str, seconds: float) -> dict[str, Any]:
     base = _JsonProgressBridge if adapter == "json" else JStreamingQueryListener
 
     class Timed(base):  # type: ignore[misc, valid-type]
+        """Times the conversion alone (the bridge's own call, or PySpark's)."""
+
         def onQueryProgress(self, jevent: Any) -> None:
             t = time.perf_counter()
             if adapter == "json":
