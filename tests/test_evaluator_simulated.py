@@ -13,24 +13,15 @@ import pytest
 
 from exporter.config import Thresholds
 from exporter.evaluator import Evaluator
-from exporter.snapshot import GroupSample, Member, PartitionOffsets, Snapshot
+from exporter.snapshot import Member
+from tests.test_evaluator_unit import MEMBER as A
+from tests.test_evaluator_unit import OTHER as B
+from tests.test_evaluator_unit import T0, _snap
 
 pytestmark = pytest.mark.unit
 
-T0 = 1_800_000_000.0
-TP = ("orders", 2)
 INTERVAL = 3.0
 TH = Thresholds(stall_after=30, livelock_after=30, lag_seconds=600, window=600, report_stale_after=30)
-A = Member(member_id="a", client_id="billing-1", host="/10.0.0.5", assignment=(TP,))
-B = Member(member_id="b", client_id="billing-2", host="/10.0.0.6", assignment=(TP,))
-
-
-def _snap(t: float, committed: int, hw: int, owner: Member) -> Snapshot:
-    return Snapshot(cluster="c", taken_at=T0 + t, duration=0.01,
-                    partitions={TP: PartitionOffsets(leader=1, replicas=3, isr=3, log_start=0,
-                                                     hw=hw, lso=hw, leo=hw)},
-                    groups={"g": GroupSample(group_id="g", type="classic", state="stable",
-                                             members=(owner,), coordinator=1, committed={TP: committed})})
 
 
 def _clumps(r: random.Random, start: float, end: float) -> list[float]:
@@ -65,7 +56,7 @@ def _statuses(produced: list[float], commits: list[tuple[float, int, Member]], e
             ci += 1
         while hw < len(produced) and produced[hw] <= t:
             hw += 1
-        out.append((t, ev.evaluate(_snap(t, committed, hw, owner)).groups["g"].status))
+        out.append((t, ev.evaluate(_snap(T0 + t, committed, hw, (owner,))).groups["g"].status))
         t += INTERVAL
     return out
 

@@ -239,11 +239,14 @@ def test_lagging_ends_when_records_stop_arriving() -> None:
     assert got == ["lagging"] * 14 + ["ok"] * 4, got
 
 
+# the scenario tests' thresholds (stall_after 8 s), at 1 s cycles
+TH_8S = Thresholds(stall_after=8, livelock_after=8, lag_seconds=600, window=300, report_stale_after=30)
+
+
 def _slow_consumer(pauses: set[int], cycles: int) -> list[str]:
     """A consumer reading 4 records/s of 20/s, committing every record, sampled every
     second; the producer pauses at the given cycles (stall_after 8 s, as in the tests)."""
-    ev = Evaluator("c", Thresholds(stall_after=8, livelock_after=8, lag_seconds=600, window=300,
-                                   report_stale_after=30), interval=1)
+    ev = Evaluator("c", TH_8S, interval=1)
     hw, out = 0, []
     for i in range(cycles):
         hw += 0 if i in pauses else 20
@@ -267,8 +270,7 @@ def test_lagging_ends_once_the_producer_paused_for_half_of_stall_after() -> None
 
 def test_lagging_ends_when_the_consumer_catches_up() -> None:
     """Faster than the producer: the lag shrinks in seconds and in offsets."""
-    ev = Evaluator("c", Thresholds(stall_after=8, livelock_after=8, lag_seconds=600, window=300,
-                                   report_stale_after=30), interval=1)
+    ev = Evaluator("c", TH_8S, interval=1)
     got, committed = [], 0
     for i in range(40):
         committed += 4 if i < 20 else 40
