@@ -32,7 +32,32 @@ say which alert was pending or firing for which group, and when. The shipped rul
 
 The output is a Markdown report (per status: true positives, false negatives, false
 positives, detection delays; healthy groups' seconds in a wrong status; alerts per group),
-printed and, with ``--out``, written to a file; ``--json`` writes the raw result.
+printed and, with ``--out``, written to a file; ``--json`` writes the raw result. The report
+ends with the run's checks (every kind of group ran and was judged, no harness failure, no
+wrong status on a healthy group or on a bad one before its turn, every detection within its
+bound, no alert for a healthy group, every due alert fired); the exit status is 1 if one failed.
+
+Recording (``--record FILE``): the exporter runs with ``--record`` (exporter/recording.py) and
+the run writes FILE, an xz fixture of every cycle up to the run's end narrowed to the fleet's
+groups, followed by the ground truth as marks. A mark's role is the group id without the
+run's random prefix (``steady``, ``steady-848``, ``nocommit``, ``maxpoll-848``,
+``spark-hung``: stable across re-recordings of a profile); every group has:
+
+- ``HEALTHY`` or ``BAD`` at the run's start (t0);
+- ``READY`` at the moment the workload was ready (its first member got an assignment and read
+  a record under 2 s old; a Spark query: its first caught-up batch after the warm-up). The
+  fleet judges from ``Params.warmup_cycles`` (2) cycles later on; absent if it never was;
+
+and a bad group that turned:
+
+- ``TURNED:<status>`` at its turn (the consumer's ``TURNED``/``BLOCKED``, the SIGKILL, the
+  backwards commit, the Spark batch's first blocked row): ``<status>`` is expected from then;
+- ``BOUND:<seconds>`` at the same time: ``Params.bound`` for that status, the longest
+  acceptable detection delay.
+
+When the fleet stops judging a group (a rewound consumer stopped for its offset reset, the
+rewind's hold over, a process died on its own) the group has an ``UNJUDGED`` mark, and an
+``OK`` mark when it must be ``ok`` again (the rewound consumer caught up).
 """
 
 from __future__ import annotations
@@ -73,6 +98,7 @@ from devenv.fleet_workloads import (
     topics_of,
 )
 from devenv.kafka import KafkaCluster
+from exporter import recording
 
 ROOT = Path(__file__).resolve().parent.parent
 RULES = ROOT / "alerts" / "lagwatch.rules.yml"
@@ -100,6 +126,7 @@ class Options:
     json_out: str | None = None
     keep_workdir: bool = False
     quiet: bool = False
+    record: str | None = None  # write an xz fixture of the exporter's inputs here (see above)
 
     @property
     def params(self) -> Params:
@@ -608,6 +635,118 @@ def report(opts: Options, results: list[GroupResult], summary: dict[str, Any], f
     return "\n".join(lines) + "\n"
 
 
+# -- checks -------------------------------------------------------------------------------------
+
+# Every kind of group build_fleet makes in both profiles (Spark and JVM ones when enabled).
+HEALTHY_KINDS = {"steady", "bursty", "idle", "autocommit", "scaling", "transactional", "compacted",
+                 "rolling deploy"}
+BAD_KINDS = {"slow", "nocommit", "wedged", "max.poll loop", "killed", "rewind", "retention"}
+MIN_BAD_WITH_ALERT_DUE = 8  # fewer: the run ended before most alerts could fire
+
+
+def _coverage(opts: Options, results: list[GroupResult]) -> list[str]:
+    """Kinds and group types the fleet should have had but did not."""
+    healthy, bad = set(HEALTHY_KINDS), set(BAD_KINDS)
+    gtypes = {"classic", "consumer"}
+    if opts.jvm:
+        healthy |= {"streams", "share"}
+        gtypes |= {"streams", "share"}
+    if opts.spark:
+        healthy.add("spark")
+        bad.add("spark")
+        gtypes.add("spark")
+    out = []
+    for what, want, got in (
+            ("healthy kinds", healthy, {r.kind for r in results if r.healthy}),
+            ("bad kinds", bad, {r.kind for r in results if not r.healthy}),
+            ("group types", gtypes, {r.gtype for r in results})):
+        if want - got:
+            out.append(f"{what} missing from the fleet: {', '.join(sorted(want - got))}")
+    return out
+
+
+def _alert_failures(results: list[GroupResult]) -> list[str]:
+    """Bad groups whose expected alert was due and did not fire (an alert is due once the status
+    or the event was seen, plus its `for:`, plus two evaluations before the run's end)."""
+    out = []
+    for r in results:
+        if r.healthy:
+            continue
+        fired = {a for a, states in r.alerts.items() if "firing" in states}
+        due = [a for a in r.alerts_due if a in r.expected_alerts]
+        if due and not fired & set(due):
+            out.append(f"{r.group} ({r.expect}): none of {due} fired; saw {sorted(r.alerts)}")
+        out += [f"{r.group}: {a} did not fire after the records were deleted" for _t, a in r.alert_marks
+                if a in r.alerts_due and a not in fired]
+    due_groups = sum(1 for r in results if not r.healthy and r.alerts_due)
+    if due_groups < MIN_BAD_WITH_ALERT_DUE:
+        out.append(f"alerts were due for only {due_groups} bad groups (< {MIN_BAD_WITH_ALERT_DUE}): "
+                   "the run was too short to judge them")
+    return out
+
+
+def checks(opts: Options, results: list[GroupResult], harness_notes: list[str],
+           alerts: list[dict[str, Any]]) -> list[str]:
+    """What the run got wrong, one line each; empty when lagwatch and the harness were right."""
+    out = _coverage(opts, results)
+    out += [f"harness: {n[:300]}" for n in harness_notes]
+    out += [f"{r.group}: never turned bad" for r in results if not r.healthy and r.turn is None]
+    out += [f"{r.group}: never judged (no sample while its truth was known)" for r in results
+            if r.samples == 0]
+    out += [f"{e.group} (healthy): {e.status} for {e.seconds:.0f} s: {e.reason[:200]}"
+            for r in results if r.healthy for e in r.wrong]
+    out += [f"{e.group} (bad, before its turn): {e.status} for {e.seconds:.0f} s: {e.reason[:200]}"
+            for r in results if not r.healthy for e in r.wrong if r.turn is None or e.start < r.turn]
+    out += [f"{r.group} ({r.expect}): {'missed' if r.delay is None else f'{r.delay:.1f} s'} > "
+            f"bound {r.bound or 0:.1f} s" for r in results
+            if not r.healthy and r.turn is not None and not r.within_bound]
+    healthy = {r.group for r in results if r.healthy}
+    out += [f"{a['group']} (healthy): {a['alert']} fired" for a in alerts
+            if a["group"] in healthy and a["state"] == "firing"]
+    return out + _alert_failures(results)
+
+
+def checks_text(failures: list[str]) -> str:
+    if not failures:
+        return "\nChecks: all passed.\n"
+    return f"\nChecks: {len(failures)} FAILED:\n\n" + "".join(f"* {f}\n" for f in failures)
+
+
+# -- the recording ---------------------------------------------------------------------------
+
+def _marks_of(w: Workload, p: Params, t0: float, role: str) -> list[recording.Mark]:
+    changes = w.truth(p)  # first: a JVM group's or Spark query's turn is read here
+    events = [("HEALTHY" if w.healthy else "BAD", t0)]
+    if (ready := w.ready_time()) is not None:
+        events.append(("READY", ready))
+    for i, c in enumerate(changes):
+        if c.expect is None:
+            events.append(("UNJUDGED", c.t))
+        elif c.expect != "ok":
+            events += [(f"TURNED:{c.expect}", c.t), (f"BOUND:{c.bound:g}", c.t)]
+        elif i > 0:  # the first ok is READY's warm-up over; a later one is ok again
+            events.append(("OK", c.t))
+    return [recording.Mark(role, w.group, ev, round(at, 3)) for ev, at in events]
+
+
+def fixture_marks(ws: list[Workload], p: Params, t0: float, prefix: str) -> list[recording.Mark]:
+    """The fleet's ground truth as marks (the module docstring lists them)."""
+    marks = [m for w in ws for m in _marks_of(w, p, t0, w.group[len(prefix) + 1:])]
+    return sorted(marks, key=lambda m: (m.role, m.at))
+
+
+def write_recording(path: str, recorded: Path, ws: list[Workload], p: Params, t0: float, t_end: float,
+                    prefix: str) -> str:
+    """The fixture of ``--record``: the exporter's cycles up to ``t_end`` and the marks."""
+    rec = recording.load(recorded)
+    if not rec.cycles:
+        raise recording.RecordingError(f"{recorded}: the exporter recorded no cycle")
+    marks = fixture_marks(ws, p, t0, prefix)
+    recording.write_fixture(path, recording.fixture_lines(rec, marks, 0.0, t_end))
+    kept = sum(1 for c in rec.cycles if c.now <= t_end)
+    return f"{kept} cycles and {len(marks)} marks, {Path(path).stat().st_size / 1e6:.2f} MB"
+
+
 # -- the run ------------------------------------------------------------------------------------
 
 @dataclass
@@ -622,6 +761,7 @@ class RunResult:
     t0: float
     t_end: float
     harness_notes: list[str]
+    failures: list[str] = field(default_factory=list)  # checks() of the run
 
     def healthy_alerts(self, state: str = "firing") -> list[dict[str, Any]]:
         healthy = {r.group for r in self.results if r.healthy}
@@ -651,6 +791,8 @@ def _exporter_config(workdir: Path, bootstrap: str, opts: Options) -> Path:
                           "lag_seconds": opts.lag_seconds, "window": 600, "report_stale_after": 60,
                           "report_expiry": 900},
            "clusters": [{"name": CLUSTER, "bootstrap_servers": bootstrap}]}
+    if opts.record:
+        cfg["record_dir"] = str(workdir)  # the exporter writes workdir/<cluster>.jsonl
     path = workdir / "lagwatch.yml"
     path.write_text(yaml.safe_dump(cfg))
     return path
@@ -790,10 +932,18 @@ def run(opts: Options) -> RunResult:
         except Exception as e:  # noqa: BLE001
             harness_notes.append(f"reading ALERTS from Prometheus failed: {e}")
         results = evaluate(ws, rec, opts.params, t_end, alerts, rule_for_seconds(rules))
+        if opts.record:
+            try:
+                log(f"recording {opts.record}: " + write_recording(
+                    opts.record, workdir / f"{CLUSTER}.jsonl", ws, opts.params, t0, t_end, prefix))
+            except Exception:  # noqa: BLE001 - the run's report stands; its checks say so
+                harness_notes.append(f"writing the recording failed: {traceback.format_exc(limit=3)}")
         summary = summarize(results)
+        failures = checks(opts, results, harness_notes, alerts)
         text = report(opts, results, summary, faults, rules_note, alerts, t0, t_end, rec,
-                      harness_notes, prefix, code)
-        res = RunResult(opts, results, summary, faults, alerts, text, rules_note, t0, t_end, harness_notes)
+                      harness_notes, prefix, code) + checks_text(failures)
+        res = RunResult(opts, results, summary, faults, alerts, text, rules_note, t0, t_end, harness_notes,
+                        failures)
         if opts.out:
             Path(opts.out).write_text(text)
         if opts.json_out:
@@ -851,17 +1001,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", help="write the Markdown report here")
     ap.add_argument("--json", dest="json_out", help="write the raw result here")
     ap.add_argument("--keep-workdir", action="store_true")
+    ap.add_argument("--record", metavar="FILE",
+                    help="write the exporter's inputs and the ground truth here, an xz replay fixture "
+                         "(exporter/recording.py)")
     args = ap.parse_args(argv)
     opts = Options(duration=args.duration, interval=args.interval, stall_after=args.stall_after,
                    livelock_after=args.livelock_after, lag_seconds=args.lag_seconds, brokers=args.brokers,
                    faults=not args.no_faults,
                    profile=args.profile or ("full" if args.duration >= 900 else "small"),
                    spark=not args.no_spark, jvm=not args.no_jvm, alert_for_divisor=args.alert_for_divisor,
-                   margin=args.margin, out=args.out, json_out=args.json_out, keep_workdir=args.keep_workdir)
+                   margin=args.margin, out=args.out, json_out=args.json_out, keep_workdir=args.keep_workdir,
+                   record=args.record)
     res = run(opts)
     print()
     print(res.report)
-    return 0
+    return 1 if res.failures else 0
 
 
 if __name__ == "__main__":

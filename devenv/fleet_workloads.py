@@ -1,4 +1,5 @@
-"""The workloads of the fleet benchmark (bench/fleet.py) and of tests/test_fleet.py.
+"""The workloads of the fleet benchmark (bench/fleet.py; its recording is replayed by
+tests/test_replay_fleet.py).
 
 A fleet is a list of :class:`Workload` objects, each one consumer group (or Spark query) with
 the topic it reads, the processes that consume it, a schedule of actions (scale, rolling
