@@ -48,6 +48,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                     help="also emit another exporter's metric names")
     ap.add_argument("--web-config", help="TLS / basic auth file (exporter-toolkit format)")
     ap.add_argument("--log-level", help="DEBUG, INFO, WARNING or ERROR")
+    ap.add_argument("--record", help="directory: write each cycle's evaluator inputs to "
+                                     "DIR/CLUSTER.jsonl, for replay (docs/recordings.md)")
     ap.add_argument("--config", help="YAML file: several clusters, client properties, filters")
     ap.add_argument("--version", action="version", version=f"lagwatch {__version__}")
     return ap.parse_args(argv)
@@ -67,6 +69,7 @@ def load(argv: list[str] | None) -> Config:
         "compat": args.compat,
         "web_config": args.web_config,
         "log_level": args.log_level,
+        "record_dir": args.record,
     }
     if args.listen is not None:
         parse_listen(args.listen, "--listen")

@@ -96,6 +96,8 @@ class Config:
     history_points: int = 120
     log_level: str = "INFO"
     web_config: str | None = None
+    # Write each cycle's evaluator inputs to DIR/<cluster>.jsonl (exporter/recording.py).
+    record_dir: str | None = None
 
 
 # -- parsing helpers -----------------------------------------------------------
@@ -183,7 +185,8 @@ _THRESHOLD_KEYS = {"stall_after", "livelock_after", "lag_seconds", "window", "re
 _CLUSTER_KEYS = {"name", "bootstrap_servers", "client", "interval", "request_timeout", "lag_mode",
                  "groups", "topics", "reports_topic", "reports"}
 _TOP_KEYS = {"clusters", "listen", "interval", "thresholds", "compat", "max_group_partitions",
-             "history_points", "log_level", "lag_mode", "web_config", "request_timeout"}
+             "history_points", "log_level", "lag_mode", "web_config", "request_timeout",
+             "record_dir"}
 
 
 def _thresholds(raw: Any, base: Thresholds) -> Thresholds:
@@ -324,6 +327,9 @@ def build_config(file_data: dict[str, Any], overrides: dict[str, Any]) -> Config
     web_config = data.get("web_config")
     if web_config is not None and not isinstance(web_config, str):
         raise ConfigError("web_config", "expected a file path")
+    record_dir = data.get("record_dir")
+    if record_dir is not None and not (isinstance(record_dir, str) and os.path.isdir(record_dir)):
+        raise ConfigError("record_dir", f"expected an existing directory, got {record_dir!r}")
     return Config(
         clusters=clusters,
         listen=parse_listen(data["listen"]) if "listen" in data else DEFAULT_LISTEN,
@@ -335,4 +341,5 @@ def build_config(file_data: dict[str, Any], overrides: dict[str, Any]) -> Config
                                      minimum=2, integer=True)),
         log_level=log_level,
         web_config=web_config,
+        record_dir=record_dir,
     )

@@ -10,6 +10,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import logging
+import os
 import threading
 import time
 from collections.abc import Mapping
@@ -19,6 +20,7 @@ from exporter.config import ClusterConfig, Config
 from exporter.evaluator import Evaluator
 from exporter.kafka_worker import KafkaWorker, SampleResult, WorkerCrashed
 from exporter.logs import TRANSITION
+from exporter.recording import Writer, header
 from exporter.render import render_cluster
 from exporter.reports import SparkReport
 from exporter.snapshot import Snapshot
@@ -49,6 +51,11 @@ class ClusterRunner:
         self._stop = threading.Event()
         self.thread = threading.Thread(target=self._run, name=f"sampler-{cfg.name}", daemon=True)
         self._failures = 0
+        self.recorder: Writer | None = None
+        if config.record_dir:
+            self.recorder = Writer(os.path.join(config.record_dir, f"{cfg.name}.jsonl"),
+                                   header(cfg.name, config.thresholds, cfg.interval,
+                                          config.history_points, config.max_group_partitions))
 
     def start(self) -> None:
         self.thread.start()
@@ -58,6 +65,8 @@ class ClusterRunner:
         self._stop.set()
         self.worker.kill()
         self.thread.join(timeout=5)
+        if self.recorder is not None:
+            self.recorder.close()
 
     def _run(self) -> None:
         next_at = time.monotonic()
@@ -99,6 +108,8 @@ class ClusterRunner:
             exact_ts: dict[tuple[str, int, int], float] = {}
             if snap.ok:
                 exact_ts = self._exact_timestamps(snap, spark_reports)
+            if self.recorder is not None:
+                self.recorder.cycle(snap, consumer_reports, spark_reports, exact_ts, snap.taken_at)
             view = self.evaluator.evaluate(snap, consumer_reports, spark_reports, exact_ts)
             self.cycles += 1
             if not snap.ok:

@@ -46,7 +46,7 @@ def value(samples: Samples, name: str, **labels: str) -> float | None:
 
 class ExporterProcess:
     def __init__(self, bootstrap: str | None, *args: str, config: str | None = None,
-                 env: dict[str, str] | None = None) -> None:
+                 env: dict[str, str] | None = None, record: str | None = None) -> None:
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         self.log = tempfile.NamedTemporaryFile(  # noqa: SIM115 - lives as long as the process
@@ -57,6 +57,9 @@ class ExporterProcess:
             cmd += ["--bootstrap-servers", bootstrap]
         if config:
             cmd += ["--config", config]
+        if record:  # tests/recorded.py: evaluator inputs for the replay fixtures
+            cmd += ["--record", record]
+        self.record = record
         self.cmd = cmd
         self.proc = subprocess.Popen(cmd, cwd=ROOT, stdout=self.log, stderr=subprocess.STDOUT,
                                      env={**os.environ, **(env or {})}, preexec_fn=die_with_parent)

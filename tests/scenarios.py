@@ -44,6 +44,7 @@ class Recorder(threading.Thread):
         self.exp = exp
         self.timeline: dict[str, list[tuple[float, str]]] = {}
         self.lags: dict[str, list[tuple[float, float, float]]] = {}
+        self.scrapes: list[tuple[float, int]] = []  # (time, lagwatch_cycles_total)
         self.stop_flag = threading.Event()
 
     def run(self) -> None:
@@ -53,6 +54,8 @@ class Recorder(threading.Thread):
             except Exception:  # noqa: BLE001 - a missed scrape is just a gap
                 continue
             now = time.time()
+            cycles = int(sum(select(m, "lagwatch_cycles_total").values()))
+            self.scrapes.append((now, cycles))
             for lab, v in select(m, "kafka_consumergroup_status").items():
                 if v == 1:
                     d = dict(lab)
@@ -61,6 +64,23 @@ class Recorder(threading.Thread):
             for lab, v in select(m, "kafka_consumergroup_max_lag_seconds").items():
                 group = dict(lab)["group"]
                 self.lags.setdefault(group, []).append((now, v, offsets.get(lab, -1.0)))
+
+    def cycles_after(self, t: float) -> int:
+        """The exporter's cycle count at the first scrape at or after ``t``: at least the
+        cycles it had completed at ``t``."""
+        return next((c for at, c in list(self.scrapes) if at >= t), self.scrapes[-1][1])
+
+    def cycles_before(self, t: float) -> int:
+        """The cycle count at the last scrape before ``t``: at most the cycles completed at ``t``."""
+        return next((c for at, c in reversed(list(self.scrapes)) if at < t), 0)
+
+    def cycles_to(self, group: str, status: str, since: float, timeout: float) -> int:
+        """Exporter cycles from ``since`` to the first cycle that could have shown ``status``
+        (waiting up to ``timeout`` seconds for it). A lower bound: the status is dated to the
+        cycle after the last scrape without it, and ``since`` to the first scrape after it,
+        so a recorder starved on a busy machine can make it smaller, never larger."""
+        t = self.first(group, status, timeout, since)
+        return self.cycles_before(t) + 1 - self.cycles_after(since)
 
     def statuses(self, group: str, since: float = 0.0) -> list[tuple[float, str]]:
         return [(t, s) for t, s in list(self.timeline.get(group, [])) if t >= since]
@@ -84,12 +104,11 @@ class Recorder(threading.Thread):
         lags = self.lag_line(group, since)[:80]
         return f"status changes: {changes[:40]}; lag (s, seconds, offsets): {lags}"
 
-    def first(self, group: str, status: str, timeout: float) -> float:
+    def first(self, group: str, status: str, timeout: float, since: float = 0.0) -> float:
         def find() -> float | None:
-            return next((t for t, s in self.statuses(group) if s == status), None)
+            return next((t for t, s in self.statuses(group, since) if s == status), None)
         seen = [s for _t, s in self.changes(group)]
         return wait_for(find, timeout, f"{group} to become {status}; saw {seen}")
-
 
 
 def spawn(kafka: KafkaCluster, sc: Scenario, mode: str, *extra: str) -> None:

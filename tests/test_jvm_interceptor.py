@@ -3,7 +3,9 @@
 Real programs (devenv/jvm): plain KafkaConsumers on kafka-clients 4.2.1 (classic and KIP-848
 protocols) and 3.9.2, and a Kafka Streams application, against the shared broker and exporter
 (interval 1 s, livelock-after 8 s). They run at the same time; a recorder scrapes the exporter
-every half second, so a test can assert on its group's whole timeline.
+every half second, so a test can assert on its group's whole timeline; detection is bounded
+in exporter cycles (``Recorder.cycles_to``) and proven exactly by the replay of this module's
+recording (tests/test_replay.py).
 """
 
 from __future__ import annotations
@@ -19,14 +21,14 @@ from confluent_kafka import Producer
 
 from devenv.jvm_apps import INTERCEPTOR, JvmApp
 from devenv.kafka import KafkaCluster, free_port
-from tests.conftest import INTERVAL, LIVELOCK_AFTER, SLACK, create_topic, unique, wait_for
+from tests.conftest import LIVELOCK_AFTER, create_topic, cycles, unique, wait_for
 from tests.exporter_proc import ExporterProcess
+from tests.recorded import Fixture
 from tests.scenarios import Recorder
 
 REPORTING = (f"prop.interceptor.classes={INTERCEPTOR}", "prop.lagwatch.report.interval.ms=1000")
-# livelocked within the threshold + 2 cycles (+ the recorder's half-second scrape and report
-# timing, the same slack as the Python consumer's scenario)
-LIVELOCK_DEADLINE = LIVELOCK_AFTER + 2 * INTERVAL + SLACK
+# livelocked within the threshold + 2 cycles, + 2 for the report's own interval
+LIVELOCK_CYCLES = cycles(LIVELOCK_AFTER) + 4
 
 
 def _drain(kafka: KafkaCluster, topic: str, records: int, *extra: str, **kw: Any) -> JvmApp:
@@ -115,6 +117,7 @@ def jvm_world(kafka: KafkaCluster, exporter: ExporterProcess) -> Iterator[dict[s
     apps: dict[str, JvmApp] = {}
     rec = Recorder(exporter)
     rec.start()
+    fx = Fixture("jvm-interceptor", [exporter.record])
     try:
         for name in [*BLOCKED, "healthy", "streams"]:
             groups[name] = unique(f"jvm-{name}")
@@ -132,7 +135,10 @@ def jvm_world(kafka: KafkaCluster, exporter: ExporterProcess) -> Iterator[dict[s
             "StreamsApp", boot, f"app={groups['streams']}", f"topic={feeds['streams'].topic}", "after=40",
             f"prop.main.consumer.interceptor.classes={INTERCEPTOR}",
             "prop.main.consumer.lagwatch.report.interval.ms=1000", streams=True)
+        for name, app in apps.items():
+            fx.watch(name, groups[name], app)
         yield {"apps": apps, "groups": groups, "feeds": feeds, "recorder": rec, "exporter": exporter}
+        fx.close()
     finally:
         rec.stop_flag.set()
         if "work" in locals():
@@ -150,8 +156,8 @@ def test_wedged_plain_consumer_is_livelocked_and_named(jvm_world: dict[str, Any]
     app, rec, group = jvm_world["apps"][variant], jvm_world["recorder"], jvm_world["groups"][variant]
     app.event("READY", 120)
     t_blocked, position = app.event("BLOCKED", 120)
-    t = rec.first(group, "livelocked", 90)
-    assert t - float(t_blocked) <= LIVELOCK_DEADLINE, t - float(t_blocked)
+    n = rec.cycles_to(group, "livelocked", float(t_blocked), 90)
+    assert n <= LIVELOCK_CYCLES, (n, rec.story(group, float(t_blocked) - 5))
     assert "livelocked" not in {s for ts, s in rec.statuses(group) if ts < float(t_blocked)}
     doc = _group(jvm_world, variant)
     assert doc["status"] == "livelocked"
@@ -169,8 +175,8 @@ def test_wedged_kafka_streams_processor_is_livelocked_and_named(jvm_world: dict[
     app, rec, group = jvm_world["apps"]["streams"], jvm_world["recorder"], jvm_world["groups"]["streams"]
     app.event("READY", 120)
     t_blocked = float(app.event("BLOCKED", 120)[0])
-    t = rec.first(group, "livelocked", 90)
-    assert t - t_blocked <= LIVELOCK_DEADLINE, t - t_blocked
+    n = rec.cycles_to(group, "livelocked", t_blocked, 90)
+    assert n <= LIVELOCK_CYCLES, (n, rec.story(group, t_blocked - 5))
     doc = _group(jvm_world, "streams")
     assert doc["status"] == "livelocked"
     client_id = doc["members"][0]["client_id"]
@@ -189,7 +195,7 @@ def test_healthy_consumer_stays_ok_through_an_idle_spell(jvm_world: dict[str, An
     wait_for(lambda: time.time() > feed.paused[1] - 1, 60, "the end of the idle spell")
     idle = _group(jvm_world, "healthy")
     assert idle["members"][0]["client_id"] == HEALTHY_CLIENT_ID
-    assert idle["members"][0]["last_poll_age_seconds"] < 3, idle["members"]
+    assert idle["members"][0]["last_poll_age_seconds"] < LIVELOCK_AFTER, idle["members"]
     end = feed.paused[1] + LIVELOCK_AFTER
     wait_for(lambda: rec.statuses(group) and rec.statuses(group)[-1][0] > end, 60, "a long healthy run")
     seen = {s for _t, s in rec.statuses(group, ready + 2)}

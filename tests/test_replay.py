@@ -1,0 +1,207 @@
+"""Judgement over time, proven on recordings of real runs (tests/recordings/).
+
+Each recording holds what the evaluator was given, cycle by cycle, while the live scenario
+tests ran real consumers, Kafka Streams and share applications, JVM consumers with the
+interceptor and PySpark queries against a real broker (tests/recorded.py, `make record`).
+Replaying one through the real :class:`~exporter.evaluator.Evaluator` gives the same
+statuses on any machine at any load, so the detection delays are asserted here exactly, in
+cycles, and docs/detection.md is generated from the same table
+(``python -m tests.test_replay`` rewrites it).
+
+- ``STORIES``: the order of statuses a workload goes through (a healthy one: ``ok`` only).
+- ``DETECTIONS``: a workload reaches a status within ``threshold / interval + extra``
+  cycles of an event (what its process printed, or what the test did to it).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import sys
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+import pytest
+
+from exporter import recording
+from exporter.recording import Recording, Timeline
+
+pytestmark = pytest.mark.unit
+
+RECORDINGS = Path(__file__).resolve().parent / "recordings"
+DOC = Path(__file__).resolve().parent.parent / "docs" / "detection.md"
+
+
+@dataclass(frozen=True)
+class Story:
+    fixture: str
+    role: str
+    statuses: tuple[str, ...]  # the status changes, in order, from the event on
+    event: str = "WATCHED"
+
+
+@dataclass(frozen=True)
+class Detection:
+    fixture: str
+    role: str
+    what: str  # the workload, for the documentation
+    event: str  # the mark the delay counts from
+    status: str
+    threshold: str | float  # a Thresholds field, or seconds set outside lagwatch
+    extra: int  # cycles beyond threshold / interval
+    why: str  # what the extra cycles are for
+
+    def bound(self, rec: Recording) -> int:
+        return math.ceil(self.seconds(rec) / rec.interval) + self.extra
+
+    def seconds(self, rec: Recording) -> float:
+        if isinstance(self.threshold, str):
+            return float(getattr(rec.thresholds, self.threshold))
+        return float(self.threshold)
+
+    def threshold_text(self) -> str:
+        return self.threshold if isinstance(self.threshold, str) else f"{self.threshold:g} s"
+
+
+SESSION = 6.0  # the test brokers' session timeouts (classic, KIP-848, streams, share)
+TWO = "the cycle that sees it, and the next (two-cycle rules)"
+
+STORIES = [
+    Story("scenarios", "healthy", ("ok",), "READY"),
+    Story("scenarios", "slow", ("ok", "lagging")),
+    Story("scenarios", "nocommit", ("ok", "stalled")),
+    Story("scenarios", "blocked", ("ok", "livelocked")),
+    Story("scenarios", "maxpoll", ("ok", "livelocked")),
+    Story("scenarios", "killed", ("ok", "stopped")),
+    Story("scenarios", "rewind", ("ok", "rewind")),
+]
+
+DETECTIONS = [
+    Detection("scenarios", "slow", "Python consumer slower than its producer", "READY", "lagging",
+              0.0, 5, "the lag growing over more than one commit gap + one interval"),
+    Detection("scenarios", "nocommit", "Python consumer polling, never committing", "READY",
+              "stalled", "stall_after", 2, "its first fetch, then the first cycle past the threshold"),
+    Detection("scenarios", "blocked", "instrumented Python consumer wedged (heartbeating)",
+              "BLOCKED", "livelocked", "livelock_after", 2, "the first cycle past the threshold"),
+    Detection("scenarios", "maxpoll", "classic consumer in a max.poll.interval.ms loop", "READY",
+              "livelocked", "stall_after", 3, "two rejoins with no progress"),
+    Detection("scenarios", "killed", "consumer killed (SIGKILL)", "KILLED", "stopped", SESSION, 2, TWO),
+    Detection("scenarios", "rewind", "offsets reset backwards", "REWOUND", "rewind", 0.0, 2,
+              "the next cycle's sample"),
+]
+
+
+@cache
+def _load(name: str) -> Recording:
+    return recording.load(RECORDINGS / f"{name}.jsonl.xz")
+
+
+@cache
+def _timeline(name: str) -> Timeline:
+    return recording.replay(_load(name))
+
+
+def _group(rec: Recording, role: str) -> str:
+    groups = {m.group for m in rec.marks if m.role == role}
+    assert len(groups) == 1, f"role {role!r}: groups {groups} in the recording"
+    return groups.pop()
+
+
+def _event_cycle(rec: Recording, tl: Timeline, role: str, event: str) -> int:
+    ats = [m.at for m in rec.marks if m.role == role and m.event == event]
+    has = sorted({m.event for m in rec.marks if m.role == role})
+    assert ats, f"role {role!r} has no {event} mark; it has {has}"
+    return tl.cycle_at(min(ats))
+
+
+def _story(rec: Recording, tl: Timeline, role: str) -> str:
+    """The timeline of a role for a failure message: status changes and marks, by cycle."""
+    group = _group(rec, role)
+    marks = [(tl.cycle_at(m.at), m.event) for m in rec.marks if m.role == role]
+    return f"\n  changes (cycle, status): {tl.changes(group)}\n  marks (cycle, event): {marks}"
+
+
+def detected_after(d: Detection, tl: Timeline | None = None) -> int | None:
+    """Cycles from the event to the status in the replay; None when never reached."""
+    rec = _load(d.fixture)
+    tl = tl or _timeline(d.fixture)
+    start = _event_cycle(rec, tl, d.role, d.event)
+    hit = tl.first(_group(rec, d.role), d.status, start)
+    return None if hit is None else hit - start
+
+
+@pytest.mark.parametrize("story", STORIES, ids=lambda s: f"{s.fixture}-{s.role}")
+def test_statuses_come_in_order(story: Story) -> None:
+    rec, tl = _load(story.fixture), _timeline(story.fixture)
+    start = _event_cycle(rec, tl, story.role, story.event)
+    got = tuple(s for _c, s in tl.changes(_group(rec, story.role), start))
+    assert got == story.statuses, \
+        f"expected {' -> '.join(story.statuses)}, replayed {' -> '.join(got)}" + _story(rec, tl, story.role)
+
+
+@pytest.mark.parametrize("d", DETECTIONS, ids=lambda d: f"{d.fixture}-{d.role}-{d.status}")
+def test_detected_within_bound(d: Detection) -> None:
+    rec = _load(d.fixture)
+    n = detected_after(d)
+    bound = d.bound(rec)
+    assert n is not None and n <= bound, \
+        f"{d.status} {n} cycles after {d.event}, bound {bound}" + _story(rec, _timeline(d.fixture), d.role)
+
+
+def test_a_broken_rule_fails_the_replay() -> None:
+    """`stalled` requiring twice stall_after: the detections that count from stall_after go
+    past their bound, so the tests above would fail."""
+    late = []
+    for d in DETECTIONS:
+        if d.threshold != "stall_after" or d.status != "stalled":
+            continue
+        rec = _load(d.fixture)
+        broken = dataclasses.replace(rec.thresholds, stall_after=2 * rec.thresholds.stall_after)
+        n = detected_after(d, recording.replay(rec, broken))
+        late.append(n is None or n > d.bound(rec))
+    assert late and all(late), late
+
+
+def test_every_fixture_is_small_and_every_role_named_once() -> None:
+    names = {p.name.removesuffix(".jsonl.xz") for p in RECORDINGS.glob("*.jsonl.xz")}
+    assert {s.fixture for s in STORIES} | {d.fixture for d in DETECTIONS} <= names
+    assert sum(p.stat().st_size for p in RECORDINGS.glob("*.xz")) < 4_000_000
+    for s in STORIES:
+        _group(_load(s.fixture), s.role)
+
+
+def detection_doc() -> str:
+    rows = []
+    for d in DETECTIONS:
+        rec = _load(d.fixture)
+        rows.append(f"| {d.what} | `{d.status}` | {d.event} | {d.threshold_text()} + {d.extra} "
+                    f"({d.why}) | {d.bound(rec)} | {detected_after(d)} | `{d.fixture}` |")
+    return "\n".join([
+        "# Detection delays",
+        "",
+        "Generated by `python -m tests.test_replay` from the table in `tests/test_replay.py`;",
+        "`tests/test_replay.py` asserts every row on the recordings in `tests/recordings/` and",
+        "that this file is equal to what it generates. Delays count exporter cycles from the event",
+        "(what the workload printed, or what the test did to it) to the first cycle with the status.",
+        "A bound is the threshold divided by the interval, rounded up, plus the extra cycles named.",
+        "The recordings ran with the test thresholds (interval 1 s, `stall_after` and",
+        "`livelock_after` 8 s; Spark: `stall_after` 4 s, `livelock_after` 6 s); with production",
+        "thresholds the same rules give the same number of cycles past the threshold.",
+        "",
+        "| workload | status | counted from | bound: threshold + extra cycles | bound (cycles) "
+        "| replayed (cycles) | recording |",
+        "|---|---|---|---|---|---|---|",
+        *rows,
+        "",
+    ])
+
+
+def test_detection_doc_is_generated_from_the_replays() -> None:
+    assert DOC.read_text() == detection_doc(), "docs/detection.md is stale: run python -m tests.test_replay"
+
+
+if __name__ == "__main__":
+    DOC.parent.mkdir(exist_ok=True)
+    DOC.write_text(detection_doc())
+    sys.exit(0)
