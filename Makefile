@@ -11,7 +11,7 @@ SPARK_VERSION := 4.0.0
 SPARK35_VERSION := 3.5.3
 PYTEST_ARGS ?=
 
-.PHONY: test test-unit demo runtime-setup setup prereqs jars pyenvs interceptor system-packages go-tools lint dashboards manifests clean
+.PHONY: test test-unit record demo runtime-setup setup prereqs jars pyenvs interceptor system-packages go-tools lint dashboards manifests clean
 
 test: setup
 	$(VENV)/bin/ruff check .
@@ -20,6 +20,13 @@ test: setup
 # Fast feedback: the tests that need no broker, Spark or image (seconds).
 test-unit: $(VENV)/.installed
 	$(PY) -m pytest -m unit -q $(PYTEST_ARGS)
+
+# Re-record the replay fixtures (tests/recordings/) from the live scenario tests, then
+# regenerate docs/detection.md; the fleet's: python -m bench.fleet --record (bench/fleet.py).
+record: setup
+	LAGWATCH_RECORD=tests/recordings $(PY) -m pytest -q tests/test_scenarios.py tests/test_group_types.py \
+		tests/test_jvm_interceptor.py tests/test_spark.py
+	$(PY) -m tests.test_replay
 
 demo: runtime-setup
 	$(PY) -m devenv.demo

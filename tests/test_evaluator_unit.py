@@ -255,9 +255,8 @@ def _slow_consumer(pauses: set[int], cycles: int) -> list[str]:
 
 
 def test_a_slow_consumer_stays_lagging_through_a_producers_pause() -> None:
-    """The scenario test's slow consumer read `ok` for 3 s under a loaded machine: a
-    producer's pause of one or two cycles shrank the offsets (ending `lagging` at once),
-    and 80 s later reading past that pause shrank the lag seconds (ending it again)."""
+    """A producer's pause of one or two cycles shrinks the offsets, and reading past that
+    pause later shrinks the lag seconds: neither ends a slow consumer's `lagging`."""
     got = _slow_consumer({20, 21}, 110)
     assert got[:3] == ["ok"] * 3 and got[3:] == ["lagging"] * 107, \
         [i for i, s in enumerate(got) if s != "lagging"]

@@ -39,6 +39,7 @@ class Story:
     role: str
     statuses: tuple[str, ...]  # the status changes, in order, from the event on
     event: str = "WATCHED"
+    until: str = "END"  # the test was done with the workload (to the end without the mark)
 
 
 @dataclass(frozen=True)
@@ -67,6 +68,8 @@ class Detection:
 SESSION = 6.0  # the test brokers' session timeouts (classic, KIP-848, streams, share)
 TWO = "the cycle that sees it, and the next (two-cycle rules)"
 
+SPARK = ("4.0.0", "3.5.3")
+
 STORIES = [
     Story("scenarios", "healthy", ("ok",), "READY"),
     Story("scenarios", "slow", ("ok", "lagging")),
@@ -75,6 +78,22 @@ STORIES = [
     Story("scenarios", "maxpoll", ("ok", "livelocked")),
     Story("scenarios", "killed", ("ok", "stopped")),
     Story("scenarios", "rewind", ("ok", "rewind")),
+    Story("group-types", "kip848-maxpoll", ("ok", "livelocked"), "READY"),
+    Story("group-types", "kip848-scaling", ("ok",), "READY"),
+    Story("group-types", "streams-wedged", ("ok", "stalled", "stopped"), "READY"),
+    Story("group-types", "share-wedged", ("ok", "stalled", "stopped"), "READY"),
+    Story("group-types", "streams-ok", ("ok",), "READY"),
+    Story("group-types", "share-ok", ("ok",), "READY"),
+    Story("group-types", "streams-slow", ("ok", "lagging"), "READY"),
+    Story("group-types", "share-slow", ("ok", "lagging"), "READY"),
+    *(Story("jvm-interceptor", role, ("ok", "livelocked"))
+      for role in ("clients-4.2.1", "clients-4.2.1-kip848", "clients-3.9.2", "streams")),
+    Story("jvm-interceptor", "healthy", ("ok",), "READY"),
+    *(s for v in SPARK for s in (
+        Story("spark", f"healthy-pyspark-{v}", ("ok",)),
+        Story("spark", f"idle-pyspark-{v}", ("ok",)),
+        Story("spark", f"hung-pyspark-{v}", ("ok", "livelocked")),
+        Story("spark", f"stopped-pyspark-{v}", ("ok", "stopped")))),
 ]
 
 DETECTIONS = [
@@ -89,6 +108,32 @@ DETECTIONS = [
     Detection("scenarios", "killed", "consumer killed (SIGKILL)", "KILLED", "stopped", SESSION, 2, TWO),
     Detection("scenarios", "rewind", "offsets reset backwards", "REWOUND", "rewind", 0.0, 2,
               "the next cycle's sample"),
+    Detection("group-types", "kip848-maxpoll", "KIP-848 consumer in a max.poll.interval.ms loop",
+              "READY", "livelocked", "stall_after", 4, "two rejoins (group epoch +2 each) with no progress"),
+    Detection("group-types", "streams-wedged", "Kafka Streams processor wedged", "BLOCKED", "stalled",
+              "stall_after", 3, "the commit the app had in flight, then the first cycle past the threshold"),
+    Detection("group-types", "streams-wedged", "Kafka Streams application killed", "KILLED", "stopped",
+              SESSION, 2, TWO),
+    Detection("group-types", "share-wedged", "share consumer wedged (acknowledges nothing)", "BLOCKED",
+              "stalled", "stall_after", 10,
+              "progress of a share group counts only once certain from the start offset and the "
+              "broker's lag, which can restart the stall clock once after the wedge"),
+    Detection("group-types", "share-wedged", "share consumer killed", "KILLED", "stopped", SESSION, 2, TWO),
+    Detection("group-types", "streams-slow", "slow Kafka Streams processor", "FIRST", "lagging", 0.0, 6,
+              "the lag growing over its commit interval"),
+    Detection("group-types", "share-slow", "slow share consumer", "READY", "lagging", 0.0, 8,
+              "the first acknowledgements the coordinator persists, then the lag growing"),
+    *(Detection("jvm-interceptor", role, f"JVM consumer ({role}) wedged, interceptor loaded",
+                "BLOCKED", "livelocked", "livelock_after", 2, "the first cycle past the threshold")
+      for role in ("clients-4.2.1", "clients-4.2.1-kip848", "clients-3.9.2")),
+    Detection("jvm-interceptor", "streams", "Kafka Streams thread wedged, interceptor loaded", "BLOCKED",
+              "livelocked", "livelock_after", 2, "the first cycle past the threshold"),
+    *(d for v in SPARK for d in (
+        Detection("spark", f"hung-pyspark-{v}", f"Spark {v} query, batch hung", "HUNG", "livelocked",
+                  "livelock_after", 3, "the trigger that starts the batch, then the first cycle past "
+                  "the threshold"),
+        Detection("spark", f"stopped-pyspark-{v}", f"Spark {v} query stopped with lag", "STOPPED",
+                  "stopped", 0.0, 2, "the listener's terminated event"))),
 ]
 
 
@@ -108,11 +153,13 @@ def _group(rec: Recording, role: str) -> str:
     return groups.pop()
 
 
-def _event_cycle(rec: Recording, tl: Timeline, role: str, event: str) -> int:
+def _event_cycle(rec: Recording, tl: Timeline, role: str, event: str, required: bool = True) -> int:
+    """The first cycle at or after the role's first ``event`` (past the end when there is
+    none and it is not ``required``)."""
     ats = [m.at for m in rec.marks if m.role == role and m.event == event]
     has = sorted({m.event for m in rec.marks if m.role == role})
-    assert ats, f"role {role!r} has no {event} mark; it has {has}"
-    return tl.cycle_at(min(ats))
+    assert ats or not required, f"role {role!r} has no {event} mark; it has {has}"
+    return tl.cycle_at(min(ats)) if ats else len(tl.times)
 
 
 def _story(rec: Recording, tl: Timeline, role: str) -> str:
@@ -135,18 +182,25 @@ def detected_after(d: Detection, tl: Timeline | None = None) -> int | None:
 def test_statuses_come_in_order(story: Story) -> None:
     rec, tl = _load(story.fixture), _timeline(story.fixture)
     start = _event_cycle(rec, tl, story.role, story.event)
-    got = tuple(s for _c, s in tl.changes(_group(rec, story.role), start))
+    end = _event_cycle(rec, tl, story.role, story.until, required=False)
+    got = tuple(s for c, s in tl.changes(_group(rec, story.role), start) if c < end)
     assert got == story.statuses, \
         f"expected {' -> '.join(story.statuses)}, replayed {' -> '.join(got)}" + _story(rec, tl, story.role)
 
 
 @pytest.mark.parametrize("d", DETECTIONS, ids=lambda d: f"{d.fixture}-{d.role}-{d.status}")
 def test_detected_within_bound(d: Detection) -> None:
-    rec = _load(d.fixture)
+    rec, tl = _load(d.fixture), _timeline(d.fixture)
     n = detected_after(d)
     bound = d.bound(rec)
-    assert n is not None and n <= bound, \
-        f"{d.status} {n} cycles after {d.event}, bound {bound}" + _story(rec, _timeline(d.fixture), d.role)
+    assert n is not None and n <= bound, f"{d.status} {n} cycles after {d.event}, bound {bound}" + \
+        _story(rec, tl, d.role)
+    # ...and never before its threshold has passed (two cycles' leeway: the event is dated by
+    # the workload's clock, the cycles by the snapshot's)
+    start = _event_cycle(rec, tl, d.role, d.event)
+    waited = tl.times[start + n] - min(m.at for m in rec.marks if m.role == d.role and m.event == d.event)
+    assert waited >= d.seconds(rec) - 2 * rec.interval, \
+        f"{d.status} {waited:.1f}s after {d.event}, before its threshold" + _story(rec, tl, d.role)
 
 
 def test_a_broken_rule_fails_the_replay() -> None:
