@@ -16,7 +16,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from devenv.kafka import KafkaCluster
 from tests.dists import PROJECTS, Dist, build
-from tests.exporter_proc import ExporterProcess
+from tests.exporter_proc import ExporterProcess, parse_metrics
 from tests.recorded import record_dir
 
 ROOT_DIR = Path(__file__).resolve().parent.parent
@@ -55,6 +55,32 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if item.get_closest_marker("unit") and BROKER_FIXTURES & set(getattr(item, "fixturenames", ())):
             raise pytest.UsageError(f"{item.nodeid} is marked unit but uses a broker fixture")
+
+
+def exporter_cycles(exp: ExporterProcess) -> int:
+    """lagwatch_cycles_total over every cluster the exporter watches."""
+    code, body, _ = exp.get("/metrics")
+    assert code == 200, body
+    return int(sum(v for (name, _lab), v in parse_metrics(body.decode()).items()
+                   if name == "lagwatch_cycles_total"))
+
+
+def cycles_until(exp: ExporterProcess, cond: Callable[[], Any], timeout: float, what: str) -> int:
+    """Exporter cycles from now until ``cond`` holds (``timeout`` seconds as a hang guard).
+    A lower bound: counted to the cycle after the last poll that did not see it, so a test
+    process starved on a busy machine can only make it smaller."""
+    start = last = exporter_cycles(exp)
+
+    def check() -> bool:
+        nonlocal last
+        n = exporter_cycles(exp)
+        if cond():
+            return True
+        last = n
+        return False
+
+    wait_for(check, timeout, what)
+    return last + 1 - start
 
 
 def unique(prefix: str) -> str:

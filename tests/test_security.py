@@ -415,9 +415,9 @@ def _log_time(line: str) -> float:
 def test_wrong_password_one_line_per_problem_and_said_at_once(secure_kafka: SecureKafka, pki: Pki,
                                                                web: Web, tmp_path: Path) -> None:
     """What a new user with a wrong password reads: the refusal once (librdkafka repeats it on
-    every reconnection of every client, about 70 lines in one millisecond before), and
-    lagwatch's own error on the first cycle, well within one request timeout (it took two
-    metadata timeouts after a full one waiting for the reports replay: 45 s here)."""
+    every reconnection of every client, dozens of lines in a millisecond), and lagwatch's
+    own error on the first cycle, within one request timeout (not after waiting out
+    metadata timeouts)."""
     request_timeout = 15
     cfg = secure_config(tmp_path, secure_kafka, pki, web, request_timeout=request_timeout)
     with ExporterProcess(None, config=cfg, env={"LAGWATCH_TEST_PASSWORD": f"wrong-{uuid.uuid4().hex}"}
@@ -438,7 +438,7 @@ def test_wrong_password_one_line_per_problem_and_said_at_once(secure_kafka: Secu
     cannot = [ln for ln in lines if "cannot sample" in ln]
     assert len(cannot) == 1, log
     assert "Authentication failed during authentication due to invalid credentials" in cannot[0]
-    assert _log_time(cannot[0]) - started < 10, log  # the worker starts, connects, is refused
+    assert _log_time(cannot[0]) - started < request_timeout, log  # starts, connects, is refused
     refused = [ln for ln in lines if "SASL authentication error" in ln]
     assert len(refused) == 2, log  # librdkafka's line and lagwatch's cycle error
     problems = [ln for ln in lines if " ERROR " in ln or " WARNING " in ln]
