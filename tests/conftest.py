@@ -51,10 +51,19 @@ BROKER_FIXTURES = frozenset({"kafka", "kafka3", "exporter"})
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """`make test-unit` must stay broker-free and fast: a unit test asking for a broker is
-    a mistake in the test, reported at collection."""
+    a mistake in the test, reported at collection. Tests that need the container image run
+    last, so that its build (started in the background once collected) overlaps the rest."""
     for item in items:
         if item.get_closest_marker("unit") and BROKER_FIXTURES & set(getattr(item, "fixturenames", ())):
             raise pytest.UsageError(f"{item.nodeid} is marked unit but uses a broker fixture")
+    items.sort(key=lambda item: item.get_closest_marker("image") is not None)  # stable
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    if not session.config.option.collectonly and any(i.get_closest_marker("image") for i in session.items):
+        from tests.image_build import prebuild
+
+        prebuild()
 
 
 def exporter_cycles(exp: ExporterProcess) -> int:
@@ -99,13 +108,16 @@ def kafka() -> Iterator[KafkaCluster]:
 
 @pytest.fixture(scope="session")
 def kafka3() -> Iterator[KafkaCluster]:
-    """Three brokers; created only when a test asks for it."""
+    """Three brokers; created only when a test asks for it. Its stop is checked too: no
+    broker left running, its directory gone (tests/test_harness.py checks the start)."""
     cluster = KafkaCluster(brokers_count=3, version=KAFKA_VERSION)
     cluster.start()
     try:
         yield cluster
     finally:
         cluster.stop()
+    assert not any(b.alive() for b in cluster.brokers), "a broker outlived the cluster's stop"
+    assert cluster.root is not None and not cluster.root.exists(), "the cluster's directory is left"
 
 
 def admin_for(cluster: KafkaCluster) -> AdminClient:

@@ -2,14 +2,15 @@
 
 ``tools/build-image`` builds the top-level Dockerfile with ``buildah bud --isolation chroot
 --storage-driver vfs`` on a debootstrapped Debian bookworm base, with or without Debian's
-python3-pip. Builds take minutes on a busy machine, so every test module asks ``built()``,
-which builds each base at most once per pytest process.
+python3-pip. A first build debootstraps its base and takes minutes, so the session starts
+both builds in the background as soon as it has collected a test that needs them (those tests
+run last, tests/conftest.py), and every test module asks ``built()``, which waits for its
+base's build: each base is built at most once per pytest process.
 """
 
 from __future__ import annotations
 
 import contextlib
-import functools
 import json
 import os
 import shutil
@@ -18,6 +19,7 @@ import subprocess
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -40,9 +42,25 @@ def buildah(*args: str, check: bool = True, timeout: float = 120) -> subprocess.
     return r
 
 
-@functools.cache
+_BUILDS: dict[str, Future[dict[str, Any]]] = {}
+_POOL = ThreadPoolExecutor(max_workers=1, thread_name_prefix="image-build")  # one build at a time
+
+
+def prebuild() -> None:
+    """Start building every base in the background (no-op for a base already started)."""
+    for base in BASES:
+        if base not in _BUILDS:
+            _BUILDS[base] = _POOL.submit(_build, base)
+
+
 def built(base: str) -> dict[str, Any]:
-    """Build the image on ``base`` (once per session; the base rootfs is cached); its inspect JSON."""
+    """The image on ``base`` (built once per session; the base rootfs is cached); its inspect JSON."""
+    if base not in _BUILDS:
+        _BUILDS[base] = _POOL.submit(_build, base)
+    return _BUILDS[base].result()
+
+
+def _build(base: str) -> dict[str, Any]:
     r = subprocess.run([str(ROOT / "tools" / "build-image"), "--base", base, TAGS[base]], cwd=ROOT,
                        capture_output=True, text=True, timeout=1700)
     assert r.returncode == 0, f"tools/build-image --base {base} exited {r.returncode}:\n" \

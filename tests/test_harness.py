@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from confluent_kafka import Consumer, TopicPartition
 
 from devenv.groups_tool import describe_group, parse_describe
@@ -38,15 +39,10 @@ def test_parse_describe_handles_dashes_and_repeated_headers() -> None:
     assert rows[1].lag == 7 and rows[1].host == "/127.0.0.1" and rows[1].client_id == "c1"
 
 
-def test_three_broker_cluster_starts_and_stops() -> None:
-    cluster = KafkaCluster(brokers_count=3)
-    cluster.start()
-    try:
-        md = admin_for(cluster).list_topics(timeout=10)
-        assert sorted(md.brokers) == [1, 2, 3]
-        pids = [b.proc.pid for b in cluster.brokers if b.proc]
-        assert len(pids) == 3
-    finally:
-        cluster.stop()
-    assert not any(b.alive() for b in cluster.brokers)
-    assert cluster.root is not None and not cluster.root.exists()
+@pytest.mark.cluster3
+def test_three_broker_cluster_starts(kafka3: KafkaCluster) -> None:
+    """The session's 3-broker cluster answers (its stop is checked by the kafka3 fixture)."""
+    md = admin_for(kafka3).list_topics(timeout=10)
+    assert sorted(md.brokers) == [1, 2, 3]
+    pids = [b.proc.pid for b in kafka3.brokers if b.proc and b.proc.poll() is None]
+    assert len(pids) == 3
