@@ -1,6 +1,6 @@
 """Benchmark: G groups with committed offsets on P partitions, one local broker.
 
-    .venv/bin/python -m bench.bench_core                 # the three sizes of issue 3
+    .venv/bin/python -m bench.bench_core                 # the default sizes
     .venv/bin/python -m bench.bench_core --sizes 100x10
 
 Prints, per size: sampling-cycle time (whole cycle and its Kafka part), Kafka

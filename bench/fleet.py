@@ -16,7 +16,7 @@ Ground truth: a healthy group must be ``ok`` in every sample from two cycles aft
 member got an assignment; a bad group's truth changes at the moment its behaviour turns bad,
 as the consumer itself prints it (``TURNED``/``BLOCKED``) or the harness records it (SIGKILL,
 backwards commit, flag file of the hung Spark batch), and from then on it must show its
-expected status within its bound (``Params.bound``: the README's threshold + 2 cycles +
+expected status within its bound (``Params.bound``: docs/statuses.md's threshold + 2 cycles +
 margin). A recorder reads ``/api/v1/clusters/fleet/groups`` every second; every reading is a
 sample, weighted by the time to the next one.
 

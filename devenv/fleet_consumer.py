@@ -17,7 +17,7 @@ and keeps doing so until it gets SIGUSR1: from then on it shows its ``--behaviou
 Commit modes (before the turn): ``--commit record`` commits each record asynchronously;
 ``--commit batch`` commits every ``--batch-records`` records or ``--batch-seconds`` seconds,
 whichever comes first, but only when a record arrives (so the tail of a burst stays
-uncommitted until the next records: the README's bursty consumer); ``--commit auto`` is
+uncommitted until the next records: docs/statuses.md's bursty consumer); ``--commit auto`` is
 librdkafka's auto-commit every ``--auto-commit-ms``.
 
 Prints ``READY <epoch>`` once it has an assignment, ``CAUGHT_UP <epoch>`` once it read a record

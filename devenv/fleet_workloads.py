@@ -77,13 +77,13 @@ class Params:
 
     def bound(self, status: str, *, session: float = CLASSIC_SESSION_TIMEOUT,
               instrumented: bool = False, spark: bool = False) -> float:
-        """Longest acceptable detection delay: the README's threshold for that status, plus 2
+        """Longest acceptable detection delay: the threshold for that status (docs/statuses.md), plus 2
         cycles (the first cycle after the threshold can start up to one interval later, and the
         rules that need two cycles of evidence, `stopped` and `lagging`, need one more), plus
         ``margin`` (the cycle's own duration on a loaded machine and the recorder's 1 s poll)."""
         cycles = 2 * self.interval + self.margin
         if status == "lagging":
-            # README: lag grown by more than one commit gap + one interval over two commits
+            # docs/statuses.md: lag grown by more than one commit gap + one interval over two commits
             # or more; the fleet's slow consumers (a fifth of what arrives) get there in 3-4
             return 2 * self.interval + cycles
         if status == "stalled":
@@ -115,7 +115,7 @@ class Change:
 #
 # librdkafka can abort its whole process on an internal assertion when a broker dies under an
 # admin request (seen here: rd_kafka_enq_once_del_source_return "eonce->refcnt > 0" during the
-# coordinator SIGKILL; the README reports the same for the exporter, which is why its clients live
+# coordinator SIGKILL; docs/reliability.md reports the same for the exporter, which is why its clients live
 # in a worker process). The harness must outlive the faults it injects, so every Kafka client it
 # uses while the fleet runs lives in a child process.
 

@@ -1,6 +1,6 @@
 """The metric contract: every family lagwatch serves, its type, labels and meaning.
 
-The README's metrics table is generated from :data:`FAMILIES` (tests/test_readme.py
+docs/metrics.md is generated from :data:`FAMILIES` (tests/test_readme.py
 keeps them equal), and the renderer (exporter/render.py) takes names and help
 texts from here, so a family cannot be served without being documented.
 """
@@ -24,7 +24,7 @@ class FamilyDoc:
 ERROR_STAGES = ("metadata", "list_groups", "describe_group", "offset_fetch", "list_offsets", "leo",
                 "exact_lag", "sample_exception", "worker_crash", "cycle")
 
-# The metric contract. README's metrics table is checked against this list.
+# The metric contract. docs/metrics.md is checked against this list.
 FAMILIES: tuple[FamilyDoc, ...] = (
     FamilyDoc("kafka_partition_log_start_offset", "gauge", ("cluster", "topic", "partition"),
               "Oldest offset still in the log (ListOffsets earliest)."),
@@ -109,7 +109,8 @@ DOC = {f.name: f for f in FAMILIES}
 
 
 def metrics_table() -> str:
-    """The README's metrics table, generated from FAMILIES (tests/test_readme.py keeps them equal)."""
+    """The metrics reference (docs/metrics.md), generated from FAMILIES (tests/test_readme.py
+    keeps them equal)."""
     rows = ["| family | type | labels | meaning |", "|---|---|---|---|"]
     rows += [f"| `{f.name}` | {f.kind} | {', '.join(f.labels)} | {f.help} |" for f in FAMILIES]
     return "\n".join(rows)

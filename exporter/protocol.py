@@ -14,7 +14,7 @@ does not send these:
 
 kafka-python 3 encodes requests from Kafka's own JSON message definitions
 (the four it lacks are in ``exporter/kafka_messages/``) and brings the framing,
-version negotiation, TLS and SASL. The README's design notes give the measured
+version negotiation, TLS and SASL. docs/design.md gives the measured
 cost of this choice over the hand-written client it replaced.
 
 Everything here is read-only: list, describe and ListOffsets requests only.

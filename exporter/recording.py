@@ -15,8 +15,9 @@ Format (version 1), documented in ``docs/recordings.md``: JSON Lines, one object
 - ``{"k": "mark", "role": str, "group": str, "event": str, "at": s}``: what the harness did
   or saw (a consumer printed BLOCKED, the test killed it), added when a fixture is made
 
-The exporter writes plain lines (``--record FILE``), flushed every cycle, so a recording
-is readable however the process ended; fixtures are the same lines compressed with xz.
+The exporter writes plain lines (``--record DIR``: ``DIR/<cluster>.jsonl``), flushed every
+cycle, so a recording is readable however the process ended; fixtures are the same lines
+compressed with xz.
 """
 
 from __future__ import annotations
@@ -111,7 +112,7 @@ def cycle_line(snap: Snapshot, consumer: dict[str, list[ConsumerReport]],
 
 
 class Writer:
-    """Appends one line per cycle to a plain file, flushed at once (``--record FILE``)."""
+    """Appends one line per cycle to a plain file, flushed at once (``--record DIR``)."""
 
     def __init__(self, path: str, head: dict[str, Any]) -> None:
         self._f: IO[str] = open(path, "w", encoding="utf-8")  # noqa: SIM115 - closed in close()

@@ -4,7 +4,7 @@ Everything goes through confluent-kafka's AdminClient except what librdkafka
 cannot send (exporter/protocol.py): the log end offset, and the listing and
 description of Kafka Streams (KIP-1071) and share (KIP-932) groups, and the
 epochs of KIP-848 groups. Per-group requests are issued all at once (futures),
-which measured fast enough that KIP-709 batching is not needed (README,
+which measured fast enough that KIP-709 batching is not needed (docs/design.md,
 benchmark). Nothing here joins a group, commits or alters offsets.
 """
 

@@ -1,4 +1,4 @@
-"""PySpark StreamingQueryListener that reports query offsets to lagwatch (see README).
+"""PySpark StreamingQueryListener that reports query offsets to lagwatch (see docs/spark.md).
 
     import spark_metrics
     spark.streams.addListener(spark_metrics.LagListener(bootstrap_servers="broker:9092"))
