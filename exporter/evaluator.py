@@ -192,10 +192,15 @@ class Evaluator:
         progress = {tp: _share_progress(c, po.hw if (po := partitions.get(tp)) else None,
                                         g.reported_lag.get(tp), st.parts.get(tp))
                     for tp, c in g.committed.items()}
-        if g.type == "share" and (st.queue_progress_at is None or any(
-                (mem := st.parts.get(tp)) is not None and prog > mem.committed
-                for tp, (_consumed, prog) in progress.items())):
-            st.queue_progress_at = now
+        share_dates: dict[TP, tuple[float | None, float | None]] = {}
+        if g.type == "share":
+            share_dates = {tp: _share_dates(mem, consumed, prog, now) for tp, (consumed, prog)
+                           in progress.items() if (mem := st.parts.get(tp)) is not None}
+            moved = [at for at, _above in share_dates.values() if at is not None]
+            if st.queue_progress_at is None:
+                st.queue_progress_at = now
+            elif moved:
+                st.queue_progress_at = max(st.queue_progress_at, *moved)
 
         parts: list[PartitionView] = []
         for tp in sorted(g.committed):
@@ -209,6 +214,8 @@ class Evaluator:
                 owned = owner is not None or tp in incoming or (bool(g.members) and not assignment_known)
             parts.append(self._partition(g, tp, st, partitions.get(tp), progress[tp], owner, owned,
                                          rep, spark, exact_ts, now))
+            if tp in share_dates:
+                _remember_share(st.parts[tp], *share_dates[tp])
         for tp in [tp for tp in st.parts if tp not in g.committed]:
             del st.parts[tp]
 
@@ -307,6 +314,30 @@ def _share_progress(start: int, hw: int | None, reported_lag: int | None,
         return consumed, consumed
     before = mem.freeze_hw if mem.freeze_hw is not None else hw  # the HW at the last sample
     return consumed, consumed if max(start, before - lag) > mem.committed else mem.committed
+
+
+def _share_dates(mem: PartitionMemory, consumed: int, progress: int, now: float
+                 ) -> tuple[float | None, float | None]:
+    """(when the progress certain this sample happened, the next ``above_from``).
+
+    Certainty can come many samples after the acknowledgements (:func:`_share_progress`
+    waits for a sample whose HW did not move while the broker answered): dated then, the
+    last records a consumer acknowledged before it wedged restart the stall clock late. What
+    is acknowledged never exceeds the estimate ``consumed``, so passing ``mem.committed``
+    happened after the last sample whose estimate stood at or below it: the progress is
+    dated to the first sample of the run whose estimates all stood above it."""
+    if progress > mem.committed:
+        return (mem.above_from if mem.above_from is not None else now), None
+    if consumed > mem.committed:
+        return None, mem.above_from if mem.above_from is not None else now
+    return None, None
+
+
+def _remember_share(mem: PartitionMemory, moved_at: float | None, above_from: float | None) -> None:
+    """After :func:`exporter.memory.remember`: the share memory's dating (``_share_dates``)."""
+    if moved_at is not None:
+        mem.changed_at = moved_at
+    mem.above_from = above_from
 
 
 def _report_facts(rep: ConsumerReport | None, now: float, th: Thresholds) -> dict:

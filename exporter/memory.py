@@ -44,7 +44,7 @@ class PartitionMemory:
 
     __slots__ = ("committed", "changed_at", "freeze_hw", "tail_from", "quiet_at", "flow_at", "new_data_at",
                  "lag_since", "run", "lagging", "rewind_until", "rewind_from", "unowned",
-                 "floor", "owner", "arrived_at")
+                 "floor", "owner", "arrived_at", "above_from")
 
     def __init__(self, committed: int, now: float) -> None:
         self.committed = committed
@@ -67,6 +67,9 @@ class PartitionMemory:
         self.floor: tuple[int, int, float] = (-1, committed, now)
         self.owner: str | None = None  # member id of the last known owner
         self.arrived_at = now  # last sample whose HW was above the one before
+        # Share groups: the first sample of the current run whose estimate of what was
+        # acknowledged (HW - the broker's lag) stood above ``committed`` (see evaluator).
+        self.above_from: float | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

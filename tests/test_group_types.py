@@ -222,10 +222,8 @@ def test_share_group_seen_judged_and_equal_to_kafka_tool(kafka: KafkaCluster, ex
         assert [m["client_id"] for m in doc["members"]] == ["share-worker-1"]
         work.start()
         blocked = float(app.event("BLOCKED", 60)[0])
-        # The share coordinator persists the last acknowledgements on its own schedule: the
-        # stall clock may start a few seconds after BLOCKED.
         n = recorder.cycles_to(group, "stalled", blocked, 60)
-        assert n <= cycles(STALL_AFTER) + 10, (n, recorder.story(group, blocked - 5))
+        assert n <= cycles(STALL_AFTER) + 6, (n, recorder.story(group, blocked - 5))
         work.stop_flag.set()
         work.join(15)
 

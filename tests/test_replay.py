@@ -115,9 +115,7 @@ DETECTIONS = [
     Detection("group-types", "streams-wedged", "Kafka Streams application killed", "KILLED", "stopped",
               SESSION, 2, TWO),
     Detection("group-types", "share-wedged", "share consumer wedged (acknowledges nothing)", "BLOCKED",
-              "stalled", "stall_after", 10,
-              "progress of a share group counts only once certain from the start offset and the "
-              "broker's lag, which can restart the stall clock once after the wedge"),
+              "stalled", "stall_after", 2, "the first cycle past the threshold"),
     Detection("group-types", "share-wedged", "share consumer killed", "KILLED", "stopped", SESSION, 2, TWO),
     Detection("group-types", "streams-slow", "slow Kafka Streams processor", "FIRST", "lagging", 0.0, 6,
               "the lag growing over its commit interval"),
