@@ -52,15 +52,25 @@ BROKER_FIXTURES = frozenset({"kafka", "kafka3", "exporter"})
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """`make test-unit` must stay broker-free and fast: a unit test asking for a broker is
     a mistake in the test, reported at collection. Tests that need the container image run
-    last, so that its build (started in the background once collected) overlaps the rest."""
+    last, so that its build (started in the background once collected) overlaps the rest.
+
+    `make test` runs two pytest-xdist workers (most tests wait on thresholds, brokers and
+    JVMs, not on the CPU); each module stays on one worker with its module-scoped workload,
+    the image tests share one worker, and so do the 3-broker cluster's."""
     for item in items:
         if item.get_closest_marker("unit") and BROKER_FIXTURES & set(getattr(item, "fixturenames", ())):
             raise pytest.UsageError(f"{item.nodeid} is marked unit but uses a broker fixture")
+        group = ("image" if item.get_closest_marker("image") else
+                 "cluster3" if item.get_closest_marker("cluster3") else item.path.stem)
+        item.add_marker(pytest.mark.xdist_group(group))
     items.sort(key=lambda item: item.get_closest_marker("image") is not None)  # stable
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
-    if not session.config.option.collectonly and any(i.get_closest_marker("image") for i in session.items):
+    # Under xdist every worker collects everything: the first one builds.
+    first = os.environ.get("PYTEST_XDIST_WORKER", "gw0") == "gw0"
+    if (first and not session.config.option.collectonly
+            and any(i.get_closest_marker("image") for i in session.items)):
         from tests.image_build import prebuild
 
         prebuild()
