@@ -13,10 +13,20 @@ import dataclasses
 
 from exporter.config import Thresholds
 from exporter.lag import HwHistory, lag_seconds
-from exporter.memory import GroupMemory, PartitionMemory, joins_since, observe, remember, remember_members
+from exporter.memory import (
+    GroupMemory,
+    PartitionMemory,
+    joins_since,
+    observe,
+    outside_allowance,
+    outside_cadence,
+    remember,
+    remember_members,
+    remember_outside,
+)
 from exporter.report_match import match_reports
 from exporter.reports import ConsumerReport, SparkReport
-from exporter.rules import PartitionFacts, classify, fmt_seconds, reason
+from exporter.rules import PartitionFacts, classify, fmt_seconds, note, reason
 from exporter.snapshot import TP, GroupSample, Member, PartitionOffsets, Snapshot
 from exporter.status import Status
 from exporter.view import (
@@ -164,9 +174,11 @@ class Evaluator:
             return GroupView(group=g.group_id, type=g.type, state=g.state, status=Status.ERROR,
                              reasons=(reason_txt,), members=prev.members if prev else (),
                              partitions=prev.partitions if prev else (),
-                             spark=prev.spark if prev else None, epoch=prev.epoch if prev else None)
+                             spark=prev.spark if prev else None, epoch=prev.epoch if prev else None,
+                             membership=prev.membership if prev else "none")
 
         st.unreadable_since = None
+        was_empty = st.seen_once and not st.members
         remember_members(st, {m.member_id for m in g.members}, now, self.th.window, g.epoch)
         owner_of: dict[TP, Member] = {m_tp: m for m in g.members for m_tp in m.assignment}
         # A partition moving between members of a KIP-848 or streams group is in nobody's
@@ -196,6 +208,8 @@ class Evaluator:
                 (mem := st.parts.get(tp)) is not None and prog > mem.committed
                 for tp, (_consumed, prog) in progress.items())):
             st.queue_progress_at = now
+        membership, allowance = self._membership(g, st, progress, was_empty, now)
+        left = _unsubscribed_topics(g, assignment_known)
 
         parts: list[PartitionView] = []
         for tp in sorted(g.committed):
@@ -208,7 +222,7 @@ class Evaluator:
             else:
                 owned = owner is not None or tp in incoming or (bool(g.members) and not assignment_known)
             parts.append(self._partition(g, tp, st, partitions.get(tp), progress[tp], owner, owned,
-                                         rep, spark, exact_ts, now))
+                                         rep, spark, exact_ts, now, allowance, tp[0] in left))
         for tp in [tp for tp in st.parts if tp not in g.committed]:
             del st.parts[tp]
 
@@ -222,6 +236,8 @@ class Evaluator:
             reasons.append(f"... and {len(bad) - MAX_REASONS} more partition(s)")
         if g.type == "spark" and spark is not None and spark.terminated and not bad:
             reasons.append(_spark_terminated_reason(spark, now))
+        if st.outside_at is not None:
+            reasons.append(_outside_reason(st, membership, now))
 
         members = tuple(
             MemberView(member_id=m.member_id, client_id=m.client_id, host=m.host,
@@ -232,14 +248,34 @@ class Evaluator:
             for m in g.members)
         view = GroupView(group=g.group_id, type=g.type, state=g.state, status=worst,
                          reasons=tuple(reasons), members=members, partitions=tuple(parts),
-                         spark=_spark_info(spark, now) if spark else None, epoch=g.epoch)
+                         spark=_spark_info(spark, now) if spark else None, epoch=g.epoch,
+                         membership=membership)
         st.last_view = view
         return view
+
+    def _membership(self, g: GroupSample, st: GroupMemory, progress: dict[TP, tuple[int, int]],
+                    was_empty: bool, now: float) -> tuple[str, float]:
+        """(membership model, stall allowance of an outside committer or 0): ``members``,
+        ``outside`` (no members, committed offsets moving: a client outside group membership
+        consumes, within its allowance of its last commit) or ``none``."""
+        if g.members or g.type in ("spark", "share"):
+            remember_outside(st, False, False, was_empty, False, now)
+            return ("members" if g.members else "none"), 0.0
+        moved = any((mem := st.parts.get(tp)) is not None and prog > mem.committed
+                    for tp, (_consumed, prog) in progress.items())
+        prev = st.last_view
+        healthy = prev is None or prev.status in (Status.OK, Status.LAGGING)
+        remember_outside(st, moved, True, was_empty, healthy, now)
+        if st.outside_at is None:
+            return "none", 0.0
+        allowance = outside_allowance(st, self.th.stall_after, self.interval)
+        return ("outside" if now - st.outside_at <= allowance else "none"), allowance
 
     def _partition(self, g: GroupSample, tp: TP, st: GroupMemory, po: PartitionOffsets | None,
                    consumed_progress: tuple[int, int], owner: Member | None, owned: bool,
                    rep: ConsumerReport | None, spark: SparkReport | None,
-                   exact_ts: dict[tuple[str, int, int], float], now: float) -> PartitionView:
+                   exact_ts: dict[tuple[str, int, int], float], now: float,
+                   allowance: float = 0.0, unsubscribed: bool = False) -> PartitionView:
         committed = g.committed[tp]
         hw = po.hw if po else None
         mem = st.parts.get(tp)
@@ -258,6 +294,7 @@ class Evaluator:
             lagging=obs.lagging, rewinding=obs.rewinding, rewind_pending=obs.rewind_pending,
             owned=owned, unowned_confirmed=obs.unowned_confirmed, owner=_member_label(owner),
             group_state=g.state, rejoins=joins_since(st, obs.next_changed_at),
+            outside=st.outside_at is not None, stall_allowance=allowance, unsubscribed=unsubscribed,
             **_report_facts(rep, now, self.th),
             **_spark_facts(spark, now))
         status, rule = classify(facts, self.th)
@@ -266,7 +303,8 @@ class Evaluator:
         return PartitionView(topic=tp[0], partition=tp[1], committed=committed, position=position,
                              lag_offsets=lag_off, lag_seconds=lag_s,
                              stalled_seconds=obs.stalled_seconds if lag_off else 0.0, status=status,
-                             reason=reason(rule, facts, self.th), owner=facts.owner)
+                             reason=reason(rule, facts, self.th) or note(facts), owner=facts.owner,
+                             unsubscribed=unsubscribed)
 
     def _lag_seconds(self, tp: TP, committed: int, hw: int, lag_off: int,
                      exact_ts: dict[tuple[str, int, int], float], now: float) -> float | None:
@@ -280,6 +318,36 @@ class Evaluator:
             lag_s = max(0.0, now - h.oldest) if h and h.oldest else None
         self._lag_memo[key] = lag_s
         return lag_s
+
+
+def _unsubscribed_topics(g: GroupSample, assignment_known: bool) -> frozenset[str]:
+    """Topics the group holds committed offsets on that no member subscribes to any more,
+    in a group whose members are stable (classic: stable; KIP-848 and streams: not
+    assigning or reconciling). The members' subscriptions when every member's is known;
+    otherwise the topics of which no member owns or targets a partition while the members
+    do own partitions of other topics (standard assignors assign every partition of a
+    subscribed topic, so a subscribed topic that nobody owns is still judged, and so is
+    everything when the members own nothing at all). Share groups own no partitions."""
+    if not g.members or not assignment_known or g.type in ("share", "spark"):
+        return frozenset()
+    topics = {t for t, _ in g.committed}
+    held = {t for m in g.members for t, _ in (*m.assignment, *m.target)}
+    if all(m.subscribed for m in g.members):
+        return frozenset(topics - held - {t for m in g.members for t in m.subscribed})
+    if not held:
+        return frozenset()
+    return frozenset(topics - held)
+
+
+def _outside_reason(st: GroupMemory, membership: str, now: float) -> str:
+    """The membership model of a group consumed by a client outside group membership."""
+    assert st.outside_at is not None
+    if membership != "outside":
+        return (f"no members; the client outside group membership that committed its offsets "
+                f"last committed {fmt_seconds(now - st.outside_at)} ago")
+    cadence = outside_cadence(st)
+    every = f"every ~{fmt_seconds(cadence)}" if cadence is not None else "(commit cadence not learnt yet)"
+    return f"no members; offsets committed by a client outside group membership {every}"
 
 
 def _share_progress(start: int, hw: int | None, reported_lag: int | None,

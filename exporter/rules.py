@@ -42,6 +42,14 @@ class PartitionFacts:
     owned: bool  # a member (or a live Spark driver) owns the partition
     unowned_confirmed: bool  # nobody owned it for enough cycles in a row
     owner: str = ""  # "client@host (member)" of the owning member, "" when unknown
+    # An empty group whose committed offsets move: a client outside group membership
+    # (assign()) consumes it, and may wait ``stall_allowance`` (its learnt commit cadence,
+    # bounded: :func:`exporter.memory.outside_allowance`) between commits.
+    outside: bool = False
+    stall_allowance: float = 0.0
+    # The group's members are stable and none subscribes to this topic any more: its
+    # committed offset is history, shown but not judged.
+    unsubscribed: bool = False
     group_state: str = ""
     rejoins: int = 0  # joins into the group since the committed offset froze (within the window)
     # from the owner's own reports (instrumented consumers)
@@ -74,11 +82,20 @@ def spark_driver_gone(f: PartitionFacts, th: Thresholds) -> bool:
     return f.spark and not f.owned
 
 
+def stall_limit(f: PartitionFacts, th: Thresholds) -> float:
+    """How long records may wait for a commit: ``stall_after``, or longer for a client
+    outside group membership that commits at a slower learnt cadence."""
+    return max(th.stall_after, f.stall_allowance)
+
+
 def unowned(f: PartitionFacts, th: Thresholds) -> bool:
     """Nobody has owned the partition for two cycles in a row (one empty cycle may be a
     rebalance or a coordinator failover). It yields to an offset reset, which needs an
-    empty group, and to a rejoin loop, which empties the group between rejoins."""
+    empty group, to a rejoin loop, which empties the group between rejoins, and to a
+    client outside group membership whose commits still move (records waited for less
+    than its allowance): nobody consuming is what ``stopped`` means, not no members."""
     return (f.unowned_confirmed and not f.rewinding and not f.rewind_pending
+            and not (f.outside and f.stalled_seconds < stall_limit(f, th))
             and not _any_livelock(f, th))
 
 
@@ -142,8 +159,9 @@ def stalled(f: PartitionFacts, th: Thresholds) -> bool:
     between batches it waits for its trigger by design (a 60 s trigger leaves records
     waiting for up to a minute), or its last batch's progress event is still on Spark's
     asynchronous listener bus. A query falling behind is ``lagging`` by its lag."""
-    return (f.stalled_seconds >= th.stall_after and f.new_data_seconds is not None
-            and f.new_data_seconds >= th.stall_after and not f.rewinding and not f.spark)
+    limit = stall_limit(f, th)
+    return (f.stalled_seconds >= limit and f.new_data_seconds is not None
+            and f.new_data_seconds >= limit and not f.rewinding and not f.spark)
 
 
 def rewind(f: PartitionFacts, th: Thresholds) -> bool:
@@ -182,8 +200,9 @@ RULES: tuple[tuple[str, Status, Predicate], ...] = (
 
 
 def classify(f: PartitionFacts, th: Thresholds) -> tuple[Status, str | None]:
-    """(status, name of the rule that decided it); ``(OK, None)`` when no rule holds."""
-    if not f.lag_offsets:  # lag 0, or unknown high watermark
+    """(status, name of the rule that decided it); ``(OK, None)`` when no rule holds or the
+    topic is one no member subscribes to any more (:func:`note` says so)."""
+    if not f.lag_offsets or f.unsubscribed:  # lag 0, or unknown high watermark
         return Status.OK, None
     for name, status, holds in RULES:
         if holds(f, th):
@@ -211,6 +230,14 @@ _REASONS = {
     "lag_above_threshold": "{where}: oldest unconsumed record is {lag_age} old{quiet}; {nums}",
     "lag_growing": "{where}: lag growing while committing; owner {owner_or_unknown}; {nums}",
 }
+
+
+def note(f: PartitionFacts) -> str:
+    """What an ``ok`` partition's row still has to say: a topic the group left."""
+    if not f.unsubscribed:
+        return ""
+    return (f"{f.topic}[{f.partition}]: no member subscribes to {f.topic} any more; committed "
+            f"{f.committed}, HW {f.hw}, lag {f.lag_offsets} ({fmt_seconds(f.lag_seconds)})")
 
 
 def fmt_seconds(v: float | None) -> str:
