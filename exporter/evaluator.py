@@ -16,6 +16,7 @@ from exporter.lag import HwHistory, lag_seconds
 from exporter.memory import (
     GroupMemory,
     PartitionMemory,
+    forget_uncommitted,
     joins_since,
     observe,
     outside_allowance,
@@ -23,6 +24,7 @@ from exporter.memory import (
     remember,
     remember_members,
     remember_outside,
+    remember_uncommitted,
 )
 from exporter.report_match import match_reports
 from exporter.reports import ConsumerReport, SparkReport
@@ -225,6 +227,10 @@ class Evaluator:
                                          rep, spark, exact_ts, now, allowance, tp[0] in left))
         for tp in [tp for tp in st.parts if tp not in g.committed]:
             del st.parts[tp]
+        fresh = self._uncommitted(g, st, owner_of, assignment_known, partitions, report_of,
+                                  report_by_member, exact_ts, now)
+        if fresh:
+            parts = sorted((*parts, *fresh), key=lambda p: (p.topic, p.partition))
 
         worst = max((p.status for p in parts), key=SEVERITY.__getitem__, default=Status.OK)
         if g.type == "spark" and spark is not None and spark.terminated:
@@ -270,6 +276,45 @@ class Evaluator:
             return "none", 0.0
         allowance = outside_allowance(st, self.th.stall_after, self.interval)
         return ("outside" if now - st.outside_at <= allowance else "none"), allowance
+
+    def _uncommitted(self, g: GroupSample, st: GroupMemory, owner_of: dict[TP, Member],
+                     assignment_known: bool, partitions: dict[TP, PartitionOffsets],
+                     report_of: dict[TP, ConsumerReport], report_by_member: dict[str, ConsumerReport],
+                     exact_ts: dict[tuple[str, int, int], float], now: float) -> list[PartitionView]:
+        """Partitions a member owns without any committed offset, judged all the same: lag
+        from the member's reported position when instrumented (else unknown), its last
+        poll, and how long it has owned the partition without committing while records
+        arrived. Not while an assignment is in progress: it is judged once it settles."""
+        if g.type not in ("classic", "consumer", "streams") or not assignment_known:
+            forget_uncommitted(st, set())
+            return []
+        tps = sorted(tp for tp in owner_of if tp not in g.committed)
+        forget_uncommitted(st, set(tps))
+        out = []
+        for tp in tps:
+            owner = owner_of[tp]
+            rep = report_by_member.get(owner.member_id, report_of.get(tp))
+            po = partitions.get(tp)
+            hw = po.hw if po else None
+            position = rep.positions.get(tp) if rep else None
+            lag_off = None if hw is None or position is None else max(0, hw - position)
+            lag_s = (self._lag_seconds(tp, position, hw, lag_off, exact_ts, now)
+                     if lag_off is not None and position is not None and hw is not None else None)
+            owned_s, new_data_s = remember_uncommitted(st, tp, owner.member_id, hw, now)
+            facts = PartitionFacts(
+                topic=tp[0], partition=tp[1], committed=None, hw=hw, lag_offsets=lag_off,
+                lag_seconds=lag_s, stalled_seconds=owned_s, frozen_seconds=owned_s,
+                new_data_seconds=new_data_s, lagging=False, rewinding=False, owned=True,
+                unowned_confirmed=False, owner=_member_label(owner), group_state=g.state,
+                rejoins=joins_since(st, now - owned_s), never_committed=True,
+                **_report_facts(rep, now, self.th))
+            status, rule = classify(facts, self.th)
+            out.append(PartitionView(topic=tp[0], partition=tp[1], committed=None, position=position,
+                                     lag_offsets=lag_off, lag_seconds=lag_s,
+                                     stalled_seconds=owned_s if new_data_s is not None else 0.0,
+                                     status=status, reason=reason(rule, facts, self.th),
+                                     owner=facts.owner))
+        return out
 
     def _partition(self, g: GroupSample, tp: TP, st: GroupMemory, po: PartitionOffsets | None,
                    consumed_progress: tuple[int, int], owner: Member | None, owned: bool,

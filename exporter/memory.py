@@ -320,6 +320,33 @@ class GroupMemory:
     outside_at: float | None = None
     outside_gaps: collections.deque[float] = field(
         default_factory=lambda: collections.deque(maxlen=OUTSIDE_GAPS))
+    # Partitions a member owns without a committed offset: (member id, owned since, HW then,
+    # when records first arrived after that), while the same member owns it.
+    uncommitted: dict[tuple[str, int], tuple[str, float, int | None, float | None]] = field(
+        default_factory=dict)
+
+
+def remember_uncommitted(mem: GroupMemory, tp: tuple[str, int], owner: str, hw: int | None,
+                         now: float) -> tuple[float, float | None]:
+    """A partition owned by ``owner`` and never committed, seen now: (seconds it has been
+    owned so, seconds since records first arrived after it was assigned, or None). A new
+    owner restarts both clocks: its assignment is when it could start committing."""
+    was = mem.uncommitted.get(tp)
+    if was is None or was[0] != owner:
+        was = (owner, now, hw, None)
+    _, since, hw0, arrived = was
+    if hw0 is None:
+        hw0 = hw
+    elif arrived is None and hw is not None and hw > hw0:
+        # the first sample showing new records: they arrived within the last cycle
+        arrived = now
+    mem.uncommitted[tp] = (owner, since, hw0, arrived)
+    return now - since, None if arrived is None else now - arrived
+
+
+def forget_uncommitted(mem: GroupMemory, keep: set[tuple[str, int]]) -> None:
+    for tp in [tp for tp in mem.uncommitted if tp not in keep]:
+        del mem.uncommitted[tp]
 
 
 def remember_outside(mem: GroupMemory, moved: bool, empty: bool, was_empty: bool, healthy: bool,

@@ -29,7 +29,7 @@ class PartitionFacts:
 
     topic: str
     partition: int
-    committed: int
+    committed: int | None  # None: owned by a member that never committed an offset for it
     hw: int | None
     lag_offsets: int | None
     lag_seconds: float | None
@@ -50,6 +50,10 @@ class PartitionFacts:
     # The group's members are stable and none subscribes to this topic any more: its
     # committed offset is history, shown but not judged.
     unsubscribed: bool = False
+    # A member owns the partition and no offset was ever committed for it: the lag is the
+    # member's reported position's (instrumented) or unknown, ``stalled_seconds`` counts
+    # from the assignment and ``new_data_seconds`` from the first records after it.
+    never_committed: bool = False
     group_state: str = ""
     rejoins: int = 0  # joins into the group since the committed offset froze (within the window)
     # from the owner's own reports (instrumented consumers)
@@ -164,6 +168,15 @@ def stalled(f: PartitionFacts, th: Thresholds) -> bool:
             and f.new_data_seconds >= limit and not f.rewinding and not f.spark)
 
 
+def never_committed(f: PartitionFacts, th: Thresholds) -> bool:
+    """A member has owned the partition for ``stall_after`` without committing any offset
+    for it while records arrived for ``stall_after``: a consumer wedged on its first batch
+    (poison pill at start), or one that never commits. Its lag may be unknown (no committed
+    offset, no reported position): the evidence is the assignment's age and the records."""
+    return (f.never_committed and f.stalled_seconds >= th.stall_after and f.new_data_seconds is not None
+            and f.new_data_seconds >= th.stall_after)
+
+
 def rewind(f: PartitionFacts, th: Thresholds) -> bool:
     """The committed offset moved backwards (an offset reset); held for a few cycles so
     that scrapes see it."""
@@ -192,6 +205,7 @@ RULES: tuple[tuple[str, Status, Predicate], ...] = (
     ("not_polling", Status.LIVELOCKED, not_polling),
     ("reports_stopped", Status.LIVELOCKED, reports_stopped),
     ("rejoin_loop", Status.LIVELOCKED, rejoin_loop),
+    ("never_committed", Status.STALLED, never_committed),
     ("stalled", Status.STALLED, stalled),
     ("rewind", Status.REWIND, rewind),
     ("lag_above_threshold", Status.LAGGING, lag_above_threshold),
@@ -201,8 +215,10 @@ RULES: tuple[tuple[str, Status, Predicate], ...] = (
 
 def classify(f: PartitionFacts, th: Thresholds) -> tuple[Status, str | None]:
     """(status, name of the rule that decided it); ``(OK, None)`` when no rule holds or the
-    topic is one no member subscribes to any more (:func:`note` says so)."""
-    if not f.lag_offsets or f.unsubscribed:  # lag 0, or unknown high watermark
+    topic is one no member subscribes to any more (:func:`note` says so). An unknown lag is
+    judged only for a partition owned and never committed (:func:`never_committed`)."""
+    # lag 0, or unknown (unknown high watermark; never committed and not instrumented)
+    if f.unsubscribed or (not f.lag_offsets and not (f.never_committed and f.lag_offsets is None)):
         return Status.OK, None
     for name, status, holds in RULES:
         if holds(f, th):
@@ -225,6 +241,8 @@ _REASONS = {
     "rejoin_loop": ("{where}: members keep leaving and rejoining ({rejoins} joins since "
                     "the committed offset stopped moving {stalled:.0f}s ago); owner {owner_or_unknown}; "
                     "{nums}"),
+    "never_committed": ("{where}: no offset committed since the member was assigned this partition "
+                        "{stalled:.0f}s ago, while records arrived; owner {owner}; {nums}"),
     "stalled": "{where}: committed offset frozen for {stalled:.0f}s; owner {owner_or_rebalancing}; {nums}",
     "rewind": "{where}: committed offset moved backwards; {nums}",
     "lag_above_threshold": "{where}: oldest unconsumed record is {lag_age} old{quiet}; {nums}",
@@ -250,8 +268,12 @@ def reason(rule: str | None, f: PartitionFacts, th: Thresholds) -> str:
     """The human-readable reason for the rule that decided a partition's status."""
     if rule is None:
         return ""
-    nums = (f"committed {f.committed}, HW {f.hw}, lag {f.lag_offsets} "
-            f"({fmt_seconds(f.lag_seconds)})")
+    if f.never_committed:
+        lag = "unknown" if f.lag_offsets is None else f"{f.lag_offsets} ({fmt_seconds(f.lag_seconds)})"
+        nums = f"never committed, HW {f.hw}, lag {lag}"
+    else:
+        nums = (f"committed {f.committed}, HW {f.hw}, lag {f.lag_offsets} "
+                f"({fmt_seconds(f.lag_seconds)})")
     return _REASONS[rule].format(
         where=f"{f.topic}[{f.partition}]", nums=nums, lag=f.lag_offsets, query_id=f.query_id,
         spark_silent=fmt_seconds(f.spark_silent_seconds), group_state=f.group_state,

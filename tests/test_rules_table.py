@@ -32,6 +32,8 @@ REPORT = {"has_report": True, "reporter": "billing-7@host-a (consumer-billing-7-
           "report_silent_seconds": 3.0}
 OUTSIDE = {"owned": False, "owner": "", "unowned_confirmed": True, "group_state": "empty",
            "outside": True, "stall_allowance": 60.0}
+NEVER = {"never_committed": True, "committed": None, "lag_offsets": None, "lag_seconds": None,
+         "new_data_seconds": None}
 SPARK = {"spark": True, "query_id": "5b0e", "spark_silent_seconds": 4.0, "owner": ""}
 
 # (row, what it checks, facts changed from BASE, expected status, fragment of the reason)
@@ -140,6 +142,23 @@ ROWS: list[tuple[int, str, dict, Status, str]] = [
      {"owned": False, "owner": "", "unowned_confirmed": True, "stalled_seconds": 999.0,
       "frozen_seconds": 999.0, "new_data_seconds": 999.0, "lag_seconds": 5000.0, "unsubscribed": True},
      Status.OK, ""),
+    (40, "owned, never committed, not instrumented: records arrived for stall_after since the "
+         "assignment",
+     {**NEVER, "stalled_seconds": 31.0, "new_data_seconds": 30.0}, Status.STALLED,
+     f"orders[3]: no offset committed since the member was assigned this partition 31s ago, while "
+     f"records arrived; owner {OWNER}; never committed, HW 200, lag unknown"),
+    (41, "owned, never committed, records arriving for less than stall_after (a consumer that "
+         "just started)",
+     {**NEVER, "stalled_seconds": 60.0, "new_data_seconds": 29.0}, Status.OK, ""),
+    (42, "owned, never committed, no record arrived since the assignment",
+     {**NEVER, "stalled_seconds": 600.0}, Status.OK, ""),
+    (43, "owned, never committed, instrumented: its last poll is old",
+     {**NEVER, **REPORT, "lag_offsets": 50, "lag_seconds": 40.0, "poll_age": 21.0,
+      "stalled_seconds": 25.0, "new_data_seconds": 20.0},
+     Status.LIVELOCKED, "last polled 21s ago; never committed, HW 200, lag 50 (40s)"),
+    (44, "owned, never committed, instrumented and caught up (position at the HW)",
+     {**NEVER, **REPORT, "lag_offsets": 0, "lag_seconds": 0.0, "poll_age": 1.0,
+      "stalled_seconds": 600.0, "new_data_seconds": 590.0}, Status.OK, ""),
 ]
 
 
