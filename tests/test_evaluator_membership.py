@@ -14,6 +14,7 @@ from exporter.api import group_doc
 from exporter.config import Thresholds
 from exporter.evaluator import Evaluator
 from exporter.memory import OUTSIDE_CADENCE_BOUND
+from exporter.reports import ConsumerReport
 from exporter.snapshot import TP, GroupSample, Member, PartitionOffsets, Snapshot
 from exporter.status import Status
 from exporter.view import GroupView
@@ -175,3 +176,67 @@ def test_unsubscribed_topic_is_judged_while_the_group_rebalances() -> None:
         v = _sample(ev, t, {OLD: 600}, {OLD: 600 + RATE * t}, (member,), state="preparingrebalance")
     assert v is not None
     assert all(p.reason == "" for p in v.partitions)
+
+
+# -- owned but never committed -------------------------------------------------------
+
+CONSUMER = Member(member_id="m-1", client_id="cc-blocked-client", host="/10.0.0.5", assignment=(NEW,))
+
+
+def _owned_uncommitted(ev: Evaluator, t: int, committed: dict[TP, int], state: str = "stable",
+                       report_poll: float | None = None) -> GroupView:
+    """A member owns orders-v2[0] since t=0; records arrive from t=0 on."""
+    hws = {NEW: 100 + RATE * t}
+    now = T0 + t
+    reports = {}
+    if report_poll is not None:
+        reports = {"g": [ConsumerReport("g", "cc-blocked-client", "m-1", "/10.0.0.5", sent_at=now,
+                                        last_poll=T0 + report_poll, interval=5, positions={NEW: 100},
+                                        committed={}, closed=False, received_at=now)]}
+    snap = Snapshot(cluster="c", taken_at=now, duration=0.01,
+                    partitions={tp: _offsets(hw) for tp, hw in hws.items()},
+                    groups={"g": GroupSample(group_id="g", type="classic", state=state, members=(CONSUMER,),
+                                             coordinator=1, committed=committed)})
+    return ev.evaluate(snap, reports).groups["g"]
+
+
+def test_consumer_wedged_before_its_first_commit_is_stalled_without_instrumentation() -> None:
+    ev = Evaluator("c", _th(8), interval=1)
+    views = [_owned_uncommitted(ev, t, {}) for t in range(30)]
+    first_bad = next(t for t, v in enumerate(views) if v.status != Status.OK)
+    assert 8 <= first_bad <= 8 + 2
+    assert views[-1].status == Status.STALLED
+    p = views[-1].partitions[0]
+    assert (p.committed, p.lag_offsets, p.position) == (None, None, None)
+    assert "no offset committed since the member was assigned this partition" in p.reason
+    assert "lag unknown" in p.reason
+
+
+def test_consumer_wedged_before_its_first_commit_is_livelocked_when_instrumented() -> None:
+    """Its reports say it last polled at t=0 and its position is the offset it was given."""
+    ev = Evaluator("c", _th(60), interval=1)
+    views = [_owned_uncommitted(ev, t, {}, report_poll=0.0) for t in range(30)]
+    first_bad = next(t for t, v in enumerate(views) if v.status != Status.OK)
+    assert 20 <= first_bad <= 20 + 2
+    assert views[first_bad].status == Status.LIVELOCKED
+    p = views[-1].partitions[0]
+    assert p.position == 100 and p.lag_offsets == RATE * 29
+    assert "cc-blocked-client" in p.reason and "never committed" in p.reason
+
+
+def test_consumer_that_just_started_and_commits_soon_is_ok() -> None:
+    """No commit for its first 5 s (auto commit interval), then commits as it reads."""
+    ev = Evaluator("c", _th(8), interval=1)
+    views = [_owned_uncommitted(ev, t, {NEW: 100 + RATE * t - 3} if t >= 5 else {}) for t in range(60)]
+    assert {v.status for v in views} == {Status.OK}
+    assert views[-1].partitions[0].committed == 100 + RATE * 59 - 3
+
+
+def test_assignment_in_progress_is_not_judged_until_it_settles() -> None:
+    ev = Evaluator("c", _th(8), interval=1)
+    views = [_owned_uncommitted(ev, t, {}, state="completingrebalance") for t in range(30)]
+    assert {v.status for v in views} == {Status.OK}
+    assert views[-1].partitions == ()
+    settled = [_owned_uncommitted(ev, t, {}) for t in range(30, 50)]
+    first_bad = next(t for t, v in zip(range(30, 50), settled, strict=True) if v.status != Status.OK)
+    assert first_bad >= 30 + 8
