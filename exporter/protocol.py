@@ -167,6 +167,9 @@ class DescribedMember:
     # What the coordinator has decided the member will own (KIP-848 and KIP-1071 groups
     # reconcile towards it at the member's next heartbeat, seconds later).
     target: tuple[TP, ...] = ()
+    # The topics the member subscribes to: KIP-848 members' subscribed topic names (unknown,
+    # empty, for a regex subscription), a streams group's topology source topics.
+    subscribed: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -443,7 +446,8 @@ def _member(kind: str, m: Any, g: Any) -> DescribedMember:
         return DescribedMember(member_id=m.member_id, member_epoch=m.member_epoch,
                                client_id=m.client_id, host=m.client_host, instance_id=m.instance_id,
                                process_id=m.process_id or "", assignment=task_partitions(m.assignment),
-                               target=task_partitions(m.target_assignment))
+                               target=task_partitions(m.target_assignment),
+                               subscribed=tuple(sorted({t for ts in sources.values() for t in ts})))
 
     def partitions(a: Any) -> tuple[TP, ...]:
         return tuple(sorted((t.topic_name, p)
@@ -451,4 +455,13 @@ def _member(kind: str, m: Any, g: Any) -> DescribedMember:
     return DescribedMember(member_id=m.member_id, member_epoch=m.member_epoch, client_id=m.client_id,
                            host=m.client_host, instance_id=getattr(m, "instance_id", None),
                            assignment=partitions(m.assignment),
-                           target=partitions(getattr(m, "target_assignment", None)))
+                           target=partitions(getattr(m, "target_assignment", None)),
+                           subscribed=_subscribed(m))
+
+
+def _subscribed(m: Any) -> tuple[str, ...]:
+    """A KIP-848 or share member's subscribed topic names; unknown (empty) when it subscribes
+    by regex, whose matches the describe does not list."""
+    if getattr(m, "subscribed_topic_regex", None):
+        return ()
+    return tuple(sorted(getattr(m, "subscribed_topic_names", None) or ()))

@@ -463,17 +463,20 @@ def _described_error(gid: str, d: DescribedGroup | Exception | None,
 def _members(d: DescribedGroup) -> tuple[Member, ...]:
     return tuple(Member(member_id=m.member_id, client_id=m.client_id, host=m.host,
                         instance_id=m.instance_id, assignment=m.assignment, epoch=m.member_epoch,
-                        process_id=m.process_id, target=m.target) for m in d.members)
+                        process_id=m.process_id, target=m.target, subscribed=m.subscribed)
+                 for m in d.members)
 
 
 def _with_epochs(g: GroupSample, d: DescribedGroup) -> GroupSample:
     """A KIP-848 group as librdkafka described it, plus what only ConsumerGroupDescribe
-    returns: the group and member epochs, the members' target assignments, and the state
+    returns: the group and member epochs, the members' target assignments and subscribed
+    topic names, and the state
     by its KIP-848 name (librdkafka calls ``assigning`` and ``reconciling`` unknown)."""
     of = {m.member_id: m for m in d.members}
     state = d.state if g.state == "unknown" else g.state
     return dataclasses.replace(g, epoch=d.group_epoch, state=state, members=tuple(
-        dataclasses.replace(m, epoch=of[m.member_id].member_epoch, target=of[m.member_id].target)
+        dataclasses.replace(m, epoch=of[m.member_id].member_epoch, target=of[m.member_id].target,
+                            subscribed=of[m.member_id].subscribed)
         if m.member_id in of else m for m in g.members))
 
 

@@ -19,6 +19,7 @@ from devenv.jars import kafka_libs
 from devenv.kafka import KafkaCluster
 from exporter import kafka_messages
 from exporter.kafka_messages import (
+    ConsumerGroupDescribeResponse,
     DescribeShareGroupOffsetsResponse,
     ShareGroupDescribeResponse,
     StreamsGroupDescribeResponse,
@@ -181,6 +182,49 @@ def test_share_group_members_and_offsets() -> None:
     # v0 (Kafka 4.0/4.1) has no lag: the start offset alone, the lag from the HW
     got = parse_share_offsets(_roundtrip(res, o, 0))["jobs"]
     assert (got.start, got.lag) == ({("jobs", 0): 120}, {})
+
+
+@pytest.mark.unit
+def test_kip848_member_subscriptions_known_by_name_unknown_by_regex() -> None:
+    g = ConsumerGroupDescribeResponse.DescribedGroup
+    assignment = g.Member.Assignment(topic_partitions=[])
+
+    def member(mid: str, names: list[str], regex: str | None) -> object:
+        return g.Member(member_id=mid, instance_id=None, rack_id=None, member_epoch=3, client_id="c",
+                        client_host="/10.0.0.7", subscribed_topic_names=names, subscribed_topic_regex=regex,
+                        assignment=assignment, target_assignment=assignment, member_type=-1)
+    res = ConsumerGroupDescribeResponse(throttle_time_ms=0, groups=[g(
+        error_code=0, error_message=None, group_id="orders", group_state="Stable", group_epoch=3,
+        assignment_epoch=3, assignor_name="uniform", authorized_operations=-2147483648,
+        members=[member("m-1", ["orders-v2", "audit"], None), member("m-2", [], "orders-.*")])])
+    (d,) = parse_described("consumer", 1, _roundtrip(res, ConsumerGroupDescribeResponse, 1))
+    assert [m.subscribed for m in d.members] == [("audit", "orders-v2"), ()]
+
+
+@pytest.mark.unit
+def test_streams_members_subscribe_to_the_topology_source_topics() -> None:
+    g = StreamsGroupDescribeResponse.DescribedGroup
+    sub = g.Topology.Subtopology
+    member = g.Member
+    none = member.Assignment(active_tasks=[], standby_tasks=[], warmup_tasks=[])
+    res = StreamsGroupDescribeResponse(throttle_time_ms=0, groups=[g(
+        error_code=0, error_message=None, group_id="wordcount", group_state="Stable", group_epoch=7,
+        assignment_epoch=7, authorized_operations=-2147483648,
+        topology=g.Topology(epoch=0, subtopologies=[
+            sub(subtopology_id="0", source_topics=["words"], repartition_sink_topics=["wc-repart"],
+                state_changelog_topics=[], repartition_source_topics=[]),
+            sub(subtopology_id="1", source_topics=[], repartition_sink_topics=[],
+                state_changelog_topics=[], repartition_source_topics=[
+                    sub.TopicInfo(name="wc-repart", partitions=2, replication_factor=1, topic_configs=[])]),
+        ]),
+        members=[member(
+            member_id="m-1", member_epoch=7, instance_id=None, rack_id=None,
+            client_id="wc-1-StreamThread-1-consumer", client_host="/10.0.0.8", topology_epoch=0,
+            process_id="proc-a", user_endpoint=None, client_tags=[], task_offsets=[], task_end_offsets=[],
+            assignment=none, target_assignment=none, is_classic=False)])])
+    (d,) = parse_described("streams", 3, _roundtrip(res, StreamsGroupDescribeResponse, 0))
+    # a member with no task yet still subscribes to every source topic, repartition ones included
+    assert d.members[0].subscribed == ("wc-repart", "words")
 
 
 def test_shipped_message_definitions_are_kafkas_own() -> None:
