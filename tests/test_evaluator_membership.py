@@ -240,3 +240,21 @@ def test_assignment_in_progress_is_not_judged_until_it_settles() -> None:
     settled = [_owned_uncommitted(ev, t, {}) for t in range(30, 50)]
     first_bad = next(t for t, v in zip(range(30, 50), settled, strict=True) if v.status != Status.OK)
     assert first_bad >= 30 + 8
+
+
+def test_subscriptions_are_asked_only_where_a_topic_was_left() -> None:
+    """The sampler's extra DescribeGroups goes to stable classic groups with committed offsets
+    on a topic none of their members owns a partition of, and to no other."""
+    from exporter.sampler import _left_a_topic
+
+    member = Member(member_id="m-1", client_id="orders", host="/10.0.0.5", assignment=(NEW,))
+
+    def group(committed: dict[TP, int], state: str = "stable", members: tuple[Member, ...] = (member,),
+              gtype: str = "classic") -> GroupSample:
+        return GroupSample(group_id="g", type=gtype, state=state, members=members, committed=committed)
+    assert _left_a_topic(group({OLD: 1, NEW: 2}))
+    assert not _left_a_topic(group({NEW: 2}))
+    assert not _left_a_topic(group({OLD: 1, NEW: 2}, state="preparingrebalance"))
+    assert not _left_a_topic(group({OLD: 1}, members=()))
+    assert not _left_a_topic(group({OLD: 1}, members=(Member(member_id="m-2", client_id="c", host="h"),)))
+    assert not _left_a_topic(group({OLD: 1, NEW: 2}, gtype="consumer"))  # its describe says

@@ -14,6 +14,8 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from kafka.protocol.admin import DescribeGroupsResponse
+from kafka.protocol.consumer.metadata import ConsumerProtocolSubscription
 
 from devenv.jars import kafka_libs
 from devenv.kafka import KafkaCluster
@@ -31,6 +33,7 @@ from exporter.protocol import (
     kafka_python_config,
     parse_described,
     parse_share_offsets,
+    parse_subscriptions,
 )
 from tests.conftest import create_topic, produce, unique
 
@@ -225,6 +228,31 @@ def test_streams_members_subscribe_to_the_topology_source_topics() -> None:
     (d,) = parse_described("streams", 3, _roundtrip(res, StreamsGroupDescribeResponse, 0))
     # a member with no task yet still subscribes to every source topic, repartition ones included
     assert d.members[0].subscribed == ("wc-repart", "words")
+
+
+@pytest.mark.unit
+def test_classic_member_subscriptions_from_their_metadata() -> None:
+    g = DescribeGroupsResponse.DescribedGroup
+    m = g.DescribedGroupMember
+
+    def sub(*topics: str) -> bytes:
+        meta = ConsumerProtocolSubscription(version=3, topics=list(topics), user_data=None,
+                                            owned_partitions=[], generation_id=4, rack_id=None)
+        return meta.encode(version=3)
+    res = DescribeGroupsResponse(throttle_time_ms=0, groups=[
+        g(error_code=0, error_message=None, group_id="orders", group_state="Stable", protocol_type="consumer",
+          protocol_data="range", authorized_operations=set(), members=[
+              m(member_id="m-1", group_instance_id=None, client_id="c1", client_host="/10.0.0.5",
+                member_metadata=sub("orders-v2", "audit"), member_assignment=b""),
+              m(member_id="m-2", group_instance_id=None, client_id="c2", client_host="/10.0.0.6",
+                member_metadata=b"\x00", member_assignment=b"")]),  # unreadable: unknown
+        g(error_code=0, error_message=None, group_id="connect-cluster", group_state="Stable",
+          protocol_type="connect", protocol_data="sessioned", authorized_operations=set(), members=[
+              m(member_id="w-1", group_instance_id=None, client_id="w", client_host="/10.0.0.7",
+                member_metadata=b"\x00\x01", member_assignment=b"")]),
+    ])
+    got = parse_subscriptions(_roundtrip(res, DescribeGroupsResponse, 5))
+    assert got == {"orders": {"m-1": ("audit", "orders-v2")}}
 
 
 def test_shipped_message_definitions_are_kafkas_own() -> None:
