@@ -163,22 +163,7 @@ class Evaluator:
                reports: list[ConsumerReport], spark: SparkReport | None,
                exact_ts: dict[tuple[str, int, int], float], now: float) -> GroupView:
         if g.error is not None:
-            prev = st.last_view
-            reason_txt = f"group could not be read: {g.error}"
-            if st.unreadable_since is None:
-                st.unreadable_since = now
-            if (prev is not None and prev.status != Status.ERROR
-                    and now - st.unreadable_since < UNREADABLE_GRACE_CYCLES * self.interval):
-                # A coordinator failing over or a broker restarting leaves a group unreadable
-                # for a cycle or three: its last judgement stands meanwhile (the error is
-                # counted), so a healthy group is not flagged and its alerts keep their `for:`.
-                return dataclasses.replace(prev, reasons=(*prev.reasons, f"{reason_txt} (last values kept)"))
-            return GroupView(group=g.group_id, type=g.type, state=g.state, status=Status.ERROR,
-                             reasons=(reason_txt,), members=prev.members if prev else (),
-                             partitions=prev.partitions if prev else (),
-                             spark=prev.spark if prev else None, epoch=prev.epoch if prev else None,
-                             membership=prev.membership if prev else "none")
-
+            return self._unreadable(g, st, now)
         st.unreadable_since = None
         was_empty = st.seen_once and not st.members
         remember_members(st, {m.member_id for m in g.members}, now, self.th.window, g.epoch)
@@ -187,29 +172,9 @@ class Evaluator:
         # current assignment until its new owner's next heartbeat (5 s by default), but in
         # its target assignment: owned, not stopped.
         incoming = {m_tp for m in g.members for m_tp in m.target}
-        # Classic groups publish assignments only when stable. The coordinator-driven
-        # protocols (KIP-848, KIP-1071, KIP-932) always do, but while the group is assigning
-        # or reconciling a partition revoked from one member may be in nobody's current or
-        # target assignment for a heartbeat or two (librdkafka names both states unknown).
-        if g.type == "classic":
-            assignment_known = g.state == "stable" or not g.members
-        else:
-            assignment_known = g.state not in IN_FLIGHT_STATES or not g.members
-        fresh_reports = [r for r in reports if not r.closed]
-        report_of: dict[TP, ConsumerReport] = {}
-        for r in sorted(fresh_reports, key=lambda r: r.received_at):
-            for tp in r.positions.keys() | r.committed.keys():
-                report_of[tp] = r
-        report_by_member = match_reports(g.members, fresh_reports)
-        # (where the lag starts, what the memory follows) per partition, computed once: a
-        # share group's stall clock needs every partition's before any is judged.
-        progress = {tp: _share_progress(c, po.hw if (po := partitions.get(tp)) else None,
-                                        g.reported_lag.get(tp), st.parts.get(tp))
-                    for tp, c in g.committed.items()}
-        if g.type == "share" and (st.queue_progress_at is None or any(
-                (mem := st.parts.get(tp)) is not None and prog > mem.committed
-                for tp, (_consumed, prog) in progress.items())):
-            st.queue_progress_at = now
+        assignment_known = _assignment_known(g)
+        report_of, report_by_member = _reports_of(g, reports)
+        progress = _progress(g, st, partitions, now)
         membership, allowance = self._membership(g, st, progress, was_empty, now)
         left = _unsubscribed_topics(g, assignment_known)
 
@@ -235,16 +200,7 @@ class Evaluator:
         worst = max((p.status for p in parts), key=SEVERITY.__getitem__, default=Status.OK)
         if g.type == "spark" and spark is not None and spark.terminated:
             worst = Status.STOPPED
-        bad = sorted((p for p in parts if p.status != Status.OK),
-                     key=lambda p: (-SEVERITY[p.status], -(p.lag_offsets or 0)))
-        reasons = [p.reason for p in bad[:MAX_REASONS]]
-        if len(bad) > MAX_REASONS:
-            reasons.append(f"... and {len(bad) - MAX_REASONS} more partition(s)")
-        if g.type == "spark" and spark is not None and spark.terminated and not bad:
-            reasons.append(_spark_terminated_reason(spark, now))
-        if st.outside_at is not None:
-            reasons.append(_outside_reason(st, membership, now))
-
+        reasons = _group_reasons(g, st, parts, spark, membership, now)
         members = tuple(
             MemberView(member_id=m.member_id, client_id=m.client_id, host=m.host,
                        partitions=len(m.assignment),
@@ -258,6 +214,24 @@ class Evaluator:
                          membership=membership)
         st.last_view = view
         return view
+
+    def _unreadable(self, g: GroupSample, st: GroupMemory, now: float) -> GroupView:
+        """A group that could not be read this cycle."""
+        prev = st.last_view
+        reason_txt = f"group could not be read: {g.error}"
+        if st.unreadable_since is None:
+            st.unreadable_since = now
+        if (prev is not None and prev.status != Status.ERROR
+                and now - st.unreadable_since < UNREADABLE_GRACE_CYCLES * self.interval):
+            # A coordinator failing over or a broker restarting leaves a group unreadable
+            # for a cycle or three: its last judgement stands meanwhile (the error is
+            # counted), so a healthy group is not flagged and its alerts keep their `for:`.
+            return dataclasses.replace(prev, reasons=(*prev.reasons, f"{reason_txt} (last values kept)"))
+        return GroupView(group=g.group_id, type=g.type, state=g.state, status=Status.ERROR,
+                         reasons=(reason_txt,), members=prev.members if prev else (),
+                         partitions=prev.partitions if prev else (),
+                         spark=prev.spark if prev else None, epoch=prev.epoch if prev else None,
+                         membership=prev.membership if prev else "none")
 
     def _membership(self, g: GroupSample, st: GroupMemory, progress: dict[TP, tuple[int, int]],
                     was_empty: bool, now: float) -> tuple[str, float]:
@@ -363,6 +337,56 @@ class Evaluator:
             lag_s = max(0.0, now - h.oldest) if h and h.oldest else None
         self._lag_memo[key] = lag_s
         return lag_s
+
+
+def _reports_of(g: GroupSample, reports: list[ConsumerReport]
+                ) -> tuple[dict[TP, ConsumerReport], dict[str, ConsumerReport]]:
+    """The open reports by partition (the latest naming it) and by the member they match."""
+    fresh_reports = [r for r in reports if not r.closed]
+    report_of: dict[TP, ConsumerReport] = {}
+    for r in sorted(fresh_reports, key=lambda r: r.received_at):
+        for tp in r.positions.keys() | r.committed.keys():
+            report_of[tp] = r
+    return report_of, match_reports(g.members, fresh_reports)
+
+
+def _progress(g: GroupSample, st: GroupMemory, partitions: dict[TP, PartitionOffsets],
+              now: float) -> dict[TP, tuple[int, int]]:
+    """(where the lag starts, what the memory follows) per partition, computed once: a
+    share group's stall clock needs every partition's before any is judged."""
+    progress = {tp: _share_progress(c, po.hw if (po := partitions.get(tp)) else None,
+                                    g.reported_lag.get(tp), st.parts.get(tp))
+                for tp, c in g.committed.items()}
+    if g.type == "share" and (st.queue_progress_at is None or any(
+            (mem := st.parts.get(tp)) is not None and prog > mem.committed
+            for tp, (_consumed, prog) in progress.items())):
+        st.queue_progress_at = now
+    return progress
+
+
+def _assignment_known(g: GroupSample) -> bool:
+    """Classic groups publish assignments only when stable. The coordinator-driven
+    protocols (KIP-848, KIP-1071, KIP-932) always do, but while the group is assigning or
+    reconciling a partition revoked from one member may be in nobody's current or target
+    assignment for a heartbeat or two (librdkafka names both states unknown)."""
+    if g.type == "classic":
+        return g.state == "stable" or not g.members
+    return g.state not in IN_FLIGHT_STATES or not g.members
+
+
+def _group_reasons(g: GroupSample, st: GroupMemory, parts: list[PartitionView], spark: SparkReport | None,
+                   membership: str, now: float) -> list[str]:
+    """The worst partitions' reasons first, then what the group as a whole has to say."""
+    bad = sorted((p for p in parts if p.status != Status.OK),
+                 key=lambda p: (-SEVERITY[p.status], -(p.lag_offsets or 0)))
+    reasons = [p.reason for p in bad[:MAX_REASONS]]
+    if len(bad) > MAX_REASONS:
+        reasons.append(f"... and {len(bad) - MAX_REASONS} more partition(s)")
+    if g.type == "spark" and spark is not None and spark.terminated and not bad:
+        reasons.append(_spark_terminated_reason(spark, now))
+    if st.outside_at is not None:
+        reasons.append(_outside_reason(st, membership, now))
+    return reasons
 
 
 def _unsubscribed_topics(g: GroupSample, assignment_known: bool) -> frozenset[str]:
