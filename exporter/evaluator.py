@@ -200,6 +200,8 @@ class Evaluator:
         worst = max((p.status for p in parts), key=SEVERITY.__getitem__, default=Status.OK)
         if g.type == "spark" and spark is not None and spark.terminated:
             worst = Status.STOPPED
+        if membership == "outside" and worst == Status.STOPPED:
+            membership = "none"  # the client outside group membership is gone
         reasons = _group_reasons(g, st, parts, spark, membership, now)
         members = tuple(
             MemberView(member_id=m.member_id, client_id=m.client_id, host=m.host,
@@ -236,8 +238,9 @@ class Evaluator:
     def _membership(self, g: GroupSample, st: GroupMemory, progress: dict[TP, tuple[int, int]],
                     was_empty: bool, now: float) -> tuple[str, float]:
         """(membership model, stall allowance of an outside committer or 0): ``members``,
-        ``outside`` (no members, committed offsets moving: a client outside group membership
-        consumes, within its allowance of its last commit) or ``none``."""
+        ``outside`` (no members, committed offsets seen moving: a client outside group
+        membership consumes; :func:`_group` turns it to ``none`` once a partition's records
+        waited past the allowance, ``stopped``) or ``none``."""
         if g.members or g.type in ("spark", "share"):
             remember_outside(st, False, False, was_empty, False, now)
             return ("members" if g.members else "none"), 0.0
@@ -248,8 +251,7 @@ class Evaluator:
         remember_outside(st, moved, True, was_empty, healthy, now)
         if st.outside_at is None:
             return "none", 0.0
-        allowance = outside_allowance(st, self.th.stall_after, self.interval)
-        return ("outside" if now - st.outside_at <= allowance else "none"), allowance
+        return "outside", outside_allowance(st, self.th.stall_after, self.interval)
 
     def _uncommitted(self, g: GroupSample, st: GroupMemory, owner_of: dict[TP, Member],
                      assignment_known: bool, partitions: dict[TP, PartitionOffsets],

@@ -258,3 +258,17 @@ def test_subscriptions_are_asked_only_where_a_topic_was_left() -> None:
     assert not _left_a_topic(group({OLD: 1}, members=()))
     assert not _left_a_topic(group({OLD: 1}, members=(Member(member_id="m-2", client_id="c", host="h"),)))
     assert not _left_a_topic(group({OLD: 1, NEW: 2}, gtype="consumer"))  # its describe says
+
+
+def test_outside_committer_idle_on_a_quiet_topic_is_still_outside_and_gets_its_allowance() -> None:
+    """No record for far longer than its allowance (nothing to commit), then a burst: the
+    job commits it at its next checkpoint, 5 s later, and is never stopped meanwhile."""
+    ev = Evaluator("c", _th(8), interval=1)
+    views = _checkpointing(ev, 5, behind=0, until=60)
+    hw = committed = int(RATE * 60)
+    quiet = [_sample(ev, t, {NEW: committed}, {NEW: hw}) for t in range(61, 200)]
+    assert {v.status for v in quiet} == {Status.OK} and quiet[-1].membership == "outside"
+    burst = [_sample(ev, t, {NEW: committed if t < 205 else hw + 50}, {NEW: hw + 50})
+             for t in range(200, 210)]
+    assert {v.status for v in burst} == {Status.OK}
+    assert views[-1][1].membership == burst[-1].membership == "outside"
