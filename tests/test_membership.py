@@ -162,3 +162,39 @@ def test_client_committing_outside_group_membership(kafka: KafkaCluster, exporte
     finally:
         client.stop()
         producer.stop()
+
+
+def test_consumer_wedged_before_its_first_commit_is_stalled(kafka: KafkaCluster,
+                                                            exporter: ExporterProcess) -> None:
+    """A real consumer assigned its partition, wedged before its first commit (it stops
+    polling; librdkafka's background thread keeps it in the group), records arriving:
+    stalled ("never committed") within stall_after + 3 cycles of the first record."""
+    topic, gid = unique("poison"), unique("wedged")
+    create_topic(kafka, topic, partitions=1)
+    c = Consumer({"bootstrap.servers": kafka.bootstrap_servers, "group.id": gid,
+                  "auto.offset.reset": "latest", "client.id": "wedged-client"})
+    c.subscribe([topic])
+    try:
+        wait_for(lambda: c.poll(0.2) is None and c.assignment(), 30, "the partition assigned")
+
+        def owned() -> bool:
+            doc = _group(exporter, gid)
+            return bool(doc and doc["members"] and doc["members"][0]["partitions"] == 1)
+        wait_for(owned, 30, "the member's assignment seen")
+        doc = _group(exporter, gid)
+        # shown though never committed; no record yet: nothing to judge
+        assert doc["status"] == "ok" and [p["committed_offset"] for p in doc["partitions"]] == [None]
+        producer = SteadyProducer(kafka.bootstrap_servers, topic)
+        producer.start()
+        try:
+            n = cycles_until(exporter, lambda: (_group(exporter, gid) or {}).get("status") == "stalled",
+                             STALL_AFTER + 10, "stalled, never committed")
+            assert n <= cycles(STALL_AFTER) + 3, n
+            (row,) = _group(exporter, gid)["partitions"]
+            assert row["committed_offset"] is None and row["lag_offsets"] is None
+            assert "no offset committed since the member was assigned this partition" in row["reason"]
+            assert "wedged-client" in row["reason"]
+        finally:
+            producer.stop()
+    finally:
+        c.close()
