@@ -417,7 +417,7 @@ def _outside_reason(st: GroupMemory, membership: str, now: float) -> str:
         return (f"no members; the client outside group membership that committed its offsets "
                 f"last committed {fmt_seconds(now - st.outside_at)} ago")
     cadence = outside_cadence(st)
-    every = f"every ~{fmt_seconds(cadence)}" if cadence is not None else "(commit cadence not learnt yet)"
+    every = f"every ~{cadence:.0f} s" if cadence is not None else "(commit cadence not learnt yet)"
     return f"no members; offsets committed by a client outside group membership {every}"
 
 
