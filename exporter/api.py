@@ -53,11 +53,13 @@ def group_doc(cluster: str, g: GroupView) -> dict[str, Any]:
         for m in g.members
     ]
     doc["group_epoch"] = g.epoch
+    doc["membership"] = g.membership
     doc["partitions"] = [
         {"topic": p.topic, "partition": p.partition, "committed_offset": p.committed,
          "position_offset": p.position, "lag_offsets": p.lag_offsets,
          "lag_seconds": _round(p.lag_seconds), "stalled_seconds": _round(p.stalled_seconds),
-         "status": p.status, "reason": p.reason or None, "owner": p.owner or None}
+         "status": p.status, "reason": p.reason or None, "owner": p.owner or None,
+         "subscribed": not p.unsubscribed}
         for p in g.partitions
     ]
     if g.spark is not None:

@@ -13,10 +13,22 @@ import dataclasses
 
 from exporter.config import Thresholds
 from exporter.lag import HwHistory, lag_seconds
-from exporter.memory import GroupMemory, PartitionMemory, joins_since, observe, remember, remember_members
+from exporter.memory import (
+    GroupMemory,
+    PartitionMemory,
+    forget_uncommitted,
+    joins_since,
+    observe,
+    outside_allowance,
+    outside_cadence,
+    remember,
+    remember_members,
+    remember_outside,
+    remember_uncommitted,
+)
 from exporter.report_match import match_reports
 from exporter.reports import ConsumerReport, SparkReport
-from exporter.rules import PartitionFacts, classify, fmt_seconds, reason
+from exporter.rules import PartitionFacts, classify, fmt_seconds, note, reason
 from exporter.snapshot import TP, GroupSample, Member, PartitionOffsets, Snapshot
 from exporter.status import Status
 from exporter.view import (
@@ -151,56 +163,20 @@ class Evaluator:
                reports: list[ConsumerReport], spark: SparkReport | None,
                exact_ts: dict[tuple[str, int, int], float], now: float) -> GroupView:
         if g.error is not None:
-            prev = st.last_view
-            reason_txt = f"group could not be read: {g.error}"
-            if st.unreadable_since is None:
-                st.unreadable_since = now
-            if (prev is not None and prev.status != Status.ERROR
-                    and now - st.unreadable_since < UNREADABLE_GRACE_CYCLES * self.interval):
-                # A coordinator failing over or a broker restarting leaves a group unreadable
-                # for a cycle or three: its last judgement stands meanwhile (the error is
-                # counted), so a healthy group is not flagged and its alerts keep their `for:`.
-                return dataclasses.replace(prev, reasons=(*prev.reasons, f"{reason_txt} (last values kept)"))
-            return GroupView(group=g.group_id, type=g.type, state=g.state, status=Status.ERROR,
-                             reasons=(reason_txt,), members=prev.members if prev else (),
-                             partitions=prev.partitions if prev else (),
-                             spark=prev.spark if prev else None, epoch=prev.epoch if prev else None)
-
+            return self._unreadable(g, st, now)
         st.unreadable_since = None
+        was_empty = st.seen_once and not st.members
         remember_members(st, {m.member_id for m in g.members}, now, self.th.window, g.epoch)
         owner_of: dict[TP, Member] = {m_tp: m for m in g.members for m_tp in m.assignment}
         # A partition moving between members of a KIP-848 or streams group is in nobody's
         # current assignment until its new owner's next heartbeat (5 s by default), but in
         # its target assignment: owned, not stopped.
         incoming = {m_tp for m in g.members for m_tp in m.target}
-        # Classic groups publish assignments only when stable. The coordinator-driven
-        # protocols (KIP-848, KIP-1071, KIP-932) always do, but while the group is assigning
-        # or reconciling a partition revoked from one member may be in nobody's current or
-        # target assignment for a heartbeat or two (librdkafka names both states unknown).
-        if g.type == "classic":
-            assignment_known = g.state == "stable" or not g.members
-        else:
-            assignment_known = g.state not in IN_FLIGHT_STATES or not g.members
-        fresh_reports = [r for r in reports if not r.closed]
-        report_of: dict[TP, ConsumerReport] = {}
-        for r in sorted(fresh_reports, key=lambda r: r.received_at):
-            for tp in r.positions.keys() | r.committed.keys():
-                report_of[tp] = r
-        report_by_member = match_reports(g.members, fresh_reports)
-        # (where the lag starts, what the memory follows) per partition, computed once: a
-        # share group's stall clock needs every partition's before any is judged.
-        progress = {tp: _share_progress(c, po.hw if (po := partitions.get(tp)) else None,
-                                        g.reported_lag.get(tp), st.parts.get(tp))
-                    for tp, c in g.committed.items()}
-        share_dates: dict[TP, tuple[float | None, float | None]] = {}
-        if g.type == "share":
-            share_dates = {tp: _share_dates(mem, consumed, prog, now) for tp, (consumed, prog)
-                           in progress.items() if (mem := st.parts.get(tp)) is not None}
-            moved = [at for at, _above in share_dates.values() if at is not None]
-            if st.queue_progress_at is None:
-                st.queue_progress_at = now
-            elif moved:
-                st.queue_progress_at = max(st.queue_progress_at, *moved)
+        assignment_known = _assignment_known(g)
+        report_of, report_by_member = _reports_of(g, reports)
+        progress, share_dates = _progress(g, st, partitions, now)
+        membership, allowance = self._membership(g, st, progress, was_empty, now)
+        left = _unsubscribed_topics(g, assignment_known)
 
         parts: list[PartitionView] = []
         for tp in sorted(g.committed):
@@ -213,23 +189,22 @@ class Evaluator:
             else:
                 owned = owner is not None or tp in incoming or (bool(g.members) and not assignment_known)
             parts.append(self._partition(g, tp, st, partitions.get(tp), progress[tp], owner, owned,
-                                         rep, spark, exact_ts, now))
+                                         rep, spark, exact_ts, now, allowance, tp[0] in left))
             if tp in share_dates:
                 _remember_share(st.parts[tp], *share_dates[tp])
         for tp in [tp for tp in st.parts if tp not in g.committed]:
             del st.parts[tp]
+        fresh = self._uncommitted(g, st, owner_of, assignment_known, partitions, report_of,
+                                  report_by_member, exact_ts, now)
+        if fresh:
+            parts = sorted((*parts, *fresh), key=lambda p: (p.topic, p.partition))
 
         worst = max((p.status for p in parts), key=SEVERITY.__getitem__, default=Status.OK)
         if g.type == "spark" and spark is not None and spark.terminated:
             worst = Status.STOPPED
-        bad = sorted((p for p in parts if p.status != Status.OK),
-                     key=lambda p: (-SEVERITY[p.status], -(p.lag_offsets or 0)))
-        reasons = [p.reason for p in bad[:MAX_REASONS]]
-        if len(bad) > MAX_REASONS:
-            reasons.append(f"... and {len(bad) - MAX_REASONS} more partition(s)")
-        if g.type == "spark" and spark is not None and spark.terminated and not bad:
-            reasons.append(_spark_terminated_reason(spark, now))
-
+        if membership == "outside" and worst == Status.STOPPED:
+            membership = "none"  # the client outside group membership is gone
+        reasons = _group_reasons(g, st, parts, spark, membership, now)
         members = tuple(
             MemberView(member_id=m.member_id, client_id=m.client_id, host=m.host,
                        partitions=len(m.assignment),
@@ -239,14 +214,91 @@ class Evaluator:
             for m in g.members)
         view = GroupView(group=g.group_id, type=g.type, state=g.state, status=worst,
                          reasons=tuple(reasons), members=members, partitions=tuple(parts),
-                         spark=_spark_info(spark, now) if spark else None, epoch=g.epoch)
+                         spark=_spark_info(spark, now) if spark else None, epoch=g.epoch,
+                         membership=membership)
         st.last_view = view
         return view
+
+    def _unreadable(self, g: GroupSample, st: GroupMemory, now: float) -> GroupView:
+        """A group that could not be read this cycle."""
+        prev = st.last_view
+        reason_txt = f"group could not be read: {g.error}"
+        if st.unreadable_since is None:
+            st.unreadable_since = now
+        if (prev is not None and prev.status != Status.ERROR
+                and now - st.unreadable_since < UNREADABLE_GRACE_CYCLES * self.interval):
+            # A coordinator failing over or a broker restarting leaves a group unreadable
+            # for a cycle or three: its last judgement stands meanwhile (the error is
+            # counted), so a healthy group is not flagged and its alerts keep their `for:`.
+            return dataclasses.replace(prev, reasons=(*prev.reasons, f"{reason_txt} (last values kept)"))
+        return GroupView(group=g.group_id, type=g.type, state=g.state, status=Status.ERROR,
+                         reasons=(reason_txt,), members=prev.members if prev else (),
+                         partitions=prev.partitions if prev else (),
+                         spark=prev.spark if prev else None, epoch=prev.epoch if prev else None,
+                         membership=prev.membership if prev else "none")
+
+    def _membership(self, g: GroupSample, st: GroupMemory, progress: dict[TP, tuple[int, int]],
+                    was_empty: bool, now: float) -> tuple[str, float]:
+        """(membership model, stall allowance of an outside committer or 0): ``members``,
+        ``outside`` (no members, committed offsets seen moving: a client outside group
+        membership consumes; :func:`_group` turns it to ``none`` once a partition's records
+        waited past the allowance, ``stopped``) or ``none``."""
+        if g.members or g.type in ("spark", "share"):
+            remember_outside(st, False, False, was_empty, False, now)
+            return ("members" if g.members else "none"), 0.0
+        moved = any((mem := st.parts.get(tp)) is not None and prog > mem.committed
+                    for tp, (_consumed, prog) in progress.items())
+        prev = st.last_view
+        healthy = prev is None or prev.status in (Status.OK, Status.LAGGING)
+        remember_outside(st, moved, True, was_empty, healthy, now)
+        if st.outside_at is None:
+            return "none", 0.0
+        return "outside", outside_allowance(st, self.th.stall_after, self.interval)
+
+    def _uncommitted(self, g: GroupSample, st: GroupMemory, owner_of: dict[TP, Member],
+                     assignment_known: bool, partitions: dict[TP, PartitionOffsets],
+                     report_of: dict[TP, ConsumerReport], report_by_member: dict[str, ConsumerReport],
+                     exact_ts: dict[tuple[str, int, int], float], now: float) -> list[PartitionView]:
+        """Partitions a member owns without any committed offset, judged all the same: lag
+        from the member's reported position when instrumented (else unknown), its last
+        poll, and how long it has owned the partition without committing while records
+        arrived. Not while an assignment is in progress: it is judged once it settles."""
+        if g.type not in ("classic", "consumer", "streams") or not assignment_known:
+            forget_uncommitted(st, set())
+            return []
+        tps = sorted(tp for tp in owner_of if tp not in g.committed)
+        forget_uncommitted(st, set(tps))
+        out = []
+        for tp in tps:
+            owner = owner_of[tp]
+            rep = report_by_member.get(owner.member_id, report_of.get(tp))
+            po = partitions.get(tp)
+            hw = po.hw if po else None
+            position = rep.positions.get(tp) if rep else None
+            lag_off = None if hw is None or position is None else max(0, hw - position)
+            lag_s = (self._lag_seconds(tp, position, hw, lag_off, exact_ts, now)
+                     if lag_off is not None and position is not None and hw is not None else None)
+            owned_s, new_data_s = remember_uncommitted(st, tp, owner.member_id, hw, now)
+            facts = PartitionFacts(
+                topic=tp[0], partition=tp[1], committed=None, hw=hw, lag_offsets=lag_off,
+                lag_seconds=lag_s, stalled_seconds=owned_s, frozen_seconds=owned_s,
+                new_data_seconds=new_data_s, lagging=False, rewinding=False, owned=True,
+                unowned_confirmed=False, owner=_member_label(owner), group_state=g.state,
+                rejoins=joins_since(st, now - owned_s), never_committed=True,
+                **_report_facts(rep, now, self.th))
+            status, rule = classify(facts, self.th)
+            out.append(PartitionView(topic=tp[0], partition=tp[1], committed=None, position=position,
+                                     lag_offsets=lag_off, lag_seconds=lag_s,
+                                     stalled_seconds=owned_s if new_data_s is not None else 0.0,
+                                     status=status, reason=reason(rule, facts, self.th),
+                                     owner=facts.owner))
+        return out
 
     def _partition(self, g: GroupSample, tp: TP, st: GroupMemory, po: PartitionOffsets | None,
                    consumed_progress: tuple[int, int], owner: Member | None, owned: bool,
                    rep: ConsumerReport | None, spark: SparkReport | None,
-                   exact_ts: dict[tuple[str, int, int], float], now: float) -> PartitionView:
+                   exact_ts: dict[tuple[str, int, int], float], now: float,
+                   allowance: float = 0.0, unsubscribed: bool = False) -> PartitionView:
         committed = g.committed[tp]
         hw = po.hw if po else None
         mem = st.parts.get(tp)
@@ -265,6 +317,7 @@ class Evaluator:
             lagging=obs.lagging, rewinding=obs.rewinding, rewind_pending=obs.rewind_pending,
             owned=owned, unowned_confirmed=obs.unowned_confirmed, owner=_member_label(owner),
             group_state=g.state, rejoins=joins_since(st, obs.next_changed_at),
+            outside=st.outside_at is not None, stall_allowance=allowance, unsubscribed=unsubscribed,
             **_report_facts(rep, now, self.th),
             **_spark_facts(spark, now))
         status, rule = classify(facts, self.th)
@@ -273,7 +326,8 @@ class Evaluator:
         return PartitionView(topic=tp[0], partition=tp[1], committed=committed, position=position,
                              lag_offsets=lag_off, lag_seconds=lag_s,
                              stalled_seconds=obs.stalled_seconds if lag_off else 0.0, status=status,
-                             reason=reason(rule, facts, self.th), owner=facts.owner)
+                             reason=reason(rule, facts, self.th) or note(facts), owner=facts.owner,
+                             unsubscribed=unsubscribed)
 
     def _lag_seconds(self, tp: TP, committed: int, hw: int, lag_off: int,
                      exact_ts: dict[tuple[str, int, int], float], now: float) -> float | None:
@@ -287,6 +341,92 @@ class Evaluator:
             lag_s = max(0.0, now - h.oldest) if h and h.oldest else None
         self._lag_memo[key] = lag_s
         return lag_s
+
+
+def _reports_of(g: GroupSample, reports: list[ConsumerReport]
+                ) -> tuple[dict[TP, ConsumerReport], dict[str, ConsumerReport]]:
+    """The open reports by partition (the latest naming it) and by the member they match."""
+    fresh_reports = [r for r in reports if not r.closed]
+    report_of: dict[TP, ConsumerReport] = {}
+    for r in sorted(fresh_reports, key=lambda r: r.received_at):
+        for tp in r.positions.keys() | r.committed.keys():
+            report_of[tp] = r
+    return report_of, match_reports(g.members, fresh_reports)
+
+
+def _progress(g: GroupSample, st: GroupMemory, partitions: dict[TP, PartitionOffsets], now: float
+              ) -> tuple[dict[TP, tuple[int, int]], dict[TP, tuple[float | None, float | None]]]:
+    """(where the lag starts, what the memory follows) per partition, computed once: a
+    share group's stall clock needs every partition's before any is judged; and for a
+    share group, when each partition's certain progress happened (:func:`_share_dates`)."""
+    progress = {tp: _share_progress(c, po.hw if (po := partitions.get(tp)) else None,
+                                    g.reported_lag.get(tp), st.parts.get(tp))
+                for tp, c in g.committed.items()}
+    if g.type != "share":
+        return progress, {}
+    share_dates = {tp: _share_dates(mem, consumed, prog, now) for tp, (consumed, prog)
+                   in progress.items() if (mem := st.parts.get(tp)) is not None}
+    moved = [at for at, _above in share_dates.values() if at is not None]
+    if st.queue_progress_at is None:
+        st.queue_progress_at = now
+    elif moved:
+        st.queue_progress_at = max(st.queue_progress_at, *moved)
+    return progress, share_dates
+
+
+def _assignment_known(g: GroupSample) -> bool:
+    """Classic groups publish assignments only when stable. The coordinator-driven
+    protocols (KIP-848, KIP-1071, KIP-932) always do, but while the group is assigning or
+    reconciling a partition revoked from one member may be in nobody's current or target
+    assignment for a heartbeat or two (librdkafka names both states unknown)."""
+    if g.type == "classic":
+        return g.state == "stable" or not g.members
+    return g.state not in IN_FLIGHT_STATES or not g.members
+
+
+def _group_reasons(g: GroupSample, st: GroupMemory, parts: list[PartitionView], spark: SparkReport | None,
+                   membership: str, now: float) -> list[str]:
+    """The worst partitions' reasons first, then what the group as a whole has to say."""
+    bad = sorted((p for p in parts if p.status != Status.OK),
+                 key=lambda p: (-SEVERITY[p.status], -(p.lag_offsets or 0)))
+    reasons = [p.reason for p in bad[:MAX_REASONS]]
+    if len(bad) > MAX_REASONS:
+        reasons.append(f"... and {len(bad) - MAX_REASONS} more partition(s)")
+    if g.type == "spark" and spark is not None and spark.terminated and not bad:
+        reasons.append(_spark_terminated_reason(spark, now))
+    if st.outside_at is not None:
+        reasons.append(_outside_reason(st, membership, now))
+    return reasons
+
+
+def _unsubscribed_topics(g: GroupSample, assignment_known: bool) -> frozenset[str]:
+    """Topics the group holds committed offsets on that no member subscribes to any more,
+    in a group whose members are stable (classic: stable; KIP-848 and streams: not
+    assigning or reconciling). The members' subscriptions when every member's is known;
+    otherwise the topics of which no member owns or targets a partition while the members
+    do own partitions of other topics (standard assignors assign every partition of a
+    subscribed topic, so a subscribed topic that nobody owns is still judged, and so is
+    everything when the members own nothing at all). Share groups own no partitions."""
+    if not g.members or not assignment_known or g.type in ("share", "spark"):
+        return frozenset()
+    topics = {t for t, _ in g.committed}
+    held = {t for m in g.members for t, _ in (*m.assignment, *m.target)}
+    if all(m.subscribed for m in g.members):
+        return frozenset(topics - held - {t for m in g.members for t in m.subscribed})
+    if not held:
+        return frozenset()
+    return frozenset(topics - held)
+
+
+def _outside_reason(st: GroupMemory, membership: str, now: float) -> str:
+    """The membership model of a group consumed by a client outside group membership."""
+    assert st.outside_at is not None
+    if membership != "outside":
+        return (f"no members; the client outside group membership that committed its offsets "
+                f"last committed {fmt_seconds(now - st.outside_at)} ago")
+    cadence = outside_cadence(st)
+    every = f"every ~{cadence:.0f} s" if cadence is not None else "(commit cadence not learnt yet)"
+    return f"no members; offsets committed by a client outside group membership {every}"
 
 
 def _share_progress(start: int, hw: int | None, reported_lag: int | None,

@@ -24,6 +24,14 @@ REWIND_HOLD_CYCLES = 5  # a rewind is reported this many cycles so that scrapes 
 LATE_COMMIT_WINDOW = 60.0
 STOPPED_AFTER_CYCLES = 2  # a coordinator failover can show a group empty for one cycle
 MAX_JOINS = 64
+# A client outside group membership (assign(): Flink's Kafka source, Spark committing to a
+# group) commits at its own cadence, every checkpoint. Its stall allowance is the widest
+# gap seen between its commits while healthy, plus one cycle, never less than
+# ``stall_after`` and never more than this many times ``stall_after``: a consumer that slows
+# down is still caught, by this bound and by the lag rules. Until a gap is seen the bound
+# applies (one commit says nothing about the next).
+OUTSIDE_CADENCE_BOUND = 4
+OUTSIDE_GAPS = 8  # the last gaps between outside commits that the cadence is learnt from
 
 class Run(NamedTuple):
     """A run of commits at each of which lag seconds grew while records arrived. A named
@@ -308,6 +316,76 @@ class GroupMemory:
     # That partition is not stuck; its stall clock is the group's: the last cycle at which
     # the group progressed on any partition.
     queue_progress_at: float | None = None
+    # Commits by a client outside group membership: the last cycle at which a committed
+    # offset moved forward while the group was empty then and the cycle before (a member
+    # committing as it leaves lands in the first empty cycle), and the gaps between such
+    # cycles while the group was healthy.
+    outside_at: float | None = None
+    outside_gaps: collections.deque[float] = field(
+        default_factory=lambda: collections.deque(maxlen=OUTSIDE_GAPS))
+    # Partitions a member owns without a committed offset: (member id, owned since, HW then,
+    # when records first arrived after that), while the same member owns it.
+    uncommitted: dict[tuple[str, int], tuple[str, float, int | None, float | None]] = field(
+        default_factory=dict)
+
+
+def remember_uncommitted(mem: GroupMemory, tp: tuple[str, int], owner: str, hw: int | None,
+                         now: float) -> tuple[float, float | None]:
+    """A partition owned by ``owner`` and never committed, seen now: (seconds it has been
+    owned so, seconds since records first arrived after it was assigned, or None). A new
+    owner restarts both clocks: its assignment is when it could start committing."""
+    was = mem.uncommitted.get(tp)
+    if was is None or was[0] != owner:
+        was = (owner, now, hw, None)
+    _, since, hw0, arrived = was
+    if hw0 is None:
+        hw0 = hw
+    elif arrived is None and hw is not None and hw > hw0:
+        # the first sample showing new records: they arrived within the last cycle
+        arrived = now
+    mem.uncommitted[tp] = (owner, since, hw0, arrived)
+    return now - since, None if arrived is None else now - arrived
+
+
+def forget_uncommitted(mem: GroupMemory, keep: set[tuple[str, int]]) -> None:
+    for tp in [tp for tp in mem.uncommitted if tp not in keep]:
+        del mem.uncommitted[tp]
+
+
+def remember_outside(mem: GroupMemory, moved: bool, empty: bool, was_empty: bool, healthy: bool,
+                     now: float) -> None:
+    """Keep the evidence of a client committing outside group membership: ``moved`` (a
+    committed offset moved forward this cycle), ``empty`` (no members now), ``was_empty``
+    (none the cycle before either), ``healthy`` (last cycle's status ok or lagging: only
+    then is a gap the client's cadence, not a stall it recovered from). Members joining
+    end the model."""
+    if not empty:
+        mem.outside_at = None
+        mem.outside_gaps.clear()
+        return
+    if not (moved and was_empty):
+        return
+    if mem.outside_at is not None and healthy:
+        mem.outside_gaps.append(now - mem.outside_at)
+    mem.outside_at = now
+
+
+def outside_cadence(mem: GroupMemory) -> float | None:
+    """The typical gap between the outside client's commits (median of the last gaps)."""
+    if not mem.outside_gaps:
+        return None
+    gaps = sorted(mem.outside_gaps)
+    return gaps[len(gaps) // 2]
+
+
+def outside_allowance(mem: GroupMemory, stall_after: float, interval: float) -> float:
+    """How long a partition of an outside-committed group may wait for a commit while
+    records wait: the widest learnt gap plus one cycle, within
+    [``stall_after``, ``OUTSIDE_CADENCE_BOUND`` x ``stall_after``]; the bound until learnt."""
+    bound = OUTSIDE_CADENCE_BOUND * stall_after
+    if not mem.outside_gaps:
+        return bound
+    return min(bound, max(stall_after, max(mem.outside_gaps) + interval))
 
 
 def remember_members(mem: GroupMemory, member_ids: set[str], now: float, window: float,

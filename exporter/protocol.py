@@ -33,8 +33,9 @@ from typing import Any
 
 from kafka.errors import IncompatibleBrokerVersion, UnknownBrokerIdError, for_code
 from kafka.net.compat import KafkaNetClient
-from kafka.protocol.admin import ListGroupsRequest
+from kafka.protocol.admin import DescribeGroupsRequest, ListGroupsRequest
 from kafka.protocol.consumer import ListOffsetsRequest
+from kafka.protocol.consumer.metadata import ConsumerProtocolSubscription
 from kafka.protocol.metadata import FindCoordinatorRequest
 
 from exporter.kafka_messages import (
@@ -167,6 +168,9 @@ class DescribedMember:
     # What the coordinator has decided the member will own (KIP-848 and KIP-1071 groups
     # reconcile towards it at the member's next heartbeat, seconds later).
     target: tuple[TP, ...] = ()
+    # The topics the member subscribes to: KIP-848 members' subscribed topic names (unknown,
+    # empty, for a regex subscription), a streams group's topology source topics.
+    subscribed: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -378,6 +382,18 @@ class BrokerRequests:
                 out[d.group_id] = d
         return out
 
+    def classic_subscriptions(self, group_ids: Sequence[str]) -> dict[str, dict[str, tuple[str, ...]]]:
+        """DescribeGroups of these classic groups, for what librdkafka's describe leaves out:
+        per group, per member id, the topics of the member's subscription metadata."""
+        if not group_ids:
+            return {}
+        results, _errors = self._per_coordinator(
+            group_ids, lambda ids: DescribeGroupsRequest(groups=ids, include_authorized_operations=False))
+        out: dict[str, dict[str, tuple[str, ...]]] = {}
+        for _node, res in results:
+            out.update(parse_subscriptions(res))
+        return out
+
     def share_offsets(self, group_ids: Sequence[str]) -> dict[str, ShareOffsets]:
         """DescribeShareGroupOffsets for all topic-partitions of each group."""
         if not group_ids:
@@ -406,6 +422,25 @@ def parse_described(kind: str, node: int, res: Any) -> list[DescribedGroup]:
             out.append(DescribedGroup(group_id=g.group_id, state=_state(g.group_state),
                                       group_epoch=g.group_epoch, coordinator=node,
                                       members=tuple(_member(kind, m, g) for m in g.members)))
+    return out
+
+
+def parse_subscriptions(res: Any) -> dict[str, dict[str, tuple[str, ...]]]:
+    """Members' subscribed topics from a DescribeGroups response. Only groups of the
+    ``consumer`` protocol type carry a consumer subscription (Kafka Connect's workers do
+    not); a member whose metadata cannot be read is left out (unknown)."""
+    out: dict[str, dict[str, tuple[str, ...]]] = {}
+    for g in res.groups:
+        if g.error_code or g.protocol_type != "consumer":
+            continue
+        subs: dict[str, tuple[str, ...]] = {}
+        for m in g.members:
+            try:
+                topics = ConsumerProtocolSubscription.decode(m.member_metadata).topics
+            except Exception:  # noqa: BLE001 - a client's own metadata format: unknown
+                continue
+            subs[m.member_id] = tuple(sorted(topics or ()))
+        out[g.group_id] = subs
     return out
 
 
@@ -443,7 +478,8 @@ def _member(kind: str, m: Any, g: Any) -> DescribedMember:
         return DescribedMember(member_id=m.member_id, member_epoch=m.member_epoch,
                                client_id=m.client_id, host=m.client_host, instance_id=m.instance_id,
                                process_id=m.process_id or "", assignment=task_partitions(m.assignment),
-                               target=task_partitions(m.target_assignment))
+                               target=task_partitions(m.target_assignment),
+                               subscribed=tuple(sorted({t for ts in sources.values() for t in ts})))
 
     def partitions(a: Any) -> tuple[TP, ...]:
         return tuple(sorted((t.topic_name, p)
@@ -451,4 +487,13 @@ def _member(kind: str, m: Any, g: Any) -> DescribedMember:
     return DescribedMember(member_id=m.member_id, member_epoch=m.member_epoch, client_id=m.client_id,
                            host=m.client_host, instance_id=getattr(m, "instance_id", None),
                            assignment=partitions(m.assignment),
-                           target=partitions(getattr(m, "target_assignment", None)))
+                           target=partitions(getattr(m, "target_assignment", None)),
+                           subscribed=_subscribed(m))
+
+
+def _subscribed(m: Any) -> tuple[str, ...]:
+    """A KIP-848 or share member's subscribed topic names; unknown (empty) when it subscribes
+    by regex, whose matches the describe does not list."""
+    if getattr(m, "subscribed_topic_regex", None):
+        return ()
+    return tuple(sorted(getattr(m, "subscribed_topic_names", None) or ()))

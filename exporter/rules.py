@@ -29,7 +29,7 @@ class PartitionFacts:
 
     topic: str
     partition: int
-    committed: int
+    committed: int | None  # None: owned by a member that never committed an offset for it
     hw: int | None
     lag_offsets: int | None
     lag_seconds: float | None
@@ -42,6 +42,18 @@ class PartitionFacts:
     owned: bool  # a member (or a live Spark driver) owns the partition
     unowned_confirmed: bool  # nobody owned it for enough cycles in a row
     owner: str = ""  # "client@host (member)" of the owning member, "" when unknown
+    # An empty group whose committed offsets move: a client outside group membership
+    # (assign()) consumes it, and may wait ``stall_allowance`` (its learnt commit cadence,
+    # bounded: :func:`exporter.memory.outside_allowance`) between commits.
+    outside: bool = False
+    stall_allowance: float = 0.0
+    # The group's members are stable and none subscribes to this topic any more: its
+    # committed offset is history, shown but not judged.
+    unsubscribed: bool = False
+    # A member owns the partition and no offset was ever committed for it: the lag is the
+    # member's reported position's (instrumented) or unknown, ``stalled_seconds`` counts
+    # from the assignment and ``new_data_seconds`` from the first records after it.
+    never_committed: bool = False
     group_state: str = ""
     rejoins: int = 0  # joins into the group since the committed offset froze (within the window)
     # from the owner's own reports (instrumented consumers)
@@ -74,11 +86,20 @@ def spark_driver_gone(f: PartitionFacts, th: Thresholds) -> bool:
     return f.spark and not f.owned
 
 
+def stall_limit(f: PartitionFacts, th: Thresholds) -> float:
+    """How long records may wait for a commit: ``stall_after``, or longer for a client
+    outside group membership that commits at a slower learnt cadence."""
+    return max(th.stall_after, f.stall_allowance)
+
+
 def unowned(f: PartitionFacts, th: Thresholds) -> bool:
     """Nobody has owned the partition for two cycles in a row (one empty cycle may be a
     rebalance or a coordinator failover). It yields to an offset reset, which needs an
-    empty group, and to a rejoin loop, which empties the group between rejoins."""
+    empty group, to a rejoin loop, which empties the group between rejoins, and to a
+    client outside group membership whose commits still move (records waited for less
+    than its allowance): nobody consuming is what ``stopped`` means, not no members."""
     return (f.unowned_confirmed and not f.rewinding and not f.rewind_pending
+            and not (f.outside and f.stalled_seconds < stall_limit(f, th))
             and not _any_livelock(f, th))
 
 
@@ -142,8 +163,18 @@ def stalled(f: PartitionFacts, th: Thresholds) -> bool:
     between batches it waits for its trigger by design (a 60 s trigger leaves records
     waiting for up to a minute), or its last batch's progress event is still on Spark's
     asynchronous listener bus. A query falling behind is ``lagging`` by its lag."""
-    return (f.stalled_seconds >= th.stall_after and f.new_data_seconds is not None
-            and f.new_data_seconds >= th.stall_after and not f.rewinding and not f.spark)
+    limit = stall_limit(f, th)
+    return (f.stalled_seconds >= limit and f.new_data_seconds is not None
+            and f.new_data_seconds >= limit and not f.rewinding and not f.spark)
+
+
+def never_committed(f: PartitionFacts, th: Thresholds) -> bool:
+    """A member has owned the partition for ``stall_after`` without committing any offset
+    for it while records arrived for ``stall_after``: a consumer wedged on its first batch
+    (poison pill at start), or one that never commits. Its lag may be unknown (no committed
+    offset, no reported position): the evidence is the assignment's age and the records."""
+    return (f.never_committed and f.stalled_seconds >= th.stall_after and f.new_data_seconds is not None
+            and f.new_data_seconds >= th.stall_after)
 
 
 def rewind(f: PartitionFacts, th: Thresholds) -> bool:
@@ -174,6 +205,7 @@ RULES: tuple[tuple[str, Status, Predicate], ...] = (
     ("not_polling", Status.LIVELOCKED, not_polling),
     ("reports_stopped", Status.LIVELOCKED, reports_stopped),
     ("rejoin_loop", Status.LIVELOCKED, rejoin_loop),
+    ("never_committed", Status.STALLED, never_committed),
     ("stalled", Status.STALLED, stalled),
     ("rewind", Status.REWIND, rewind),
     ("lag_above_threshold", Status.LAGGING, lag_above_threshold),
@@ -182,8 +214,11 @@ RULES: tuple[tuple[str, Status, Predicate], ...] = (
 
 
 def classify(f: PartitionFacts, th: Thresholds) -> tuple[Status, str | None]:
-    """(status, name of the rule that decided it); ``(OK, None)`` when no rule holds."""
-    if not f.lag_offsets:  # lag 0, or unknown high watermark
+    """(status, name of the rule that decided it); ``(OK, None)`` when no rule holds or the
+    topic is one no member subscribes to any more (:func:`note` says so). An unknown lag is
+    judged only for a partition owned and never committed (:func:`never_committed`)."""
+    # lag 0, or unknown (unknown high watermark; never committed and not instrumented)
+    if f.unsubscribed or (not f.lag_offsets and not (f.never_committed and f.lag_offsets is None)):
         return Status.OK, None
     for name, status, holds in RULES:
         if holds(f, th):
@@ -206,11 +241,21 @@ _REASONS = {
     "rejoin_loop": ("{where}: members keep leaving and rejoining ({rejoins} joins since "
                     "the committed offset stopped moving {stalled:.0f}s ago); owner {owner_or_unknown}; "
                     "{nums}"),
+    "never_committed": ("{where}: no offset committed since the member was assigned this partition "
+                        "{stalled:.0f}s ago, while records arrived; owner {owner}; {nums}"),
     "stalled": "{where}: committed offset frozen for {stalled:.0f}s; owner {owner_or_rebalancing}; {nums}",
     "rewind": "{where}: committed offset moved backwards; {nums}",
     "lag_above_threshold": "{where}: oldest unconsumed record is {lag_age} old{quiet}; {nums}",
     "lag_growing": "{where}: lag growing while committing; owner {owner_or_unknown}; {nums}",
 }
+
+
+def note(f: PartitionFacts) -> str:
+    """What an ``ok`` partition's row still has to say: a topic the group left."""
+    if not f.unsubscribed:
+        return ""
+    return (f"{f.topic}[{f.partition}]: no member subscribes to {f.topic} any more; committed "
+            f"{f.committed}, HW {f.hw}, lag {f.lag_offsets} ({fmt_seconds(f.lag_seconds)})")
 
 
 def fmt_seconds(v: float | None) -> str:
@@ -223,8 +268,12 @@ def reason(rule: str | None, f: PartitionFacts, th: Thresholds) -> str:
     """The human-readable reason for the rule that decided a partition's status."""
     if rule is None:
         return ""
-    nums = (f"committed {f.committed}, HW {f.hw}, lag {f.lag_offsets} "
-            f"({fmt_seconds(f.lag_seconds)})")
+    if f.never_committed:
+        lag = "unknown" if f.lag_offsets is None else f"{f.lag_offsets} ({fmt_seconds(f.lag_seconds)})"
+        nums = f"never committed, HW {f.hw}, lag {lag}"
+    else:
+        nums = (f"committed {f.committed}, HW {f.hw}, lag {f.lag_offsets} "
+                f"({fmt_seconds(f.lag_seconds)})")
     return _REASONS[rule].format(
         where=f"{f.topic}[{f.partition}]", nums=nums, lag=f.lag_offsets, query_id=f.query_id,
         spark_silent=fmt_seconds(f.spark_silent_seconds), group_state=f.group_state,

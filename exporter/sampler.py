@@ -322,11 +322,26 @@ class Sampler:
             if isinstance(d, DescribedGroup) and d.error is None and g.error is None:
                 g = _with_epochs(g, d)  # KIP-848 epochs; the rest of the group stays as read
             out[gid] = g
+        self._add_subscriptions(out, errors)
         for gid in streams_ids:
             out[gid] = self._streams(gid, streams.get(gid), off_f.pop(gid), errors)
         for gid in share_ids:
             out[gid] = _share(gid, shares.get(gid), share_offs.get(gid), errors)
         return out
+
+    def _add_subscriptions(self, groups: dict[str, GroupSample], errors: list[tuple[str, str]]) -> None:
+        """The members' subscriptions of the stable classic groups holding committed offsets
+        on a topic of which no member owns a partition (:func:`_left_a_topic`): only there
+        does the answer change a judgement, so only they cost a DescribeGroups."""
+        ids = sorted(gid for gid, g in groups.items() if _left_a_topic(g))
+        x = self.extra
+        subs = self._extra("describe_group", errors, x and x.classic_subscriptions, ids)
+        for gid in ids:
+            of = subs.get(gid)
+            if isinstance(of, dict):
+                g = groups[gid]
+                groups[gid] = dataclasses.replace(g, members=tuple(
+                    dataclasses.replace(m, subscribed=of.get(m.member_id, ())) for m in g.members))
 
     def _classic_or_consumer(self, gid: str, lst: Any, desc: Future, offs: Future,
                              errors: list[tuple[str, str]]) -> GroupSample:
@@ -460,20 +475,32 @@ def _described_error(gid: str, d: DescribedGroup | Exception | None,
     return None
 
 
+def _left_a_topic(g: GroupSample) -> bool:
+    """A stable classic group whose members own partitions, with committed offsets on a
+    topic of which no member owns a partition."""
+    if g.type != "classic" or g.state != "stable" or g.error is not None or not g.members:
+        return False
+    held = {t for m in g.members for t, _ in m.assignment}
+    return bool(held) and any(t not in held for t, _ in g.committed)
+
+
 def _members(d: DescribedGroup) -> tuple[Member, ...]:
     return tuple(Member(member_id=m.member_id, client_id=m.client_id, host=m.host,
                         instance_id=m.instance_id, assignment=m.assignment, epoch=m.member_epoch,
-                        process_id=m.process_id, target=m.target) for m in d.members)
+                        process_id=m.process_id, target=m.target, subscribed=m.subscribed)
+                 for m in d.members)
 
 
 def _with_epochs(g: GroupSample, d: DescribedGroup) -> GroupSample:
     """A KIP-848 group as librdkafka described it, plus what only ConsumerGroupDescribe
-    returns: the group and member epochs, the members' target assignments, and the state
+    returns: the group and member epochs, the members' target assignments and subscribed
+    topic names, and the state
     by its KIP-848 name (librdkafka calls ``assigning`` and ``reconciling`` unknown)."""
     of = {m.member_id: m for m in d.members}
     state = d.state if g.state == "unknown" else g.state
     return dataclasses.replace(g, epoch=d.group_epoch, state=state, members=tuple(
-        dataclasses.replace(m, epoch=of[m.member_id].member_epoch, target=of[m.member_id].target)
+        dataclasses.replace(m, epoch=of[m.member_id].member_epoch, target=of[m.member_id].target,
+                            subscribed=of[m.member_id].subscribed)
         if m.member_id in of else m for m in g.members))
 
 

@@ -34,6 +34,9 @@ class Member:
     # KIP-848 and streams groups: the coordinator's target assignment, which the member
     # takes over at its next heartbeat (a partition moving between members is in one).
     target: tuple[TP, ...] = ()
+    # The topics the member subscribes to (classic: its subscription metadata; KIP-848 and
+    # streams: the describe's subscribed topic names); empty when unknown.
+    subscribed: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -28,6 +28,9 @@ class PartitionView:
     status: Status
     reason: str
     owner: str  # "client_id@host (member_id)" or ""
+    # No member subscribes to the topic any more: shown, not judged, and left out of the
+    # group's lag totals (they feed the lag alerts).
+    unsubscribed: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -65,15 +68,17 @@ class GroupView:
     partitions: tuple[PartitionView, ...]
     spark: SparkInfo | None = None
     epoch: int | None = None  # group epoch (KIP-848 consumer, streams and share groups)
+    # members | outside (no members; a client outside group membership commits) | none
+    membership: str = "members"
 
     @property
     def max_lag_seconds(self) -> float | None:
-        vals = [p.lag_seconds for p in self.partitions if p.lag_seconds is not None]
+        vals = [p.lag_seconds for p in self.partitions if p.lag_seconds is not None and not p.unsubscribed]
         return max(vals) if vals else None
 
     @property
     def total_lag(self) -> int | None:
-        vals = [p.lag_offsets for p in self.partitions if p.lag_offsets is not None]
+        vals = [p.lag_offsets for p in self.partitions if p.lag_offsets is not None and not p.unsubscribed]
         return sum(vals) if vals else None
 
 

@@ -14,11 +14,14 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from kafka.protocol.admin import DescribeGroupsResponse
+from kafka.protocol.consumer.metadata import ConsumerProtocolSubscription
 
 from devenv.jars import kafka_libs
 from devenv.kafka import KafkaCluster
 from exporter import kafka_messages
 from exporter.kafka_messages import (
+    ConsumerGroupDescribeResponse,
     DescribeShareGroupOffsetsResponse,
     ShareGroupDescribeResponse,
     StreamsGroupDescribeResponse,
@@ -30,6 +33,7 @@ from exporter.protocol import (
     kafka_python_config,
     parse_described,
     parse_share_offsets,
+    parse_subscriptions,
 )
 from tests.conftest import create_topic, produce, unique
 
@@ -181,6 +185,74 @@ def test_share_group_members_and_offsets() -> None:
     # v0 (Kafka 4.0/4.1) has no lag: the start offset alone, the lag from the HW
     got = parse_share_offsets(_roundtrip(res, o, 0))["jobs"]
     assert (got.start, got.lag) == ({("jobs", 0): 120}, {})
+
+
+@pytest.mark.unit
+def test_kip848_member_subscriptions_known_by_name_unknown_by_regex() -> None:
+    g = ConsumerGroupDescribeResponse.DescribedGroup
+    assignment = g.Member.Assignment(topic_partitions=[])
+
+    def member(mid: str, names: list[str], regex: str | None) -> object:
+        return g.Member(member_id=mid, instance_id=None, rack_id=None, member_epoch=3, client_id="c",
+                        client_host="/10.0.0.7", subscribed_topic_names=names, subscribed_topic_regex=regex,
+                        assignment=assignment, target_assignment=assignment, member_type=-1)
+    res = ConsumerGroupDescribeResponse(throttle_time_ms=0, groups=[g(
+        error_code=0, error_message=None, group_id="orders", group_state="Stable", group_epoch=3,
+        assignment_epoch=3, assignor_name="uniform", authorized_operations=-2147483648,
+        members=[member("m-1", ["orders-v2", "audit"], None), member("m-2", [], "orders-.*")])])
+    (d,) = parse_described("consumer", 1, _roundtrip(res, ConsumerGroupDescribeResponse, 1))
+    assert [m.subscribed for m in d.members] == [("audit", "orders-v2"), ()]
+
+
+@pytest.mark.unit
+def test_streams_members_subscribe_to_the_topology_source_topics() -> None:
+    g = StreamsGroupDescribeResponse.DescribedGroup
+    sub = g.Topology.Subtopology
+    member = g.Member
+    none = member.Assignment(active_tasks=[], standby_tasks=[], warmup_tasks=[])
+    res = StreamsGroupDescribeResponse(throttle_time_ms=0, groups=[g(
+        error_code=0, error_message=None, group_id="wordcount", group_state="Stable", group_epoch=7,
+        assignment_epoch=7, authorized_operations=-2147483648,
+        topology=g.Topology(epoch=0, subtopologies=[
+            sub(subtopology_id="0", source_topics=["words"], repartition_sink_topics=["wc-repart"],
+                state_changelog_topics=[], repartition_source_topics=[]),
+            sub(subtopology_id="1", source_topics=[], repartition_sink_topics=[],
+                state_changelog_topics=[], repartition_source_topics=[
+                    sub.TopicInfo(name="wc-repart", partitions=2, replication_factor=1, topic_configs=[])]),
+        ]),
+        members=[member(
+            member_id="m-1", member_epoch=7, instance_id=None, rack_id=None,
+            client_id="wc-1-StreamThread-1-consumer", client_host="/10.0.0.8", topology_epoch=0,
+            process_id="proc-a", user_endpoint=None, client_tags=[], task_offsets=[], task_end_offsets=[],
+            assignment=none, target_assignment=none, is_classic=False)])])
+    (d,) = parse_described("streams", 3, _roundtrip(res, StreamsGroupDescribeResponse, 0))
+    # a member with no task yet still subscribes to every source topic, repartition ones included
+    assert d.members[0].subscribed == ("wc-repart", "words")
+
+
+@pytest.mark.unit
+def test_classic_member_subscriptions_from_their_metadata() -> None:
+    g = DescribeGroupsResponse.DescribedGroup
+    m = g.DescribedGroupMember
+
+    def sub(*topics: str) -> bytes:
+        meta = ConsumerProtocolSubscription(version=3, topics=list(topics), user_data=None,
+                                            owned_partitions=[], generation_id=4, rack_id=None)
+        return meta.encode(version=3)
+    res = DescribeGroupsResponse(throttle_time_ms=0, groups=[
+        g(error_code=0, error_message=None, group_id="orders", group_state="Stable", protocol_type="consumer",
+          protocol_data="range", authorized_operations=set(), members=[
+              m(member_id="m-1", group_instance_id=None, client_id="c1", client_host="/10.0.0.5",
+                member_metadata=sub("orders-v2", "audit"), member_assignment=b""),
+              m(member_id="m-2", group_instance_id=None, client_id="c2", client_host="/10.0.0.6",
+                member_metadata=b"\x00", member_assignment=b"")]),  # unreadable: unknown
+        g(error_code=0, error_message=None, group_id="connect-cluster", group_state="Stable",
+          protocol_type="connect", protocol_data="sessioned", authorized_operations=set(), members=[
+              m(member_id="w-1", group_instance_id=None, client_id="w", client_host="/10.0.0.7",
+                member_metadata=b"\x00\x01", member_assignment=b"")]),
+    ])
+    got = parse_subscriptions(_roundtrip(res, DescribeGroupsResponse, 5))
+    assert got == {"orders": {"m-1": ("audit", "orders-v2")}}
 
 
 def test_shipped_message_definitions_are_kafkas_own() -> None:

@@ -15,7 +15,7 @@ import pytest
 from exporter.config import Thresholds
 from exporter.evaluator import Evaluator
 from exporter.memory import extend_run, lag_trend
-from exporter.rules import RULES, PartitionFacts, classify, reason
+from exporter.rules import RULES, PartitionFacts, classify, note, reason
 from exporter.snapshot import GroupSample, Member, PartitionOffsets, Snapshot
 from exporter.status import Status
 from exporter.view import SEVERITY, STATUSES
@@ -30,6 +30,10 @@ BASE = PartitionFacts(
     unowned_confirmed=False, owner=OWNER, group_state="stable")
 REPORT = {"has_report": True, "reporter": "billing-7@host-a (consumer-billing-7-3f2a)",
           "report_silent_seconds": 3.0}
+OUTSIDE = {"owned": False, "owner": "", "unowned_confirmed": True, "group_state": "empty",
+           "outside": True, "stall_allowance": 60.0}
+NEVER = {"never_committed": True, "committed": None, "lag_offsets": None, "lag_seconds": None,
+         "new_data_seconds": None}
 SPARK = {"spark": True, "query_id": "5b0e", "spark_silent_seconds": 4.0, "owner": ""}
 
 # (row, what it checks, facts changed from BASE, expected status, fragment of the reason)
@@ -121,6 +125,40 @@ ROWS: list[tuple[int, str, dict, Status, str]] = [
     (34, "a Spark query between batches whose oldest waiting record is too old is lagging",
      {**SPARK, "stalled_seconds": 4000.0, "frozen_seconds": 4000.0, "new_data_seconds": 3900.0,
       "lag_seconds": 4000.0}, Status.LAGGING, "oldest unconsumed record is 4000s old"),
+    (35, "no members, a client outside group membership commits: records waiting within its "
+         "learnt cadence are not stopped",
+     {**OUTSIDE, "stalled_seconds": 55.0, "frozen_seconds": 55.0, "new_data_seconds": 55.0},
+     Status.OK, ""),
+    (36, "outside committer whose commits stopped past its allowance while records wait: stopped",
+     {**OUTSIDE, "stalled_seconds": 61.0, "frozen_seconds": 61.0, "new_data_seconds": 61.0},
+     Status.STOPPED, "no member owns the partition (group empty); committed unchanged for 61s"),
+    (37, "outside committer falling behind: lagging, not stopped",
+     {**OUTSIDE, "stalled_seconds": 3.0, "lagging": True}, Status.LAGGING, "lag growing while committing"),
+    (38, "outside committer's allowance never below stall_after",
+     {**OUTSIDE, "stall_allowance": 5.0, "stalled_seconds": 29.0, "new_data_seconds": 29.0},
+     Status.OK, ""),
+    (39, "a topic no member of a stable group subscribes to any more is not judged (its reason "
+         "comes from rules.note)",
+     {"owned": False, "owner": "", "unowned_confirmed": True, "stalled_seconds": 999.0,
+      "frozen_seconds": 999.0, "new_data_seconds": 999.0, "lag_seconds": 5000.0, "unsubscribed": True},
+     Status.OK, ""),
+    (40, "owned, never committed, not instrumented: records arrived for stall_after since the "
+         "assignment",
+     {**NEVER, "stalled_seconds": 31.0, "new_data_seconds": 30.0}, Status.STALLED,
+     f"orders[3]: no offset committed since the member was assigned this partition 31s ago, while "
+     f"records arrived; owner {OWNER}; never committed, HW 200, lag unknown"),
+    (41, "owned, never committed, records arriving for less than stall_after (a consumer that "
+         "just started)",
+     {**NEVER, "stalled_seconds": 60.0, "new_data_seconds": 29.0}, Status.OK, ""),
+    (42, "owned, never committed, no record arrived since the assignment",
+     {**NEVER, "stalled_seconds": 600.0}, Status.OK, ""),
+    (43, "owned, never committed, instrumented: its last poll is old",
+     {**NEVER, **REPORT, "lag_offsets": 50, "lag_seconds": 40.0, "poll_age": 21.0,
+      "stalled_seconds": 25.0, "new_data_seconds": 20.0},
+     Status.LIVELOCKED, "last polled 21s ago; never committed, HW 200, lag 50 (40s)"),
+    (44, "owned, never committed, instrumented and caught up (position at the HW)",
+     {**NEVER, **REPORT, "lag_offsets": 0, "lag_seconds": 0.0, "poll_age": 1.0,
+      "stalled_seconds": 600.0, "new_data_seconds": 590.0}, Status.OK, ""),
 ]
 
 
@@ -141,6 +179,14 @@ def test_rows_are_numbered_and_every_rule_has_a_row() -> None:
     for _, _, changes, _, _ in ROWS:
         decided.add(classify(dataclasses.replace(BASE, **changes), TH)[1])
     assert {name for name, _, _ in RULES} <= decided
+
+
+def test_note_of_a_topic_no_member_subscribes_to() -> None:
+    facts = dataclasses.replace(BASE, topic="orders-v1", partition=0, committed=600, hw=1200,
+                                lag_offsets=600, lag_seconds=60.0, unsubscribed=True)
+    assert note(facts) == ("orders-v1[0]: no member subscribes to orders-v1 any more; "
+                           "committed 600, HW 1200, lag 600 (60s)")
+    assert note(BASE) == ""
 
 
 def test_classifier_runs_rules_in_severity_order() -> None:

@@ -1,0 +1,200 @@
+"""Membership models against a real broker and a real exporter (docs/statuses.md,
+"Membership models"): a group that moved to a new topic, whose members' subscriptions
+lagwatch reads from the broker, and a client committing outside group membership
+(assign(), as Flink's Kafka source does at each checkpoint). Timing bounds are counted in
+exporter cycles; wall-clock waits are hang guards only."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+from devenv.kafka import KafkaCluster
+from exporter.config import ClusterConfig
+from exporter.sampler import Sampler
+from tests.conftest import (
+    STALL_AFTER,
+    commit_offsets,
+    create_topic,
+    cycles,
+    cycles_until,
+    produce,
+    unique,
+    wait_for,
+)
+from tests.exporter_proc import ExporterProcess
+from tests.test_exporter_core import PollingConsumer
+
+
+class SteadyProducer(threading.Thread):
+    """About 20 records a second to partition 0 until stopped."""
+
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        super().__init__(daemon=True)
+        self.p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+        self.topic, self.stop_flag = topic, threading.Event()
+
+    def run(self) -> None:
+        while not self.stop_flag.is_set():
+            self.p.produce(self.topic, value=b"v", partition=0)
+            self.p.poll(0)
+            time.sleep(0.05)
+        self.p.flush(10)
+
+    def stop(self) -> None:
+        self.stop_flag.set()
+        self.join(15)
+
+
+class CheckpointingClient(threading.Thread):
+    """assign() without group membership, committing its position to the group every
+    ``every`` seconds (a checkpoint), as Flink's Kafka source does."""
+
+    def __init__(self, bootstrap: str, group: str, topic: str, every: float) -> None:
+        super().__init__(daemon=True)
+        self.c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False,
+                           "auto.offset.reset": "earliest"})
+        self.topic, self.every, self.stop_flag = topic, every, threading.Event()
+        self.commits = 0
+
+    def run(self) -> None:
+        self.c.assign([TopicPartition(self.topic, 0)])
+        last = time.monotonic()
+        while not self.stop_flag.is_set():
+            self.c.poll(0.1)
+            if time.monotonic() - last >= self.every:
+                pos = self.c.position([TopicPartition(self.topic, 0)])
+                if pos[0].offset >= 0:
+                    self.c.commit(offsets=pos, asynchronous=False)
+                    self.commits += 1
+                last = time.monotonic()
+        self.c.close()  # killed: no final commit, no group to leave
+
+    def stop(self) -> None:
+        self.stop_flag.set()
+        self.join(15)
+
+
+def _group(exporter: ExporterProcess, gid: str) -> dict[str, Any] | None:
+    code, _body, _ = exporter.get(f"/api/v1/clusters/test/groups/{gid}")
+    return exporter.api(f"clusters/test/groups/{gid}") if code == 200 else None
+
+
+@pytest.mark.parametrize("protocol", ["classic", "consumer"])
+def test_group_that_moved_to_a_new_topic_stays_ok(kafka: KafkaCluster, exporter: ExporterProcess,
+                                                   protocol: str) -> None:
+    old, new, gid = unique("orders-v1"), unique("orders-v2"), unique("moved")
+    create_topic(kafka, old, partitions=1)
+    create_topic(kafka, new, partitions=1)
+    commit_offsets(kafka.bootstrap_servers, gid, old, {0: 0})
+    produce(kafka, old, {0: 50})
+    member = PollingConsumer(kafka.bootstrap_servers, gid, new, {0: 0}, protocol)
+    member.start()
+    producer = SteadyProducer(kafka.bootstrap_servers, old)
+    producer.start()
+    try:
+        wait_for(member.committed.is_set, 30, "the member's commit on the new topic")
+
+        def shown() -> dict[str, Any] | None:
+            doc = _group(exporter, gid)
+            rows = doc and [p for p in doc["partitions"] if p["topic"] == old]
+            return doc if rows and rows[0]["subscribed"] is False else None
+        doc = wait_for(shown, 30, f"{old} shown as no longer subscribed")
+        # the members' real subscriptions, read from the broker
+        sample = Sampler(ClusterConfig(name="t", bootstrap_servers=kafka.bootstrap_servers, client={}))
+        try:
+            def subscribed() -> tuple[str, ...] | None:
+                g = sample.sample().groups.get(gid)
+                return g.members[0].subscribed if g and g.members else None
+            got = wait_for(subscribed, 10, "the member's subscription")
+        finally:
+            sample.close()
+        assert got == (new,)
+        # ok at every look for stall_after and a few cycles more, records arriving on the old topic
+        seen = set()
+        deadline = time.monotonic() + STALL_AFTER + 4
+        while time.monotonic() < deadline:
+            doc = _group(exporter, gid)
+            assert doc is not None
+            seen.add(doc["status"])
+            time.sleep(0.5)
+        assert seen == {"ok"}, doc
+        (row,) = [p for p in doc["partitions"] if p["topic"] == old]
+        assert row["committed_offset"] == 0 and row["lag_offsets"] >= 50 and row["status"] == "ok"
+        assert f"no member subscribes to {old} any more" in row["reason"]
+        assert doc["membership"] == "members" and doc["lag_offsets"] == 0
+    finally:
+        producer.stop()
+        member.stop()
+
+
+def test_client_committing_outside_group_membership(kafka: KafkaCluster, exporter: ExporterProcess) -> None:
+    topic, gid = unique("flink-src"), unique("flink-job")
+    create_topic(kafka, topic, partitions=1)
+    producer = SteadyProducer(kafka.bootstrap_servers, topic)
+    producer.start()
+    client = CheckpointingClient(kafka.bootstrap_servers, gid, topic, every=3)
+    client.start()
+    try:
+        def outside() -> bool:
+            doc = _group(exporter, gid)
+            return bool(doc and doc["membership"] == "outside" and "every ~" in doc["reasons"][-1])
+        wait_for(outside, 20, "the group read as committed outside group membership, cadence learnt")
+        seen = set()
+        deadline = time.monotonic() + STALL_AFTER + 4
+        while time.monotonic() < deadline:
+            doc = _group(exporter, gid)
+            assert doc is not None
+            seen.add(doc["status"])
+            time.sleep(0.5)
+        assert seen == {"ok"}, doc
+        client.stop()  # killed; records keep arriving
+        n = cycles_until(exporter, lambda: (_group(exporter, gid) or {}).get("status") == "stopped",
+                         STALL_AFTER + 10, "stopped once its commits stopped")
+        # its allowance is stall_after (its cadence, 3 s, is shorter), plus two cycles
+        assert n <= cycles(STALL_AFTER) + 3, n
+        doc = _group(exporter, gid)
+        assert doc["membership"] == "none" and "last committed" in doc["reasons"][-1]
+    finally:
+        client.stop()
+        producer.stop()
+
+
+def test_consumer_wedged_before_its_first_commit_is_stalled(kafka: KafkaCluster,
+                                                            exporter: ExporterProcess) -> None:
+    """A real consumer assigned its partition, wedged before its first commit (it stops
+    polling; librdkafka's background thread keeps it in the group), records arriving:
+    stalled ("never committed") within stall_after + 3 cycles of the first record."""
+    topic, gid = unique("poison"), unique("wedged")
+    create_topic(kafka, topic, partitions=1)
+    c = Consumer({"bootstrap.servers": kafka.bootstrap_servers, "group.id": gid,
+                  "auto.offset.reset": "latest", "client.id": "wedged-client"})
+    c.subscribe([topic])
+    try:
+        wait_for(lambda: c.poll(0.2) is None and c.assignment(), 30, "the partition assigned")
+
+        def owned() -> bool:
+            doc = _group(exporter, gid)
+            return bool(doc and doc["members"] and doc["members"][0]["partitions"] == 1)
+        wait_for(owned, 30, "the member's assignment seen")
+        doc = _group(exporter, gid)
+        # shown though never committed; no record yet: nothing to judge
+        assert doc["status"] == "ok" and [p["committed_offset"] for p in doc["partitions"]] == [None]
+        producer = SteadyProducer(kafka.bootstrap_servers, topic)
+        producer.start()
+        try:
+            n = cycles_until(exporter, lambda: (_group(exporter, gid) or {}).get("status") == "stalled",
+                             STALL_AFTER + 10, "stalled, never committed")
+            assert n <= cycles(STALL_AFTER) + 3, n
+            (row,) = _group(exporter, gid)["partitions"]
+            assert row["committed_offset"] is None and row["lag_offsets"] is None
+            assert "no offset committed since the member was assigned this partition" in row["reason"]
+            assert "wedged-client" in row["reason"]
+        finally:
+            producer.stop()
+    finally:
+        c.close()
