@@ -54,15 +54,12 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     a mistake in the test, reported at collection. Tests that need the container image run
     last, so that its build (started in the background once collected) overlaps the rest.
 
-    `make test` runs two pytest-xdist workers (most tests wait on thresholds, brokers and
-    JVMs, not on the CPU); each module stays on one worker with its module-scoped workload,
-    the image tests share one worker, and so do the 3-broker cluster's."""
+    `make test` runs two pytest-xdist workers with ``--dist loadfile`` (most tests wait on
+    thresholds, brokers and JVMs, not on the CPU): each file stays on one worker with its
+    module-scoped workload, and every test of the 3-broker cluster is in tests/test_faults.py."""
     for item in items:
         if item.get_closest_marker("unit") and BROKER_FIXTURES & set(getattr(item, "fixturenames", ())):
             raise pytest.UsageError(f"{item.nodeid} is marked unit but uses a broker fixture")
-        group = ("image" if item.get_closest_marker("image") else
-                 "cluster3" if item.get_closest_marker("cluster3") else item.path.stem)
-        item.add_marker(pytest.mark.xdist_group(group))
     items.sort(key=lambda item: item.get_closest_marker("image") is not None)  # stable
 
 

@@ -11,6 +11,7 @@ base's build: each base is built at most once per pytest process.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import shutil
@@ -60,12 +61,30 @@ def built(base: str) -> dict[str, Any]:
     return _BUILDS[base].result()
 
 
+def _stamp(base: str) -> Path:
+    """Names the test run that last built ``base`` (pytest-xdist's id, shared by its workers)."""
+    return ROOT / ".cache" / "image" / f"{base}.built-by"
+
+
 def _build(base: str) -> dict[str, Any]:
+    run = os.environ.get("PYTEST_XDIST_TESTRUNUID")
+    (ROOT / ".cache" / "image").mkdir(parents=True, exist_ok=True)
+    # Held through the build (tools/build-image locks a file of its own): the other worker
+    # waits, then finds the image built by this run.
+    with open(ROOT / ".cache" / "image" / "tests.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if run is None or not _stamp(base).exists() or _stamp(base).read_text() != run:
+            _build_now(base)
+            if run is not None:
+                _stamp(base).write_text(run)
+    return json.loads(buildah("inspect", "--type", "image", TAGS[base]).stdout)
+
+
+def _build_now(base: str) -> None:
     r = subprocess.run([str(ROOT / "tools" / "build-image"), "--base", base, TAGS[base]], cwd=ROOT,
                        capture_output=True, text=True, timeout=1700)
     assert r.returncode == 0, f"tools/build-image --base {base} exited {r.returncode}:\n" \
                               f"{(r.stdout + r.stderr)[-6000:]}"
-    return json.loads(buildah("inspect", "--type", "image", TAGS[base]).stdout)
 
 
 @contextlib.contextmanager

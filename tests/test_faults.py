@@ -1,4 +1,7 @@
-"""Faults against real brokers: down at start, failover, a paused broker, partitions added."""
+"""Faults against real brokers: down at start, failover, a paused broker, partitions added.
+
+Every test of the 3-broker cluster is here, so that one test worker starts it (make test
+runs pytest-xdist with --dist loadfile)."""
 
 from __future__ import annotations
 
@@ -156,3 +159,54 @@ def test_partitions_added_appear(kafka: KafkaCluster, exporter: ExporterProcess)
     commit_offsets(kafka.bootstrap_servers, group, topic, {1: 1, 2: 5})
     wait_for(lambda: group_offsets(exporter.metrics(), group, "kafka_consumergroup_lag_offsets")
              == {(topic, 0): 0.0, (topic, 1): 3.0, (topic, 2): 0.0}, 20, "group lag on new partitions")
+
+
+@pytest.mark.cluster3
+def test_three_broker_cluster_starts(kafka3: KafkaCluster) -> None:
+    """The session's 3-broker cluster answers (its stop is checked by the kafka3 fixture)."""
+    md = admin_for(kafka3).list_topics(timeout=10)
+    assert sorted(md.brokers) == [1, 2, 3]
+    pids = [b.proc.pid for b in kafka3.brokers if b.proc and b.proc.poll() is None]
+    assert len(pids) == 3
+
+
+@pytest.mark.cluster3
+def test_leo_ahead_of_hw_while_follower_paused(kafka3: KafkaCluster, tmp_path: Any) -> None:
+    topic = create_topic(kafka3, unique("leo"), partitions=1, rf=3)
+    admin = admin_for(kafka3)
+    md = admin.list_topics(topic, timeout=10).topics[topic].partitions[0]
+    controller = admin.describe_cluster(request_timeout=10).result().controller.id
+    followers = [r for r in md.replicas if r != md.leader]
+    follower_id = next((r for r in followers if r != controller), followers[0])
+    follower = next(b for b in kafka3.brokers if b.node_id == follower_id)
+    produce(kafka3, topic, {0: 10}, acks="all")
+    # A group whose coordinator is not the paused follower: this test is about LEO and HW.
+    # With its coordinator paused too the group is unreadable, and librdkafka's admin client
+    # can abort on a response that arrives after its request timed out
+    # (confluentinc/librdkafka#4605), which restarts the exporter's Kafka worker.
+    for _ in range(20):
+        group = unique("leo")
+        commit_offsets(kafka3.bootstrap_servers, group, topic, {0: 10})
+        desc = admin.describe_consumer_groups([group], request_timeout=10)[group].result()
+        if desc.coordinator.id != follower_id:
+            break
+        admin.delete_consumer_groups([group], request_timeout=10)[group].result()
+    cfg = exporter_config(tmp_path, kafka3.bootstrap_servers, interval=0.5, request_timeout=2)
+    with ExporterProcess(None, config=cfg) as exp:
+        exp.wait_ready()
+
+        def offsets() -> tuple[float | None, float | None]:
+            m = exp.metrics()
+            return (value(m, "kafka_partition_log_end_offset", topic=topic),
+                    value(m, "kafka_partition_high_watermark_offset", topic=topic))
+
+        wait_for(lambda: offsets() == (10, 10), 20, "LEO == HW == 10 before the pause")
+        follower.pause()
+        try:
+            produce(kafka3, topic, {0: 25}, acks=1)
+            leo, hw = wait_for(lambda: (o := offsets())[0] is not None and o[1] is not None
+                               and o[0] > o[1] and o, 15, "LEO > HW while a follower is paused")
+            assert leo == 35 and hw < 35
+        finally:
+            follower.resume()
+        wait_for(lambda: offsets() == (35, 35), 60, "LEO == HW again after the follower resumed")

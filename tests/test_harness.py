@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import pytest
 from confluent_kafka import Consumer, TopicPartition
 
 from devenv.groups_tool import describe_group, parse_describe
 from devenv.kafka import KafkaCluster
-from tests.conftest import admin_for, create_topic, produce, unique
+from tests.conftest import create_topic, produce, unique
 
 
 def test_committed_offsets_match_kafka_consumer_groups(kafka: KafkaCluster) -> None:
@@ -37,12 +36,3 @@ def test_parse_describe_handles_dashes_and_repeated_headers() -> None:
     rows = parse_describe(text)
     assert rows[0].current_offset is None and rows[0].log_end_offset == 12
     assert rows[1].lag == 7 and rows[1].host == "/127.0.0.1" and rows[1].client_id == "c1"
-
-
-@pytest.mark.cluster3
-def test_three_broker_cluster_starts(kafka3: KafkaCluster) -> None:
-    """The session's 3-broker cluster answers (its stop is checked by the kafka3 fixture)."""
-    md = admin_for(kafka3).list_topics(timeout=10)
-    assert sorted(md.brokers) == [1, 2, 3]
-    pids = [b.proc.pid for b in kafka3.brokers if b.proc and b.proc.poll() is None]
-    assert len(pids) == 3
