@@ -13,7 +13,16 @@ from confluent_kafka.admin import NewPartitions
 
 from devenv.groups_tool import describe_group
 from devenv.kafka import KafkaCluster
-from tests.conftest import admin_for, commit_offsets, create_topic, exporter_config, produce, unique, wait_for
+from tests.conftest import (
+    admin_for,
+    commit_offsets,
+    create_topic,
+    cycles_until,
+    exporter_config,
+    produce,
+    unique,
+    wait_for,
+)
 from tests.exporter_proc import ExporterProcess, group_offsets, value
 from tests.scenarios import Recorder
 from tests.test_exporter_core import PollingConsumer
@@ -83,13 +92,13 @@ def test_leader_and_coordinator_failover_keeps_metrics_right(kafka3: KafkaCluste
                         return md.leader not in (victim, -1) and c != victim
                     wait_for(moved, 60, f"leadership and coordination to leave broker {victim}")
                     kafka3.restart_broker(b)
-                recovered = time.time()
                 truth = {(r.topic, r.partition): float(r.current_offset)
                          for r in describe_group(kafka3, live) if r.current_offset is not None}
-                t_ok = wait_for(
-                    lambda: group_offsets(exp.metrics(), live, "kafka_consumergroup_committed_offset")
-                    == truth and time.time(), 30, "committed offsets right again")
-                assert t_ok - recovered <= 2 * 1.0 + 3, t_ok - recovered  # within 2 cycles (+slack)
+                n = cycles_until(exp, lambda: group_offsets(
+                    exp.metrics(), live, "kafka_consumergroup_committed_offset") == truth,
+                    30, "committed offsets right again")
+                # the next cycle, or the one after a worker restart (librdkafka#5040)
+                assert n <= 4, f"{n} cycles"
                 for g in (live, idle):
                     seen = {s for _t, s in rec.statuses(g, killed_at)}
                     assert not seen & {"stopped", "rewind"}, (g, seen)
@@ -136,7 +145,8 @@ def test_paused_broker_scrapes_stay_fast_and_data_age_shows(kafka3: KafkaCluster
                 if errors > errors_before and max(ages) > 2:
                     break
                 time.sleep(0.3)
-            assert slowest < 1.0, slowest
+            # a scrape waiting on Kafka would take a request timeout (2 s) or more
+            assert slowest < 2.0, slowest
             assert errors > errors_before, "sampler timeouts were not counted"
         finally:
             victim.resume()
