@@ -28,10 +28,24 @@ from confluent_kafka import (
     KafkaException,
     TopicPartition,
 )
-from confluent_kafka.admin import AdminClient, OffsetSpec
+from confluent_kafka.admin import (
+    AdminClient,
+    BrokerMetadata,
+    ClusterMetadata,
+    OffsetSpec,
+    PartitionMetadata,
+    TopicMetadata,
+)
 
 from exporter.config import ClusterConfig
-from exporter.protocol import BrokerRequests, DescribedGroup, ListedGroup, ShareOffsets, Unsupported
+from exporter.protocol import (
+    BrokerRequests,
+    BrokerSilent,
+    DescribedGroup,
+    ListedGroup,
+    ShareOffsets,
+    Unsupported,
+)
 from exporter.snapshot import TP, GroupSample, Member, PartitionOffsets, Snapshot
 
 log = logging.getLogger("lagwatch.sampler")
@@ -91,6 +105,7 @@ class Sampler:
         self._last_listed_new: dict[str, ListedGroup] = {}
         self._absent: dict[str, int] = {}  # listed groups missing from the last listings
         self._group_topics: dict[str, set[str]] = {}
+        self._coordinators: dict[str, int] = {}  # each group's coordinator when last described
         self.extra: BrokerRequests | None
         try:
             self.extra = BrokerRequests(cfg.client, cfg.bootstrap_servers, cfg.request_timeout,
@@ -127,8 +142,15 @@ class Sampler:
         librdkafka keeps retrying a refused connection until the request times out, so
         a wrong password used to be reported after two timeouts. The request runs in a
         thread while this one polls for error_cb: a credential error with still no
-        answer CREDENTIAL_GRACE seconds later ends the wait at once."""
+        answer CREDENTIAL_GRACE seconds later ends the wait at once.
+
+        librdkafka sends it to one connected broker, preferring the most recently used
+        (rd_kafka_broker_weight_usable; ties at random). A paused broker stays connected,
+        and recently used, until one of its requests times out, so a request and its retry
+        can both go to it. Unanswered after a quarter of the timeout, the same request goes
+        to every broker through kafka-python, and the first answer is taken."""
         retried = False
+        hedge_at: float | None = time.monotonic() + timeout / 4
         while True:
             call = self._metadata_call
             if call is None or call.done():  # else the last cycle's request is still running
@@ -139,15 +161,31 @@ class Sampler:
                     refused_at = refused_at or time.monotonic()
                     if time.monotonic() - refused_at >= min(CREDENTIAL_GRACE, timeout):
                         return None, f"cannot connect: {self._credential_error}"
+                elif hedge_at is not None and time.monotonic() >= hedge_at:
+                    hedge_at = None
+                    md = self._metadata_from_any_broker()
+                    if md is not None:
+                        return md, ""
             try:
                 return call.result(), ""
             except KafkaException as e:
-                # The request may have gone to one hung broker; librdkafka picks another
-                # for the retry, so one paused broker does not blind the whole cycle.
+                # The request may have gone to one hung broker, which librdkafka stops
+                # using once a request to it times out: the retry may reach another.
                 if retried or self.credential_error() is not None:
                     msg = _err_text(e)  # "authentication failed" beats "transport failure":
                     return None, f"{msg} ({self._credential_error})" if self._credential_error else msg
                 retried = True
+
+    def _metadata_from_any_broker(self) -> ClusterMetadata | None:
+        if self.extra is None:
+            return None
+        try:
+            res = self.extra.metadata()
+        except Exception as e:  # noqa: BLE001 - librdkafka's own request may still answer
+            log.debug("cluster %s: metadata from any broker: %s", self.cfg.name, _err_text(e))
+            return None
+        self._credential_error = None  # a broker answered: the credentials work
+        return _cluster_metadata(res)
 
     def _start_metadata(self, timeout: float) -> Future:
         fut: Future = Future()
@@ -181,51 +219,72 @@ class Sampler:
         taken_at = time.time()
         errors: list[tuple[str, str]] = []
         timeout = self.cfg.request_timeout
+        if self.extra is not None:
+            self.extra.begin_cycle()
         md, refused = self._metadata(timeout)
         if md is None:
             return Snapshot(cluster=self.cfg.name, taken_at=taken_at, duration=time.monotonic() - t0,
                             partitions={}, groups={}, errors=(("metadata", refused),), ok=False)
-        flt = self.cfg.filters
-        try:
-            listing = self.admin.list_consumer_groups(request_timeout=timeout).result()
-            errors.extend(("list_groups", _err_text(e)) for e in listing.errors)
-            listed = {g.group_id: g for g in listing.valid if flt.group_ok(g.group_id)}
-            if listing.errors and self._last_listed:
-                # ListGroups goes to every broker: groups of a broker that did not answer
-                # are kept from the last cycle instead of vanishing.
-                listed = {**self._last_listed, **listed}
-            listed = self._bridge(self._last_listed, listed)
-            self._last_listed = listed
-        except Exception as e:  # noqa: BLE001 - fall back to the last known list of groups
-            if not self._last_listed:
-                return Snapshot(cluster=self.cfg.name, taken_at=taken_at,
-                                duration=time.monotonic() - t0, partitions={}, groups={},
-                                errors=(("list_groups", _err_text(e)),), ok=False,
-                                brokers=len(md.brokers))
-            errors.append(("list_groups", f"{_err_text(e)} (using the groups known last cycle)"))
-            listed = self._last_listed
-        groups = self._describe_and_fetch(listed, self._list_streams_and_share(md, errors), errors)
+        # Both listings send ListGroups to every broker: issued together, a hung broker
+        # costs one request timeout, not one for each.
+        listing = self.admin.list_consumer_groups(request_timeout=timeout)
+        new = self._list_streams_and_share(md, errors)
+        listed, unlisted = self._list_consumer_groups(listing, errors)
+        if listed is None:
+            return Snapshot(cluster=self.cfg.name, taken_at=taken_at, duration=time.monotonic() - t0,
+                            partitions={}, groups={}, errors=(("list_groups", unlisted),), ok=False,
+                            brokers=len(md.brokers))
+        groups = self._describe_and_fetch(listed, new, errors)
         groups = self._drop_gone(groups, errors)
 
         topics = {t for g in groups.values() for (t, _) in g.committed}
         topics |= {t for g in groups.values() for m in g.members for (t, _) in m.assignment}
-        # A group that could not be read this cycle (its coordinator is down) keeps its
-        # topics sampled: the partitions' offsets must not vanish with it.
-        for gid, g in groups.items():
-            if g.error is not None:
-                topics |= self._group_topics.get(gid, set())
-            else:
-                self._group_topics[gid] = {t for (t, _) in g.committed}
-        for gid in [gid for gid in self._group_topics if gid not in groups]:
-            del self._group_topics[gid]
+        topics |= self._remember(groups)
         topics |= set(extra_topics)
-        topics = {t for t in topics if flt.topic_ok(t) and t in md.topics}
+        topics = {t for t in topics if self.cfg.filters.topic_ok(t) and t in md.topics}
         partitions = self._partition_offsets(md, topics, errors)
         # Drop committed offsets of filtered or deleted topics so their series vanish.
         groups = {gid: _only_topics(g, topics) for gid, g in groups.items()}
         return Snapshot(cluster=self.cfg.name, taken_at=taken_at, duration=time.monotonic() - t0,
                         partitions=partitions, groups=groups, errors=tuple(errors), ok=True,
                         brokers=len(md.brokers))
+
+    def _list_consumer_groups(self, listing: Future, errors: list[tuple[str, str]]
+                              ) -> tuple[dict[str, Any] | None, str]:
+        """(classic and consumer groups, "") or, when none are known at all, (None, why)."""
+        try:
+            res = listing.result()
+        except Exception as e:  # noqa: BLE001 - fall back to the last known list of groups
+            if not self._last_listed:
+                return None, _err_text(e)
+            errors.append(("list_groups", f"{_err_text(e)} (using the groups known last cycle)"))
+            return self._last_listed, ""
+        errors.extend(("list_groups", _err_text(e)) for e in res.errors)
+        listed = {g.group_id: g for g in res.valid if self.cfg.filters.group_ok(g.group_id)}
+        if res.errors and self._last_listed:
+            # ListGroups goes to every broker: groups of a broker that did not answer
+            # are kept from the last cycle instead of vanishing.
+            listed = {**self._last_listed, **listed}
+        listed = self._bridge(self._last_listed, listed)
+        self._last_listed = listed
+        return listed, ""
+
+    def _remember(self, groups: dict[str, GroupSample]) -> set[str]:
+        """Keeps each group's topics and coordinator for the next cycles. Returns the topics
+        of the groups that could not be read this cycle (their coordinator is down or
+        silent): they stay sampled, the partitions' offsets must not vanish with them."""
+        kept: set[str] = set()
+        for gid, g in groups.items():
+            if g.coordinator is not None:
+                self._coordinators[gid] = g.coordinator
+            if g.error is not None:
+                kept |= self._group_topics.get(gid, set())
+            else:
+                self._group_topics[gid] = {t for (t, _) in g.committed}
+        for known in (self._group_topics, self._coordinators):
+            for gid in [gid for gid in known if gid not in groups]:
+                del known[gid]
+        return kept
 
     def _list_streams_and_share(self, md: Any, errors: list[tuple[str, str]]
                                 ) -> dict[str, ListedGroup]:
@@ -303,10 +362,12 @@ class Sampler:
         streams_ids = sorted(g for g, lg in new.items() if lg.type == "streams")
         share_ids = sorted(g for g, lg in new.items() if lg.type == "share")
         kip848_ids = [g for g in ids if _enum_name(getattr(listed[g], "type", "")) == "consumer"]
-        desc_f: dict[str, Future] = (
-            self.admin.describe_consumer_groups(ids, request_timeout=timeout) if ids else {})
+        silent = self._silent_groups(ids + streams_ids)
+        ask = [g for g in ids if g not in silent]
+        desc_f: dict[str, Future] = {
+            **(self.admin.describe_consumer_groups(ask, request_timeout=timeout) if ask else {}), **silent}
         # Streams groups commit offsets like consumer groups: OffsetFetch reads them.
-        off_f = {g: self.admin.list_consumer_group_offsets(
+        off_f = {g: silent.get(g) or self.admin.list_consumer_group_offsets(
             [ConsumerGroupTopicPartitions(g)], request_timeout=timeout)[g] for g in ids + streams_ids}
         # While librdkafka works in its threads: the requests it cannot send.
         x = self.extra
@@ -327,6 +388,16 @@ class Sampler:
         for gid in share_ids:
             out[gid] = _share(gid, shares.get(gid), share_offs.get(gid), errors)
         return out
+
+    def _silent_groups(self, group_ids: list[str]) -> dict[str, Future]:
+        """A failed result for each group whose coordinator (when last described) let a
+        request time out this cycle. Such groups are not asked: waiting for them would cost
+        another request timeout, and librdkafka's admin client can abort the process on a
+        coordinator request that fails (confluentinc/librdkafka#4605)."""
+        if self.extra is None:
+            return {}
+        return {g: _silent_future(c) for g in group_ids
+                if (c := self._coordinators.get(g)) is not None and c in self.extra.silent}
 
     def _classic_or_consumer(self, gid: str, lst: Any, desc: Future, offs: Future,
                              errors: list[tuple[str, str]]) -> GroupSample:
@@ -382,14 +453,24 @@ class Sampler:
         specs = (("log_start", OffsetSpec.earliest(), IsolationLevel.READ_UNCOMMITTED),
                  ("hw", OffsetSpec.latest(), IsolationLevel.READ_UNCOMMITTED),
                  ("lso", OffsetSpec.latest(), IsolationLevel.READ_COMMITTED))
+        # A leader that let a request time out this cycle is not asked, and not waited for
+        # once the LEO requests find it silent: its partitions' offsets stay unknown this
+        # cycle instead of costing another request timeout.
+        silent = self.extra.silent if self.extra else set()
+        asked = [tp for tp, pm in meta.items() if pm.leader not in silent]
+        if len(asked) < len(meta):
+            errors.append(("list_offsets", f"{len(meta) - len(asked)} partition(s) not asked: "
+                                           "their leader did not answer earlier in this cycle"))
         futs = {}
         for name, spec, iso in specs:
-            req = {TopicPartition(t, p): spec for (t, p) in meta}
-            futs[name] = self.admin.list_offsets(req, isolation_level=iso, request_timeout=timeout)
+            req = {TopicPartition(t, p): spec for (t, p) in asked}
+            futs[name] = (self.admin.list_offsets(req, isolation_level=iso, request_timeout=timeout)
+                          if req else {})
         leo, leo_err = self._leo(md, meta)
         if leo_err:
             errors.append(("leo", leo_err))
-        wait_futures([f for d in futs.values() for f in d.values()], timeout=timeout * 2)
+        wait_futures([f for d in futs.values() for tp, f in d.items()
+                      if meta[(tp.topic, tp.partition)].leader not in silent], timeout=timeout * 2)
         values: dict[str, dict[TP, int]] = {}
         for name, fs in futs.items():
             got: dict[TP, int] = {}
@@ -423,6 +504,35 @@ class Sampler:
         except Exception as e:  # noqa: BLE001 - the LEO stays unknown this cycle
             return {}, _err_text(e)
         return out, "; ".join(failures) or None
+
+
+def _silent_future(broker: int) -> Future:
+    fut: Future = Future()
+    fut.set_exception(BrokerSilent(f"coordinator {broker} did not answer earlier in this cycle"))
+    return fut
+
+
+def _cluster_metadata(res: Any) -> ClusterMetadata:
+    """A kafka-python MetadataResponse in the shape of librdkafka's list_topics()."""
+    md = ClusterMetadata()
+    md.cluster_id = getattr(res, "cluster_id", None)
+    md.controller_id = getattr(res, "controller_id", -1)
+    for b in res.brokers:
+        bm = BrokerMetadata()
+        bm.id, bm.host, bm.port = b.node_id, b.host, b.port
+        md.brokers[b.node_id] = bm
+    for t in res.topics:
+        tm = TopicMetadata()
+        tm.topic = t.name
+        tm.error = KafkaError(t.error_code) if t.error_code else None
+        for p in t.partitions:
+            pm = PartitionMetadata()
+            pm.id, pm.leader = p.partition_index, p.leader_id
+            pm.replicas, pm.isrs = list(p.replica_nodes), list(p.isr_nodes)
+            pm.error = KafkaError(p.error_code) if p.error_code else None
+            tm.partitions[pm.id] = pm
+        md.topics[t.name] = tm
+    return md
 
 
 def _valid(v: int | None) -> int | None:
