@@ -31,7 +31,14 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from kafka.errors import IncompatibleBrokerVersion, RequestTimedOutError, UnknownBrokerIdError, for_code
+from kafka.errors import (
+    IncompatibleBrokerVersion,
+    KafkaConnectionError,
+    NodeNotReadyError,
+    RequestTimedOutError,
+    UnknownBrokerIdError,
+    for_code,
+)
 from kafka.net.compat import KafkaNetClient
 from kafka.protocol.admin import ListGroupsRequest
 from kafka.protocol.consumer import ListOffsetsRequest
@@ -58,7 +65,12 @@ class Unsupported(Exception):
 
 
 class BrokerSilent(Exception):
-    """The broker let a request time out earlier in this cycle: it is not asked again."""
+    """The broker did not answer earlier in this cycle: it is not asked again."""
+
+
+# A request failed so because its broker did not answer (hung, down, or backing off after
+# either); other errors (a stale kafka-python metadata, an error code) say nothing of it.
+_NO_ANSWER = (RequestTimedOutError, NodeNotReadyError, KafkaConnectionError)
 
 
 # -- librdkafka properties -> kafka-python configuration ----------------------------
@@ -211,11 +223,12 @@ class BrokerRequests:
     Calls come from the sampling thread; requests of one call are sent at once and
     awaited together with one deadline.
 
-    A broker that lets a request time out is *silent* until the next cycle
-    (:meth:`begin_cycle`): later requests to it fail at once with :class:`BrokerSilent`.
-    A hung broker (SIGSTOP, a long GC pause) keeps its TCP connections open and answers
-    nothing, so without this each stage of a cycle waited a full request timeout for it
-    in turn; now it costs one timeout per cycle, and only its own share of the data."""
+    A broker that does not answer a request (it times out, or the connection fails) is
+    *silent* until the next cycle (:meth:`begin_cycle`): later requests to it fail at once
+    with :class:`BrokerSilent`. A hung broker (SIGSTOP, a long GC pause) keeps its TCP
+    connections open and answers nothing, so without this each stage of a cycle waited a
+    full request timeout for it in turn; now it costs one timeout per cycle, and only its
+    own share of the data."""
 
     def __init__(self, props: dict[str, str], bootstrap: str, timeout: float,
                  client_id: str) -> None:
@@ -225,13 +238,17 @@ class BrokerRequests:
         self._coordinators: dict[str, int] = {}
         self._lock = threading.Lock()
         self.requests = 0
-        self.silent: set[int] = set()  # brokers that let a request time out this cycle
+        self.silent: set[int] = set()  # brokers that did not answer this cycle
 
     def begin_cycle(self) -> None:
         """A new cycle asks every broker again: a paused broker may have resumed."""
         self.silent.clear()
 
     # -- plumbing -------------------------------------------------------------------
+    @property
+    def connected(self) -> bool:
+        return self._client is not None
+
     def _connected(self) -> KafkaNetClient:
         if self._client is None:
             client = KafkaNetClient(**self.config)
@@ -280,7 +297,7 @@ class BrokerRequests:
         answered = first and any(f.succeeded() for f in pending)
         for (node, _), f in zip(calls, futures, strict=True):
             if not isinstance(f, BaseException) and (
-                    (not f.is_done and not answered) or isinstance(f.exception, RequestTimedOutError)):
+                    (not f.is_done and not answered) or isinstance(f.exception, _NO_ANSWER)):
                 self.silent.add(node)
         return [f if isinstance(f, BaseException) else
                 f.value if f.succeeded() else (f.exception or TimeoutError("request timed out"))

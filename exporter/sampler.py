@@ -106,6 +106,9 @@ class Sampler:
         self._absent: dict[str, int] = {}  # listed groups missing from the last listings
         self._group_topics: dict[str, set[str]] = {}
         self._coordinators: dict[str, int] = {}  # each group's coordinator when last described
+        self._hung: dict[int, float] = {}  # broker -> when it last did not answer (see _unanswering)
+        # librdkafka forgets a coordinator cache entry unused for metadata.max.age.ms.
+        self._coord_cache_ttl = int(cfg.client.get("metadata.max.age.ms", 900000)) / 1000
         self.extra: BrokerRequests | None
         try:
             self.extra = BrokerRequests(cfg.client, cfg.bootstrap_servers, cfg.request_timeout,
@@ -177,7 +180,9 @@ class Sampler:
                 retried = True
 
     def _metadata_from_any_broker(self) -> ClusterMetadata | None:
-        if self.extra is None:
+        # Not before kafka-python's first connection (made by the first cycle that got
+        # metadata): its bootstrap would wait for the same unanswering brokers again.
+        if self.extra is None or not self.extra.connected:
             return None
         try:
             res = self.extra.metadata()
@@ -234,7 +239,7 @@ class Sampler:
             return Snapshot(cluster=self.cfg.name, taken_at=taken_at, duration=time.monotonic() - t0,
                             partitions={}, groups={}, errors=(("list_groups", unlisted),), ok=False,
                             brokers=len(md.brokers))
-        groups = self._describe_and_fetch(listed, new, errors)
+        groups = self._describe_and_fetch(listed, new, errors, *self._unanswering(md))
         groups = self._drop_gone(groups, errors)
 
         topics = {t for g in groups.values() for (t, _) in g.committed}
@@ -268,6 +273,33 @@ class Sampler:
         listed = self._bridge(self._last_listed, listed)
         self._last_listed = listed
         return listed, ""
+
+    def _unanswering(self, md: Any) -> tuple[set[int], bool]:
+        """(brokers whose groups are not sent coordinator requests this cycle, whether a
+        broker stopped answering just now: then no group is sent any).
+
+        Not asked: the brokers that did not answer in this cycle, and those that did not in
+        an earlier one and are missing from the metadata since. The controller fences a hung
+        broker (broker.session.timeout.ms) and its groups move, but librdkafka's admin client
+        keeps sending their requests to it: its coordinator cache entry is refreshed by every
+        use. Unused, the entry expires after metadata.max.age.ms; the broker is forgotten
+        here then.
+
+        In the cycle a broker stops answering, librdkafka may not have noticed yet (it checks
+        for timed-out requests once a second), and sends the coordinator lookups of groups
+        missing from its small cache to any connected broker, the hung one included: a
+        lookup timing out there is what aborts the process (confluentinc/librdkafka#4605).
+        So no group is asked in that cycle; the evaluator keeps their last values."""
+        if self.extra is None:
+            return set(), False
+        now = time.monotonic()
+        onset = bool(self.extra.silent - self._hung.keys())
+        for b in self.extra.silent:
+            self._hung[b] = now
+        for b, since in list(self._hung.items()):
+            if (b in md.brokers and b not in self.extra.silent) or now - since > self._coord_cache_ttl:
+                del self._hung[b]
+        return set(self._hung), onset
 
     def _remember(self, groups: dict[str, GroupSample]) -> set[str]:
         """Keeps each group's topics and coordinator for the next cycles. Returns the topics
@@ -356,14 +388,20 @@ class Sampler:
             return {g: e for g in args[-1]}
 
     def _describe_and_fetch(self, listed: dict[str, Any], new: dict[str, ListedGroup],
-                            errors: list[tuple[str, str]]) -> dict[str, GroupSample]:
+                            errors: list[tuple[str, str]], unanswering: set[int], onset: bool
+                            ) -> dict[str, GroupSample]:
         timeout = self.cfg.request_timeout
         ids = sorted(g for g in listed if g not in new)
         streams_ids = sorted(g for g, lg in new.items() if lg.type == "streams")
         share_ids = sorted(g for g, lg in new.items() if lg.type == "share")
-        kip848_ids = [g for g in ids if _enum_name(getattr(listed[g], "type", "")) == "consumer"]
-        silent = self._silent_groups(ids + streams_ids)
+        silent = self._silent_groups(ids + streams_ids, unanswering, onset)
         ask = [g for g in ids if g not in silent]
+        kip848_ids = [g for g in ask if _enum_name(getattr(listed[g], "type", "")) == "consumer"]
+        # When no group is asked, one error says why instead of two for each group.
+        group_errors: list[tuple[str, str]] = [] if onset else errors
+        if onset and silent:
+            errors.append(("describe_group", f"broker(s) {sorted(unanswering)} stopped answering: "
+                                             "no group asked this cycle"))
         desc_f: dict[str, Future] = {
             **(self.admin.describe_consumer_groups(ask, request_timeout=timeout) if ask else {}), **silent}
         # Streams groups commit offsets like consumer groups: OffsetFetch reads them.
@@ -378,26 +416,29 @@ class Sampler:
         wait_futures([*desc_f.values(), *off_f.values()], timeout=timeout * 3)
         out: dict[str, GroupSample] = {}
         for gid in ids:
-            g = self._classic_or_consumer(gid, listed[gid], desc_f.pop(gid), off_f.pop(gid), errors)
+            g = self._classic_or_consumer(gid, listed[gid], desc_f.pop(gid), off_f.pop(gid), group_errors)
             d = epochs.get(gid)
             if isinstance(d, DescribedGroup) and d.error is None and g.error is None:
                 g = _with_epochs(g, d)  # KIP-848 epochs; the rest of the group stays as read
             out[gid] = g
         for gid in streams_ids:
-            out[gid] = self._streams(gid, streams.get(gid), off_f.pop(gid), errors)
+            out[gid] = self._streams(gid, streams.get(gid), off_f.pop(gid), group_errors)
         for gid in share_ids:
             out[gid] = _share(gid, shares.get(gid), share_offs.get(gid), errors)
         return out
 
-    def _silent_groups(self, group_ids: list[str]) -> dict[str, Future]:
-        """A failed result for each group whose coordinator (when last described) let a
-        request time out this cycle. Such groups are not asked: waiting for them would cost
-        another request timeout, and librdkafka's admin client can abort the process on a
-        coordinator request that fails (confluentinc/librdkafka#4605)."""
-        if self.extra is None:
-            return {}
-        return {g: _silent_future(c) for g in group_ids
-                if (c := self._coordinators.get(g)) is not None and c in self.extra.silent}
+    def _silent_groups(self, group_ids: list[str], unanswering: set[int], onset: bool
+                       ) -> dict[str, Future]:
+        """A failed result for each group not sent librdkafka's coordinator requests this
+        cycle (see _unanswering): waiting for one whose coordinator does not answer would
+        cost another request timeout, and librdkafka's admin client can abort the process
+        on coordinator requests to a broker that stops answering
+        (confluentinc/librdkafka#4605)."""
+        if onset:
+            why = f"broker(s) {sorted(unanswering)} stopped answering: not asked this cycle"
+            return {g: _failed_future(why) for g in group_ids}
+        return {g: _failed_future(f"coordinator {c} is not answering: not asked this cycle")
+                for g in group_ids if (c := self._coordinators.get(g)) is not None and c in unanswering}
 
     def _classic_or_consumer(self, gid: str, lst: Any, desc: Future, offs: Future,
                              errors: list[tuple[str, str]]) -> GroupSample:
@@ -506,9 +547,9 @@ class Sampler:
         return out, "; ".join(failures) or None
 
 
-def _silent_future(broker: int) -> Future:
+def _failed_future(why: str) -> Future:
     fut: Future = Future()
-    fut.set_exception(BrokerSilent(f"coordinator {broker} did not answer earlier in this cycle"))
+    fut.set_exception(BrokerSilent(why))
     return fut
 
 
