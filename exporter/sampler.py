@@ -494,9 +494,9 @@ class Sampler:
         specs = (("log_start", OffsetSpec.earliest(), IsolationLevel.READ_UNCOMMITTED),
                  ("hw", OffsetSpec.latest(), IsolationLevel.READ_UNCOMMITTED),
                  ("lso", OffsetSpec.latest(), IsolationLevel.READ_COMMITTED))
-        # A leader that let a request time out this cycle is not asked, and not waited for
-        # once the LEO requests find it silent: its partitions' offsets stay unknown this
-        # cycle instead of costing another request timeout.
+        # A leader that did not answer earlier in this cycle is not asked, and not waited
+        # for once the LEO requests find it silent: its partitions' offsets stay unknown
+        # this cycle instead of costing another request timeout.
         silent = self.extra.silent if self.extra else set()
         asked = [tp for tp, pm in meta.items() if pm.leader not in silent]
         if len(asked) < len(meta):
