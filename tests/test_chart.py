@@ -377,11 +377,9 @@ def read_only(root: Path, mountpoints: list[str]) -> Iterator[Callable[[], None]
         subprocess.run(["umount", str(root)], check=True)
 
 
-@pytest.mark.image
-@pytest.mark.timeout(1800)
-@pytest.mark.parametrize("auth", [False, True], ids=["http-probes", "basic-auth"])
-def test_rendered_container_runs_from_the_image(helm: str, kafka: KafkaCluster, tmp_path: Path,
-                                                auth: bool) -> None:
+def rendered_container_runs_from_the_image(helm: str, kafka: KafkaCluster, tmp_path: Path,
+                                           auth: bool) -> None:
+    """The rendered pod, run from the image (the test is in tests/test_image_chart.py)."""
     image = built("bookworm")
     topic = create_topic(kafka, unique("chart"), partitions=2)
     produce(kafka, topic, {0: 7, 1: 3})
