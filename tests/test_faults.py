@@ -210,7 +210,16 @@ def test_leo_ahead_of_hw_while_follower_paused(kafka3: KafkaCluster, tmp_path: A
             return (value(m, "kafka_partition_log_end_offset", topic=topic),
                     value(m, "kafka_partition_high_watermark_offset", topic=topic))
 
-        wait_for(lambda: offsets() == (10, 10), 20, "LEO == HW == 10 before the pause")
+        seen: list[Any] = []
+
+        def settled() -> bool:
+            seen[:] = [offsets(), exp.api("clusters")]  # what a failure needs to be understood
+            return seen[0] == (10, 10)
+
+        try:
+            wait_for(settled, 20, "LEO == HW == 10 before the pause")
+        except AssertionError as e:
+            raise AssertionError(f"{e}; (LEO, HW) and clusters last seen: {seen}") from None
         follower.pause()
         try:
             produce(kafka3, topic, {0: 25}, acks=1)
