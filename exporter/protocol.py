@@ -31,19 +31,12 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from kafka.errors import (
-    IncompatibleBrokerVersion,
-    KafkaConnectionError,
-    NodeNotReadyError,
-    RequestTimedOutError,
-    UnknownBrokerIdError,
-    for_code,
-)
+from kafka.errors import IncompatibleBrokerVersion, UnknownBrokerIdError, for_code
 from kafka.net.compat import KafkaNetClient
 from kafka.protocol.admin import DescribeGroupsRequest, ListGroupsRequest
 from kafka.protocol.consumer import ListOffsetsRequest
 from kafka.protocol.consumer.metadata import ConsumerProtocolSubscription
-from kafka.protocol.metadata import FindCoordinatorRequest, MetadataRequest
+from kafka.protocol.metadata import FindCoordinatorRequest
 
 from exporter.kafka_messages import (
     ConsumerGroupDescribeRequest,
@@ -63,15 +56,6 @@ NEW_GROUP_TYPES = ("streams", "share")
 
 class Unsupported(Exception):
     """The cluster's client properties need something kafka-python cannot be given."""
-
-
-class BrokerSilent(Exception):
-    """The broker did not answer earlier in this cycle: it is not asked again."""
-
-
-# A request failed so because its broker did not answer (hung, down, or backing off after
-# either); other errors (a stale kafka-python metadata, an error code) say nothing of it.
-_NO_ANSWER = (RequestTimedOutError, NodeNotReadyError, KafkaConnectionError)
 
 
 # -- librdkafka properties -> kafka-python configuration ----------------------------
@@ -225,14 +209,7 @@ class BrokerRequests:
     """One kafka-python client per cluster, connected at first use, reused across cycles.
 
     Calls come from the sampling thread; requests of one call are sent at once and
-    awaited together with one deadline.
-
-    A broker that does not answer a request (it times out, or the connection fails) is
-    *silent* until the next cycle (:meth:`begin_cycle`): later requests to it fail at once
-    with :class:`BrokerSilent`. A hung broker (SIGSTOP, a long GC pause) keeps its TCP
-    connections open and answers nothing, so without this each stage of a cycle waited a
-    full request timeout for it in turn; now it costs one timeout per cycle, and only its
-    own share of the data."""
+    awaited together with one deadline."""
 
     def __init__(self, props: dict[str, str], bootstrap: str, timeout: float,
                  client_id: str) -> None:
@@ -242,17 +219,8 @@ class BrokerRequests:
         self._coordinators: dict[str, int] = {}
         self._lock = threading.Lock()
         self.requests = 0
-        self.silent: set[int] = set()  # brokers that did not answer this cycle
-
-    def begin_cycle(self) -> None:
-        """A new cycle asks every broker again: a paused broker may have resumed."""
-        self.silent.clear()
 
     # -- plumbing -------------------------------------------------------------------
-    @property
-    def connected(self) -> bool:
-        return self._client is not None
-
     def _connected(self) -> KafkaNetClient:
         if self._client is None:
             client = KafkaNetClient(**self.config)
@@ -272,16 +240,11 @@ class BrokerRequests:
             return False
         return True
 
-    def _gather(self, calls: Sequence[tuple[int, Any]], first: bool = False) -> list[Any]:
-        """Send every (node, request) at once; each result is a response or an exception.
-        With ``first`` the wait ends at the first answer (the same question to every broker)."""
+    def _gather(self, calls: Sequence[tuple[int, Any]]) -> list[Any]:
+        """Send every (node, request) at once; each result is a response or an exception."""
         client = self._connected()
         futures: list[Any] = []
         for node, req in calls:
-            if node in self.silent:
-                futures.append(BrokerSilent(f"broker {node} did not answer earlier in this cycle"))
-                continue
-            self.requests += 1
             try:
                 futures.append(client.send(node, req))
             except UnknownBrokerIdError as e:
@@ -291,41 +254,17 @@ class BrokerRequests:
                 # next cycle reaches the broker.
                 futures.append(e)
                 client.cluster.request_update()
+        self.requests += len(futures)
         pending = [f for f in futures if not isinstance(f, BaseException)]
         deadline = time.monotonic() + self.timeout
         while not all(f.is_done for f in pending):
             left = deadline - time.monotonic()
-            if left <= 0 or (first and any(f.succeeded() for f in pending)):
+            if left <= 0:
                 break
             client.poll(timeout_ms=min(100, int(left * 1000) + 1))
-        answered = first and any(f.succeeded() for f in pending)
-        for (node, _), f in zip(calls, futures, strict=True):
-            if not isinstance(f, BaseException) and (
-                    (not f.is_done and not answered) or isinstance(f.exception, _NO_ANSWER)):
-                self.silent.add(node)
         return [f if isinstance(f, BaseException) else
                 f.value if f.succeeded() else (f.exception or TimeoutError("request timed out"))
                 for f in futures]
-
-    def _answering_node(self) -> int | None:
-        """kafka-python's least loaded broker, unless it is silent this cycle."""
-        client = self._connected()
-        node = client.least_loaded_node(bootstrap_fallback=True)
-        if node in self.silent:
-            node = next((b.node_id for b in client.cluster.brokers() if b.node_id not in self.silent),
-                        node)
-        return node
-
-    def metadata(self) -> Any:
-        """A MetadataResponse for all topics from whichever broker answers first, asked of
-        every broker at once: for when librdkafka's metadata request went to a hung broker
-        (see Sampler._metadata)."""
-        nodes = [b.node_id for b in self._connected().cluster.brokers()]
-        results = self._gather([(n, MetadataRequest(topics=None)) for n in nodes], first=True)
-        for res in results:
-            if not isinstance(res, BaseException):
-                return res
-        raise next(iter(results), TimeoutError("no broker known"))
 
     def close(self) -> None:
         with self._lock:
@@ -389,7 +328,9 @@ class BrokerRequests:
         unknown = [g for g in group_ids if g not in self._coordinators]
         errors: dict[str, str] = {}
         if unknown:
-            (res,) = self._gather([(self._answering_node(), FindCoordinatorRequest(
+            client = self._connected()
+            node = client.least_loaded_node(bootstrap_fallback=True)
+            (res,) = self._gather([(node, FindCoordinatorRequest(
                 key_type=0, coordinator_keys=unknown, min_version=4))])
             if isinstance(res, BaseException):
                 errors = {g: f"find coordinator: {res}" for g in unknown}

@@ -28,24 +28,10 @@ from confluent_kafka import (
     KafkaException,
     TopicPartition,
 )
-from confluent_kafka.admin import (
-    AdminClient,
-    BrokerMetadata,
-    ClusterMetadata,
-    OffsetSpec,
-    PartitionMetadata,
-    TopicMetadata,
-)
+from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from exporter.config import ClusterConfig
-from exporter.protocol import (
-    BrokerRequests,
-    BrokerSilent,
-    DescribedGroup,
-    ListedGroup,
-    ShareOffsets,
-    Unsupported,
-)
+from exporter.protocol import BrokerRequests, DescribedGroup, ListedGroup, ShareOffsets, Unsupported
 from exporter.snapshot import TP, GroupSample, Member, PartitionOffsets, Snapshot
 
 log = logging.getLogger("lagwatch.sampler")
@@ -105,10 +91,6 @@ class Sampler:
         self._last_listed_new: dict[str, ListedGroup] = {}
         self._absent: dict[str, int] = {}  # listed groups missing from the last listings
         self._group_topics: dict[str, set[str]] = {}
-        self._coordinators: dict[str, int] = {}  # each group's coordinator when last described
-        self._hung: dict[int, float] = {}  # broker -> when it last did not answer (see _unanswering)
-        # librdkafka forgets a coordinator cache entry unused for metadata.max.age.ms.
-        self._coord_cache_ttl = int(cfg.client.get("metadata.max.age.ms", 900000)) / 1000
         self.extra: BrokerRequests | None
         try:
             self.extra = BrokerRequests(cfg.client, cfg.bootstrap_servers, cfg.request_timeout,
@@ -145,15 +127,8 @@ class Sampler:
         librdkafka keeps retrying a refused connection until the request times out, so
         a wrong password used to be reported after two timeouts. The request runs in a
         thread while this one polls for error_cb: a credential error with still no
-        answer CREDENTIAL_GRACE seconds later ends the wait at once.
-
-        librdkafka sends it to one connected broker, preferring the most recently used
-        (rd_kafka_broker_weight_usable; ties at random). A paused broker stays connected,
-        and recently used, until one of its requests times out, so a request and its retry
-        can both go to it. Unanswered after a quarter of the timeout, the same request goes
-        to every broker through kafka-python, and the first answer is taken."""
+        answer CREDENTIAL_GRACE seconds later ends the wait at once."""
         retried = False
-        hedge_at: float | None = time.monotonic() + timeout / 4
         while True:
             call = self._metadata_call
             if call is None or call.done():  # else the last cycle's request is still running
@@ -164,33 +139,15 @@ class Sampler:
                     refused_at = refused_at or time.monotonic()
                     if time.monotonic() - refused_at >= min(CREDENTIAL_GRACE, timeout):
                         return None, f"cannot connect: {self._credential_error}"
-                elif hedge_at is not None and time.monotonic() >= hedge_at:
-                    hedge_at = None
-                    md = self._metadata_from_any_broker()
-                    if md is not None:
-                        return md, ""
             try:
                 return call.result(), ""
             except KafkaException as e:
-                # The request may have gone to one hung broker, which librdkafka stops
-                # using once a request to it times out: the retry may reach another.
+                # The request may have gone to one hung broker; librdkafka picks another
+                # for the retry, so one paused broker does not blind the whole cycle.
                 if retried or self.credential_error() is not None:
                     msg = _err_text(e)  # "authentication failed" beats "transport failure":
                     return None, f"{msg} ({self._credential_error})" if self._credential_error else msg
                 retried = True
-
-    def _metadata_from_any_broker(self) -> ClusterMetadata | None:
-        # Not before kafka-python's first connection (made by the first cycle that got
-        # metadata): its bootstrap would wait for the same unanswering brokers again.
-        if self.extra is None or not self.extra.connected:
-            return None
-        try:
-            res = self.extra.metadata()
-        except Exception as e:  # noqa: BLE001 - librdkafka's own request may still answer
-            log.debug("cluster %s: metadata from any broker: %s", self.cfg.name, _err_text(e))
-            return None
-        self._credential_error = None  # a broker answered: the credentials work
-        return _cluster_metadata(res)
 
     def _start_metadata(self, timeout: float) -> Future:
         fut: Future = Future()
@@ -224,99 +181,51 @@ class Sampler:
         taken_at = time.time()
         errors: list[tuple[str, str]] = []
         timeout = self.cfg.request_timeout
-        if self.extra is not None:
-            self.extra.begin_cycle()
         md, refused = self._metadata(timeout)
         if md is None:
             return Snapshot(cluster=self.cfg.name, taken_at=taken_at, duration=time.monotonic() - t0,
                             partitions={}, groups={}, errors=(("metadata", refused),), ok=False)
-        # Both listings send ListGroups to every broker: issued together, a hung broker
-        # costs one request timeout, not one for each.
-        listing = self.admin.list_consumer_groups(request_timeout=timeout)
-        new = self._list_streams_and_share(md, errors)
-        listed, unlisted = self._list_consumer_groups(listing, errors)
-        if listed is None:
-            return Snapshot(cluster=self.cfg.name, taken_at=taken_at, duration=time.monotonic() - t0,
-                            partitions={}, groups={}, errors=(("list_groups", unlisted),), ok=False,
-                            brokers=len(md.brokers))
-        groups = self._describe_and_fetch(listed, new, errors, *self._unanswering(md))
+        flt = self.cfg.filters
+        try:
+            listing = self.admin.list_consumer_groups(request_timeout=timeout).result()
+            errors.extend(("list_groups", _err_text(e)) for e in listing.errors)
+            listed = {g.group_id: g for g in listing.valid if flt.group_ok(g.group_id)}
+            if listing.errors and self._last_listed:
+                # ListGroups goes to every broker: groups of a broker that did not answer
+                # are kept from the last cycle instead of vanishing.
+                listed = {**self._last_listed, **listed}
+            listed = self._bridge(self._last_listed, listed)
+            self._last_listed = listed
+        except Exception as e:  # noqa: BLE001 - fall back to the last known list of groups
+            if not self._last_listed:
+                return Snapshot(cluster=self.cfg.name, taken_at=taken_at,
+                                duration=time.monotonic() - t0, partitions={}, groups={},
+                                errors=(("list_groups", _err_text(e)),), ok=False,
+                                brokers=len(md.brokers))
+            errors.append(("list_groups", f"{_err_text(e)} (using the groups known last cycle)"))
+            listed = self._last_listed
+        groups = self._describe_and_fetch(listed, self._list_streams_and_share(md, errors), errors)
         groups = self._drop_gone(groups, errors)
 
         topics = {t for g in groups.values() for (t, _) in g.committed}
         topics |= {t for g in groups.values() for m in g.members for (t, _) in m.assignment}
-        topics |= self._remember(groups)
+        # A group that could not be read this cycle (its coordinator is down) keeps its
+        # topics sampled: the partitions' offsets must not vanish with it.
+        for gid, g in groups.items():
+            if g.error is not None:
+                topics |= self._group_topics.get(gid, set())
+            else:
+                self._group_topics[gid] = {t for (t, _) in g.committed}
+        for gid in [gid for gid in self._group_topics if gid not in groups]:
+            del self._group_topics[gid]
         topics |= set(extra_topics)
-        topics = {t for t in topics if self.cfg.filters.topic_ok(t) and t in md.topics}
+        topics = {t for t in topics if flt.topic_ok(t) and t in md.topics}
         partitions = self._partition_offsets(md, topics, errors)
         # Drop committed offsets of filtered or deleted topics so their series vanish.
         groups = {gid: _only_topics(g, topics) for gid, g in groups.items()}
         return Snapshot(cluster=self.cfg.name, taken_at=taken_at, duration=time.monotonic() - t0,
                         partitions=partitions, groups=groups, errors=tuple(errors), ok=True,
                         brokers=len(md.brokers))
-
-    def _list_consumer_groups(self, listing: Future, errors: list[tuple[str, str]]
-                              ) -> tuple[dict[str, Any] | None, str]:
-        """(classic and consumer groups, "") or, when none are known at all, (None, why)."""
-        try:
-            res = listing.result()
-        except Exception as e:  # noqa: BLE001 - fall back to the last known list of groups
-            if not self._last_listed:
-                return None, _err_text(e)
-            errors.append(("list_groups", f"{_err_text(e)} (using the groups known last cycle)"))
-            return self._last_listed, ""
-        errors.extend(("list_groups", _err_text(e)) for e in res.errors)
-        listed = {g.group_id: g for g in res.valid if self.cfg.filters.group_ok(g.group_id)}
-        if res.errors and self._last_listed:
-            # ListGroups goes to every broker: groups of a broker that did not answer
-            # are kept from the last cycle instead of vanishing.
-            listed = {**self._last_listed, **listed}
-        listed = self._bridge(self._last_listed, listed)
-        self._last_listed = listed
-        return listed, ""
-
-    def _unanswering(self, md: Any) -> tuple[set[int], bool]:
-        """(brokers whose groups are not sent coordinator requests this cycle, whether a
-        broker stopped answering just now: then no group is sent any).
-
-        Not asked: the brokers that did not answer in this cycle, and those that did not in
-        an earlier one and are missing from the metadata since. The controller fences a hung
-        broker (broker.session.timeout.ms) and its groups move, but librdkafka's admin client
-        keeps sending their requests to it: its coordinator cache entry is refreshed by every
-        use. Unused, the entry expires after metadata.max.age.ms; the broker is forgotten
-        here then.
-
-        In the cycle a broker stops answering, librdkafka may not have noticed yet (it checks
-        for timed-out requests once a second), and sends the coordinator lookups of groups
-        missing from its small cache to any connected broker, the hung one included: a
-        lookup timing out there is what aborts the process (confluentinc/librdkafka#4605).
-        So no group is asked in that cycle; the evaluator keeps their last values."""
-        if self.extra is None:
-            return set(), False
-        now = time.monotonic()
-        onset = bool(self.extra.silent - self._hung.keys())
-        for b in self.extra.silent:
-            self._hung[b] = now
-        for b, since in list(self._hung.items()):
-            if (b in md.brokers and b not in self.extra.silent) or now - since > self._coord_cache_ttl:
-                del self._hung[b]
-        return set(self._hung), onset
-
-    def _remember(self, groups: dict[str, GroupSample]) -> set[str]:
-        """Keeps each group's topics and coordinator for the next cycles. Returns the topics
-        of the groups that could not be read this cycle (their coordinator is down or
-        silent): they stay sampled, the partitions' offsets must not vanish with them."""
-        kept: set[str] = set()
-        for gid, g in groups.items():
-            if g.coordinator is not None:
-                self._coordinators[gid] = g.coordinator
-            if g.error is not None:
-                kept |= self._group_topics.get(gid, set())
-            else:
-                self._group_topics[gid] = {t for (t, _) in g.committed}
-        for known in (self._group_topics, self._coordinators):
-            for gid in [gid for gid in known if gid not in groups]:
-                del known[gid]
-        return kept
 
     def _list_streams_and_share(self, md: Any, errors: list[tuple[str, str]]
                                 ) -> dict[str, ListedGroup]:
@@ -388,24 +297,16 @@ class Sampler:
             return {g: e for g in args[-1]}
 
     def _describe_and_fetch(self, listed: dict[str, Any], new: dict[str, ListedGroup],
-                            errors: list[tuple[str, str]], unanswering: set[int], onset: bool
-                            ) -> dict[str, GroupSample]:
+                            errors: list[tuple[str, str]]) -> dict[str, GroupSample]:
         timeout = self.cfg.request_timeout
         ids = sorted(g for g in listed if g not in new)
         streams_ids = sorted(g for g, lg in new.items() if lg.type == "streams")
         share_ids = sorted(g for g, lg in new.items() if lg.type == "share")
-        silent = self._silent_groups(ids + streams_ids, unanswering, onset)
-        ask = [g for g in ids if g not in silent]
-        kip848_ids = [g for g in ask if _enum_name(getattr(listed[g], "type", "")) == "consumer"]
-        # When no group is asked, one error says why instead of two for each group.
-        group_errors: list[tuple[str, str]] = [] if onset else errors
-        if onset and silent:
-            errors.append(("describe_group", f"broker(s) {sorted(unanswering)} stopped answering: "
-                                             "no group asked this cycle"))
-        desc_f: dict[str, Future] = {
-            **(self.admin.describe_consumer_groups(ask, request_timeout=timeout) if ask else {}), **silent}
+        kip848_ids = [g for g in ids if _enum_name(getattr(listed[g], "type", "")) == "consumer"]
+        desc_f: dict[str, Future] = (
+            self.admin.describe_consumer_groups(ids, request_timeout=timeout) if ids else {})
         # Streams groups commit offsets like consumer groups: OffsetFetch reads them.
-        off_f = {g: silent.get(g) or self.admin.list_consumer_group_offsets(
+        off_f = {g: self.admin.list_consumer_group_offsets(
             [ConsumerGroupTopicPartitions(g)], request_timeout=timeout)[g] for g in ids + streams_ids}
         # While librdkafka works in its threads: the requests it cannot send.
         x = self.extra
@@ -416,14 +317,14 @@ class Sampler:
         wait_futures([*desc_f.values(), *off_f.values()], timeout=timeout * 3)
         out: dict[str, GroupSample] = {}
         for gid in ids:
-            g = self._classic_or_consumer(gid, listed[gid], desc_f.pop(gid), off_f.pop(gid), group_errors)
+            g = self._classic_or_consumer(gid, listed[gid], desc_f.pop(gid), off_f.pop(gid), errors)
             d = epochs.get(gid)
             if isinstance(d, DescribedGroup) and d.error is None and g.error is None:
                 g = _with_epochs(g, d)  # KIP-848 epochs; the rest of the group stays as read
             out[gid] = g
         self._add_subscriptions(out, errors)
         for gid in streams_ids:
-            out[gid] = self._streams(gid, streams.get(gid), off_f.pop(gid), group_errors)
+            out[gid] = self._streams(gid, streams.get(gid), off_f.pop(gid), errors)
         for gid in share_ids:
             out[gid] = _share(gid, shares.get(gid), share_offs.get(gid), errors)
         return out
@@ -441,19 +342,6 @@ class Sampler:
                 g = groups[gid]
                 groups[gid] = dataclasses.replace(g, members=tuple(
                     dataclasses.replace(m, subscribed=of.get(m.member_id, ())) for m in g.members))
-
-    def _silent_groups(self, group_ids: list[str], unanswering: set[int], onset: bool
-                       ) -> dict[str, Future]:
-        """A failed result for each group not sent librdkafka's coordinator requests this
-        cycle (see _unanswering): waiting for one whose coordinator does not answer would
-        cost another request timeout, and librdkafka's admin client can abort the process
-        on coordinator requests to a broker that stops answering
-        (confluentinc/librdkafka#4605)."""
-        if onset:
-            why = f"broker(s) {sorted(unanswering)} stopped answering: not asked this cycle"
-            return {g: _failed_future(why) for g in group_ids}
-        return {g: _failed_future(f"coordinator {c} is not answering: not asked this cycle")
-                for g in group_ids if (c := self._coordinators.get(g)) is not None and c in unanswering}
 
     def _classic_or_consumer(self, gid: str, lst: Any, desc: Future, offs: Future,
                              errors: list[tuple[str, str]]) -> GroupSample:
@@ -509,24 +397,14 @@ class Sampler:
         specs = (("log_start", OffsetSpec.earliest(), IsolationLevel.READ_UNCOMMITTED),
                  ("hw", OffsetSpec.latest(), IsolationLevel.READ_UNCOMMITTED),
                  ("lso", OffsetSpec.latest(), IsolationLevel.READ_COMMITTED))
-        # A leader that did not answer earlier in this cycle is not asked, and not waited
-        # for once the LEO requests find it silent: its partitions' offsets stay unknown
-        # this cycle instead of costing another request timeout.
-        silent = self.extra.silent if self.extra else set()
-        asked = [tp for tp, pm in meta.items() if pm.leader not in silent]
-        if len(asked) < len(meta):
-            errors.append(("list_offsets", f"{len(meta) - len(asked)} partition(s) not asked: "
-                                           "their leader did not answer earlier in this cycle"))
         futs = {}
         for name, spec, iso in specs:
-            req = {TopicPartition(t, p): spec for (t, p) in asked}
-            futs[name] = (self.admin.list_offsets(req, isolation_level=iso, request_timeout=timeout)
-                          if req else {})
+            req = {TopicPartition(t, p): spec for (t, p) in meta}
+            futs[name] = self.admin.list_offsets(req, isolation_level=iso, request_timeout=timeout)
         leo, leo_err = self._leo(md, meta)
         if leo_err:
             errors.append(("leo", leo_err))
-        wait_futures([f for d in futs.values() for tp, f in d.items()
-                      if meta[(tp.topic, tp.partition)].leader not in silent], timeout=timeout * 2)
+        wait_futures([f for d in futs.values() for f in d.values()], timeout=timeout * 2)
         values: dict[str, dict[TP, int]] = {}
         for name, fs in futs.items():
             got: dict[TP, int] = {}
@@ -560,35 +438,6 @@ class Sampler:
         except Exception as e:  # noqa: BLE001 - the LEO stays unknown this cycle
             return {}, _err_text(e)
         return out, "; ".join(failures) or None
-
-
-def _failed_future(why: str) -> Future:
-    fut: Future = Future()
-    fut.set_exception(BrokerSilent(why))
-    return fut
-
-
-def _cluster_metadata(res: Any) -> ClusterMetadata:
-    """A kafka-python MetadataResponse in the shape of librdkafka's list_topics()."""
-    md = ClusterMetadata()
-    md.cluster_id = getattr(res, "cluster_id", None)
-    md.controller_id = getattr(res, "controller_id", -1)
-    for b in res.brokers:
-        bm = BrokerMetadata()
-        bm.id, bm.host, bm.port = b.node_id, b.host, b.port
-        md.brokers[b.node_id] = bm
-    for t in res.topics:
-        tm = TopicMetadata()
-        tm.topic = t.name
-        tm.error = KafkaError(t.error_code) if t.error_code else None
-        for p in t.partitions:
-            pm = PartitionMetadata()
-            pm.id, pm.leader = p.partition_index, p.leader_id
-            pm.replicas, pm.isrs = list(p.replica_nodes), list(p.isr_nodes)
-            pm.error = KafkaError(p.error_code) if p.error_code else None
-            tm.partitions[pm.id] = pm
-        md.topics[t.name] = tm
-    return md
 
 
 def _valid(v: int | None) -> int | None:
