@@ -115,13 +115,7 @@ def test_group_that_moved_to_a_new_topic_stays_ok(kafka: KafkaCluster, exporter:
             sample.close()
         assert got == (new,)
         # ok at every look for stall_after and a few cycles more, records arriving on the old topic
-        seen = set()
-        deadline = time.monotonic() + STALL_AFTER + 4
-        while time.monotonic() < deadline:
-            doc = _group(exporter, gid)
-            assert doc is not None
-            seen.add(doc["status"])
-            time.sleep(0.5)
+        seen, doc = _watch(exporter, gid, STALL_AFTER + 4)
         assert seen == {"ok"}, doc
         (row,) = [p for p in doc["partitions"] if p["topic"] == old]
         assert row["committed_offset"] == 0 and row["lag_offsets"] >= 50 and row["status"] == "ok"
@@ -130,6 +124,20 @@ def test_group_that_moved_to_a_new_topic_stays_ok(kafka: KafkaCluster, exporter:
     finally:
         producer.stop()
         member.stop()
+
+
+def _watch(exporter: ExporterProcess, gid: str, seconds: float) -> tuple[set[str], dict[str, Any]]:
+    """The group's statuses at every look (every half second) for ``seconds``, and its last
+    document."""
+    seen: set[str] = set()
+    doc: dict[str, Any] = {}
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        doc = _group(exporter, gid)
+        assert doc is not None
+        seen.add(doc["status"])
+        time.sleep(0.5)
+    return seen, doc
 
 
 def test_client_committing_outside_group_membership(kafka: KafkaCluster, exporter: ExporterProcess) -> None:
@@ -144,13 +152,7 @@ def test_client_committing_outside_group_membership(kafka: KafkaCluster, exporte
             doc = _group(exporter, gid)
             return bool(doc and doc["membership"] == "outside" and "every ~" in doc["reasons"][-1])
         wait_for(outside, 20, "the group read as committed outside group membership, cadence learnt")
-        seen = set()
-        deadline = time.monotonic() + STALL_AFTER + 4
-        while time.monotonic() < deadline:
-            doc = _group(exporter, gid)
-            assert doc is not None
-            seen.add(doc["status"])
-            time.sleep(0.5)
+        seen, doc = _watch(exporter, gid, STALL_AFTER + 4)
         assert seen == {"ok"}, doc
         client.stop()  # killed; records keep arriving
         n = cycles_until(exporter, lambda: (_group(exporter, gid) or {}).get("status") == "stopped",
