@@ -1,4 +1,4 @@
-"""Benchmark: what kafka-python (exporter/protocol.py) costs against the hand-written
+"""Benchmark: what kafka-python (exporter/kafka/broker_requests.py) costs against the hand-written
 client it replaced (exporter/leo.py, read from git history at LEO_COMMIT).
 
     .venv/bin/python -m bench.protocol_cost [--partitions 50,2000] [--rounds 20]
@@ -32,7 +32,7 @@ rss = lambda: int(open("/proc/self/statm").read().split()[1]) * resource.getpage
 before = rss()
 t = time.perf_counter()
 if which == "kafka-python":
-    from exporter.protocol import BrokerRequests
+    from exporter.kafka.broker_requests import BrokerRequests
 else:
     from old_leo import LeoReader
 imported = time.perf_counter() - t

@@ -21,7 +21,7 @@ import attr
 from grafanalib import core as g
 from grafanalib._gen import DashboardEncoder
 
-from exporter.view import STATUSES
+from exporter.contracts.view import STATUSES
 
 DS = {"type": "prometheus", "uid": "${datasource}"}
 SCHEMA_VERSION = 39  # Grafana 10.4/11 era; the panels below are written in that shape
@@ -109,7 +109,7 @@ STATUS_MAPPINGS = value_mappings({i: (s, STATUS_COLORS.get(s, "red")) for i, s i
 
 
 def status_code(sel: str) -> str:
-    """One number per group: the index of its current status in exporter.view.STATUSES.
+    """One number per group: the index of its current status in exporter.contracts.view.STATUSES.
 
     kafka_consumergroup_status has one 0/1 series per status; a value mapping
     turns the index back into the status name and colour.

@@ -27,7 +27,7 @@ from dashboards._lib import (
     unit_override,
     value_mappings,
 )
-from exporter.view import STATUSES
+from exporter.contracts.view import STATUSES
 
 STUCK_RE = "|".join(STUCK)
 

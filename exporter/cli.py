@@ -13,8 +13,8 @@ import threading
 
 from exporter import __version__, logs
 from exporter.config import _NAME_RE, Config, ConfigError, _bootstrap, build_config, load_yaml, parse_listen
+from exporter.expose.server import WebConfig, make_server, serve_in_thread
 from exporter.runner import Exporter
-from exporter.server import WebConfig, make_server, serve_in_thread
 
 log = logging.getLogger("lagwatch")
 

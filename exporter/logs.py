@@ -75,6 +75,6 @@ def setup(level: str | int) -> None:
         if not any(isinstance(f, RepeatFilter) for f in handler.filters):
             handler.addFilter(RepeatFilter())
     logging.getLogger("lagwatch.librdkafka").setLevel(max(logging.WARNING, logging.getLogger().level))
-    # kafka-python (exporter/protocol.py) logs every reconnection; its failures reach the
+    # kafka-python (exporter/kafka/broker_requests.py) logs every reconnection; its failures reach the
     # cycle's errors anyway, so only its errors are shown.
     logging.getLogger("kafka").setLevel(max(logging.ERROR, logging.getLogger().level))

@@ -33,9 +33,9 @@ from pathlib import Path
 from typing import IO, Any
 
 from exporter.config import Thresholds
-from exporter.evaluator import Evaluator
-from exporter.reports import ConsumerReport, SparkReport
-from exporter.snapshot import Snapshot
+from exporter.contracts.snapshot import Snapshot
+from exporter.evaluate.evaluator import Evaluator
+from exporter.reports.decode import ConsumerReport, SparkReport
 
 FORMAT = "lagwatch-recording"
 VERSION = 1

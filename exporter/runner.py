@@ -2,7 +2,7 @@
 
 A slow or broken cluster only delays its own thread; scrapes never wait for
 Kafka. Failures back off exponentially (capped) and recover by themselves.
-Each cycle publishes one complete, immutable record (exporter/state.py).
+Each cycle publishes one complete, immutable record (exporter/store.py).
 """
 
 from __future__ import annotations
@@ -17,14 +17,14 @@ from collections.abc import Mapping
 from dataclasses import replace
 
 from exporter.config import ClusterConfig, Config
-from exporter.evaluator import Evaluator
-from exporter.kafka_worker import KafkaWorker, SampleResult, WorkerCrashed
+from exporter.contracts.snapshot import Snapshot
+from exporter.evaluate.evaluator import Evaluator
+from exporter.expose.render import render_cluster
+from exporter.kafka.worker import KafkaWorker, SampleResult, WorkerCrashed
 from exporter.logs import TRANSITION
 from exporter.recording import Writer, header
-from exporter.render import render_cluster
-from exporter.reports import SparkReport
-from exporter.snapshot import Snapshot
-from exporter.state import ClusterRecord, SelfStats, Store, frozen_counts, initial_record
+from exporter.reports.decode import SparkReport
+from exporter.store import ClusterRecord, SelfStats, Store, frozen_counts, initial_record
 
 log = logging.getLogger("lagwatch.runner")
 MAX_BACKOFF = 60.0

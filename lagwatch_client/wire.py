@@ -2,7 +2,7 @@
 
 Consumer applications (:mod:`lagwatch_client.consumer`) and Spark drivers
 (:mod:`spark_metrics`) encode reports with these constants and functions;
-``exporter.reports`` decodes them with the same ones. The format itself is
+``exporter.reports.decode`` decodes them with the same ones. The format itself is
 documented there, next to the strict decoder.
 """
 

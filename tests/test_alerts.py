@@ -2,7 +2,7 @@
 
 Runs the real tools (Debian's promtool 2.42 and Alertmanager 0.25, see
 tools/install-system-packages) and checks the rules against the metric
-contract in exporter.metrics.FAMILIES.
+contract in exporter.expose.metrics.FAMILIES.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from typing import Any
 import pytest
 import yaml
 
-from exporter.metrics import FAMILIES
-from exporter.view import STATUSES
+from exporter.contracts.view import STATUSES
+from exporter.expose.metrics import FAMILIES
 
 pytestmark = pytest.mark.unit  # no broker: runs with `make test-unit`
 

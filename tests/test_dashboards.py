@@ -21,8 +21,8 @@ import pytest
 from dashboards import FILES
 from dashboards import generate as gen
 from dashboards.queries import all_queries, dashboard_queries, load_dashboards, substitute
-from exporter.metrics import FAMILIES
-from exporter.view import STATUSES
+from exporter.contracts.view import STATUSES
+from exporter.expose.metrics import FAMILIES
 
 pytestmark = pytest.mark.unit  # no broker: runs with `make test-unit`
 
@@ -159,7 +159,7 @@ def problems(dash: dict) -> list[str]:
             if not used:
                 out.append(f"{where}: no metric found in {expr!r}")
             for m in sorted(used - FAMILY_NAMES):
-                out.append(f"{where}: metric {m!r} is not in exporter.metrics.FAMILIES")
+                out.append(f"{where}: metric {m!r} is not in exporter.expose.metrics.FAMILIES")
             for v in sorted(_var_refs(expr) - defined):
                 out.append(f"{where}: uses undefined variable ${v}")
             if "$cluster" not in expr:
@@ -216,7 +216,7 @@ def problems(dash: dict) -> list[str]:
             out.append(f"variable {name}: must be multi-select with All")
         selector = re.sub(r"^label_values\((.*),\s*\w+\)$", r"\1", q or "")
         for m in sorted(metric_names(selector) - FAMILY_NAMES):
-            out.append(f"variable {name}: metric {m!r} is not in exporter.metrics.FAMILIES")
+            out.append(f"variable {name}: metric {m!r} is not in exporter.expose.metrics.FAMILIES")
     return out
 
 
@@ -293,7 +293,8 @@ def _break(dash: dict, how: str) -> dict:
 @pytest.mark.parametrize("how, expected", [
     ("graph", "not allowed"), ("datasource", "datasource"), ("target-datasource", "datasource"),
     ("unit", "no unit"), ("overlap", "overlap"), ("width", "24-column"), ("ids", "ids"),
-    ("metric", "not in exporter.metrics.FAMILIES"), ("zero", "constant"), ("description", "description"),
+    ("metric", "not in exporter.expose.metrics.FAMILIES"), ("zero", "constant"),
+    ("description", "description"),
     ("variable-order", "variables must be"), ("variable-source", "does not match"),
     ("variable-chain", "not chained"), ("undefined-variable", "undefined variable"),
 ])

@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import pytest
 
-from exporter.api import group_doc
 from exporter.config import Thresholds
-from exporter.evaluator import Evaluator
-from exporter.memory import OUTSIDE_CADENCE_BOUND
-from exporter.reports import ConsumerReport
-from exporter.snapshot import TP, GroupSample, Member, PartitionOffsets, Snapshot
-from exporter.status import Status
-from exporter.view import GroupView
+from exporter.contracts.snapshot import TP, GroupSample, Member, PartitionOffsets, Snapshot
+from exporter.contracts.status import Status
+from exporter.contracts.view import GroupView
+from exporter.evaluate.evaluator import Evaluator
+from exporter.evaluate.memory import OUTSIDE_CADENCE_BOUND
+from exporter.expose.api import group_doc
+from exporter.reports.decode import ConsumerReport
 
 pytestmark = pytest.mark.unit
 
@@ -245,7 +245,7 @@ def test_assignment_in_progress_is_not_judged_until_it_settles() -> None:
 def test_subscriptions_are_asked_only_where_a_topic_was_left() -> None:
     """The sampler's extra DescribeGroups goes to stable classic groups with committed offsets
     on a topic none of their members owns a partition of, and to no other."""
-    from exporter.sampler import _left_a_topic
+    from exporter.kafka.sampler import _left_a_topic
 
     member = Member(member_id="m-1", client_id="orders", host="/10.0.0.5", assignment=(NEW,))
 

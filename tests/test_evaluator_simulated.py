@@ -12,8 +12,8 @@ import random
 import pytest
 
 from exporter.config import Thresholds
-from exporter.evaluator import Evaluator
-from exporter.snapshot import Member
+from exporter.contracts.snapshot import Member
+from exporter.evaluate.evaluator import Evaluator
 from tests.test_evaluator_unit import MEMBER as A
 from tests.test_evaluator_unit import OTHER as B
 from tests.test_evaluator_unit import T0, _snap

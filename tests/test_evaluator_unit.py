@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 from exporter.config import Thresholds
-from exporter.evaluator import Evaluator
-from exporter.lag import HwHistory, lag_seconds
-from exporter.reports import ConsumerReport, SparkReport
-from exporter.snapshot import GroupSample, Member, PartitionOffsets, Snapshot
+from exporter.contracts.snapshot import GroupSample, Member, PartitionOffsets, Snapshot
+from exporter.evaluate.evaluator import Evaluator
+from exporter.evaluate.lag import HwHistory, lag_seconds
+from exporter.reports.decode import ConsumerReport, SparkReport
 
 pytestmark = pytest.mark.unit  # no broker: runs with `make test-unit`
 

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from exporter.render import render_cluster, scrape
-from exporter.snapshot import PartitionOffsets
-from exporter.state import ClusterRecord, SelfStats, Store, frozen_counts, initial_record
-from exporter.view import ClusterView, GroupView, MemberView, PartitionView, SparkInfo
+from exporter.contracts.snapshot import PartitionOffsets
+from exporter.contracts.view import ClusterView, GroupView, MemberView, PartitionView, SparkInfo
+from exporter.expose.render import render_cluster, scrape
+from exporter.store import ClusterRecord, SelfStats, Store, frozen_counts, initial_record
 from tests.exporter_proc import parse_metrics, value
 
 pytestmark = pytest.mark.unit  # no broker: runs with `make test-unit`

@@ -8,8 +8,8 @@ import pytest
 from confluent_kafka.admin import ConsumerGroupListing
 
 from exporter.config import ClusterConfig
-from exporter.sampler import LISTING_GRACE_CYCLES, Sampler
-from exporter.snapshot import GroupSample
+from exporter.contracts.snapshot import GroupSample
+from exporter.kafka.sampler import LISTING_GRACE_CYCLES, Sampler
 
 pytestmark = pytest.mark.unit
 

@@ -15,7 +15,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 from devenv.kafka import KafkaCluster
 from exporter.config import ClusterConfig
-from exporter.sampler import Sampler
+from exporter.kafka.sampler import Sampler
 from tests.conftest import (
     STALL_AFTER,
     commit_offsets,

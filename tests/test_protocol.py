@@ -1,4 +1,4 @@
-"""exporter/protocol.py: librdkafka properties mapped (or refused at start), responses of
+"""exporter/kafka/broker_requests.py: librdkafka properties mapped (or refused at start), responses of
 the requests librdkafka cannot send parsed from real message shapes, and the message
 definitions we ship equal to the ones inside Kafka's own client jar.
 
@@ -19,14 +19,8 @@ from kafka.protocol.consumer.metadata import ConsumerProtocolSubscription
 
 from devenv.jars import kafka_libs
 from devenv.kafka import KafkaCluster
-from exporter import kafka_messages
-from exporter.kafka_messages import (
-    ConsumerGroupDescribeResponse,
-    DescribeShareGroupOffsetsResponse,
-    ShareGroupDescribeResponse,
-    StreamsGroupDescribeResponse,
-)
-from exporter.protocol import (
+from exporter.kafka import messages as kafka_messages
+from exporter.kafka.broker_requests import (
     BrokerRequests,
     Unsupported,
     _state,
@@ -34,6 +28,12 @@ from exporter.protocol import (
     parse_described,
     parse_share_offsets,
     parse_subscriptions,
+)
+from exporter.kafka.messages import (
+    ConsumerGroupDescribeResponse,
+    DescribeShareGroupOffsetsResponse,
+    ShareGroupDescribeResponse,
+    StreamsGroupDescribeResponse,
 )
 from tests.conftest import create_topic, produce, unique
 
@@ -256,7 +256,7 @@ def test_classic_member_subscriptions_from_their_metadata() -> None:
 
 
 def test_shipped_message_definitions_are_kafkas_own() -> None:
-    """exporter/kafka_messages/*.json equal the kafka-clients jar's (the jars `make setup`
+    """exporter/kafka/messages/*.json equal the kafka-clients jar's (the jars `make setup`
     fetches from Maven Central)."""
     jar = next(kafka_libs().glob("kafka-clients-*.jar"))
     shipped = sorted(Path(kafka_messages.__file__).parent.glob("*.json"))

@@ -2,7 +2,7 @@
 
 - The README stays short (at most README_MAX_LINES lines), names the two commands CI and
   newcomers use, and links every page of docs/.
-- The generated tables of docs/ (the metrics table from exporter/metrics.py, the alerts
+- The generated tables of docs/ (the metrics table from exporter/expose/metrics.py, the alerts
   table from alerts/lagwatch.rules.yml) equal what their sources give;
   ``python -m tests.test_readme`` rewrites them.
 - Every relative link in README.md, docs/*.md and bench/results/*.md resolves to a file
@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from exporter.metrics import metrics_table
+from exporter.expose.metrics import metrics_table
 from tests.conftest import ROOT_DIR
 
 pytestmark = pytest.mark.unit  # no broker: runs with `make test-unit`

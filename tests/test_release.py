@@ -66,7 +66,7 @@ def test_wheel_and_sdist_install_and_run_in_fresh_venvs(dists: dict[str, Dist],
         assert distributions(python) == {"lagwatch", "confluent-kafka", "prometheus-client",
                                          "pyyaml", "bcrypt", "kafka-python"}
         # Kafka's message definitions travel as package data: importing the protocol loads them
-        loaded = run(python, "-c", "from exporter.kafka_messages import StreamsGroupDescribeRequest as R;"
+        loaded = run(python, "-c", "from exporter.kafka.messages import StreamsGroupDescribeRequest as R;"
                      "print(R.API_KEY)").stdout
         assert loaded == "89\n", (kind, loaded)
         version = run(python.parent / "lagwatch", "--version").stdout

@@ -12,11 +12,11 @@ from typing import Any
 import pytest
 
 from exporter.config import ClusterConfig, Thresholds
-from exporter.evaluator import Evaluator
-from exporter.report_match import host_address, match_reports, same_host
-from exporter.report_reader import ReportReader
-from exporter.reports import ConsumerReport, decode, encode, report_key
-from exporter.snapshot import GroupSample, Member, PartitionOffsets, Snapshot
+from exporter.contracts.snapshot import GroupSample, Member, PartitionOffsets, Snapshot
+from exporter.evaluate.evaluator import Evaluator
+from exporter.reports.decode import ConsumerReport, decode, encode, report_key
+from exporter.reports.match import host_address, match_reports, same_host
+from exporter.reports.reader import ReportReader
 
 pytestmark = pytest.mark.unit  # no broker: runs with `make test-unit`
 

@@ -1,6 +1,6 @@
 """Hostile input on the reports topic: the decoder and the report reader never crash or get poisoned.
 
-* Property tests (hypothesis) over :func:`exporter.reports.decode`: arbitrary bytes,
+* Property tests (hypothesis) over :func:`exporter.reports.decode.decode`: arbitrary bytes,
   arbitrary JSON, and valid reports with one field replaced by arbitrary JSON
   raise nothing but :class:`ReportError` (whose reason is one of DROP_REASONS),
   and whatever is accepted holds no NaN, no infinity, no negative or oversized
@@ -21,10 +21,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from exporter import report_reader
 from exporter.config import ClusterConfig, Thresholds
-from exporter.report_reader import FLOOD_PER_KEY, FLOOD_WINDOW, ReportReader
-from exporter.reports import (
+from exporter.reports import reader as report_reader
+from exporter.reports.decode import (
     DROP_REASONS,
     MAX_OFFSET,
     MAX_REPORT_BYTES,
@@ -35,6 +34,7 @@ from exporter.reports import (
     encode,
     report_key,
 )
+from exporter.reports.reader import FLOOD_PER_KEY, FLOOD_WINDOW, ReportReader
 
 pytestmark = pytest.mark.unit  # no broker: runs with `make test-unit`
 

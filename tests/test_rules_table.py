@@ -1,6 +1,6 @@
 """The status rules as a table: one numbered row per rule and per edge case.
 
-Rows drive :func:`exporter.rules.classify` with the facts the evaluator builds
+Rows drive :func:`exporter.evaluate.rules.classify` with the facts the evaluator builds
 for one partition (real shapes: offsets, seconds, member labels as the broker
 reports them). Edge rows that need several cycles (first cycle, coordinator
 move) run through the evaluator itself. Run alone: ``pytest -m unit``.
@@ -13,12 +13,12 @@ import dataclasses
 import pytest
 
 from exporter.config import Thresholds
-from exporter.evaluator import Evaluator
-from exporter.memory import extend_run, lag_trend
-from exporter.rules import RULES, PartitionFacts, classify, note, reason
-from exporter.snapshot import GroupSample, Member, PartitionOffsets, Snapshot
-from exporter.status import Status
-from exporter.view import SEVERITY, STATUSES
+from exporter.contracts.snapshot import GroupSample, Member, PartitionOffsets, Snapshot
+from exporter.contracts.status import Status
+from exporter.contracts.view import SEVERITY, STATUSES
+from exporter.evaluate.evaluator import Evaluator
+from exporter.evaluate.memory import extend_run, lag_trend
+from exporter.evaluate.rules import RULES, PartitionFacts, classify, note, reason
 
 pytestmark = pytest.mark.unit
 

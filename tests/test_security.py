@@ -8,7 +8,7 @@
     made by the test) and an authorizer; the exporter's user holds read-only ACLs
     (Describe on groups, Describe/Read on topics). The exporter, configured with
     librdkafka client properties and the password from an environment variable,
-    serves real offsets including the log end offset (exporter/protocol.py, kafka-python SCRAM +
+    serves real offsets including the log end offset (exporter/kafka/broker_requests.py, kafka-python SCRAM +
     TLS client). With a wrong password: a clear log line, ``lagwatch_up 0``, still
     running. The password and private keys never appear in the log, /metrics, any
     /api/v1 document or the status page.

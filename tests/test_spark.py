@@ -28,7 +28,7 @@ from devenv.groups_tool import describe_group
 from devenv.jars import SPARK35_VERSION, SPARK_VERSION, spark_kafka_jars
 from devenv.kafka import KafkaCluster
 from devenv.pyenvs import spark_python
-from exporter.reports import decode
+from exporter.reports.decode import decode
 from spark_metrics.offsets import OffsetParseError, parse_offsets, parse_progress
 from tests.conftest import create_topic, cycles, produce, unique, wait_for
 from tests.dists import Dist, distributions, pip_install

@@ -31,14 +31,14 @@ import pytest
 from confluent_kafka import Producer
 
 from devenv.kafka import KafkaCluster
-from exporter.view import SEVERITY
+from exporter.contracts.view import SEVERITY
 from tests.conftest import ROOT_DIR, commit_offsets, create_topic, exporter_config, produce, wait_for
 from tests.exporter_proc import ExporterProcess
 
 CHROMIUM = "/usr/bin/chromium"
 ARTIFACTS = ROOT_DIR / "test-artifacts"
 WIDTH, HEIGHT = 1400, 900
-# Badge colours of exporter/statuspage.py's CSS.
+# Badge colours of exporter/expose/statuspage.py's CSS.
 COLOURS = {"ok": (0x2E, 0x7D, 0x32), "lagging": (0xF9, 0xA8, 0x25),
            "livelocked": (0xC6, 0x28, 0x28), "stopped": (0x42, 0x42, 0x42)}
 

@@ -2,7 +2,7 @@
 (``site`` imports ``sitecustomize``). While the file named by LAGWATCH_TEST_SAMPLE_FAULT
 exists, ``Sampler.sample`` raises ValueError before doing anything, as a bug or a
 synchronous AdminClient argument check would. Only that one method is wrapped, when
-exporter.sampler is first imported: the exporter, its Kafka worker process and the
+exporter.kafka.sampler is first imported: the exporter, its Kafka worker process and the
 broker are all real (tests/test_worker.py).
 """
 
@@ -26,10 +26,10 @@ def _inject(module) -> None:  # type: ignore[no-untyped-def]
 
 
 class _Finder(importlib.abc.MetaPathFinder):
-    """Finds exporter.sampler the normal way, then wraps its loader to patch it once loaded."""
+    """Finds exporter.kafka.sampler the normal way, then wraps its loader to patch it once loaded."""
 
     def find_spec(self, name, path, target=None):  # type: ignore[no-untyped-def]
-        if name != "exporter.sampler":
+        if name != "exporter.kafka.sampler":
             return None
         spec = importlib.machinery.PathFinder.find_spec(name, path, target)
         if spec is None or spec.loader is None:

@@ -32,7 +32,7 @@ import org.apache.kafka.common.serialization.ByteArraySerializer;
  * reports are dropped and counted, never queued without bound.
  */
 final class Publisher {
-    /** Same partitions and settings as the Python reporters (exporter/reports.py). */
+    /** Same partitions and settings as the Python reporters (exporter/reports/decode.py). */
     static final int TOPIC_PARTITIONS = 3;
     static final Map<String, String> TOPIC_CONFIG = Map.of(
             "cleanup.policy", "compact", "min.compaction.lag.ms", "60000", "segment.ms", "3600000");

@@ -4,7 +4,7 @@ import java.util.Comparator;
 import java.util.List;
 
 /**
- * Consumer reports in the JSON lagwatch decodes (exporter/reports.py, version 1), written by
+ * Consumer reports in the JSON lagwatch decodes (exporter/reports/decode.py, version 1), written by
  * hand so the jar needs nothing but kafka-clients. A report stays under the exporter's size
  * and partition limits: partitions past them are left out (the last-poll time, which is what
  * livelock detection needs, is always there).

@@ -1,9 +1,9 @@
 """Snapshot + reports + memory of earlier cycles -> statuses, lag seconds, reasons.
 
 Per partition, each cycle: lag in offsets and seconds against the *current* HW,
-then :func:`exporter.memory.observe` (pure), :func:`exporter.rules.classify`
-(the status rules, one predicate each, see ``exporter/rules.py``) and
-:func:`exporter.memory.remember` (the only place memory changes). A group's
+then :func:`exporter.evaluate.memory.observe` (pure), :func:`exporter.evaluate.rules.classify`
+(the status rules, one predicate each, see ``exporter/evaluate/rules.py``) and
+:func:`exporter.evaluate.memory.remember` (the only place memory changes). A group's
 status is its worst partition's.
 """
 
@@ -12,8 +12,18 @@ from __future__ import annotations
 import dataclasses
 
 from exporter.config import Thresholds
-from exporter.lag import HwHistory, lag_seconds
-from exporter.memory import (
+from exporter.contracts.snapshot import TP, GroupSample, Member, PartitionOffsets, Snapshot
+from exporter.contracts.status import Status
+from exporter.contracts.view import (
+    SEVERITY,
+    ClusterView,
+    GroupView,
+    MemberView,
+    PartitionView,
+    SparkInfo,
+)
+from exporter.evaluate.lag import HwHistory, lag_seconds
+from exporter.evaluate.memory import (
     GroupMemory,
     PartitionMemory,
     forget_uncommitted,
@@ -26,19 +36,9 @@ from exporter.memory import (
     remember_outside,
     remember_uncommitted,
 )
-from exporter.report_match import match_reports
-from exporter.reports import ConsumerReport, SparkReport
-from exporter.rules import PartitionFacts, classify, fmt_seconds, note, reason
-from exporter.snapshot import TP, GroupSample, Member, PartitionOffsets, Snapshot
-from exporter.status import Status
-from exporter.view import (
-    SEVERITY,
-    ClusterView,
-    GroupView,
-    MemberView,
-    PartitionView,
-    SparkInfo,
-)
+from exporter.evaluate.rules import PartitionFacts, classify, fmt_seconds, note, reason
+from exporter.reports.decode import ConsumerReport, SparkReport
+from exporter.reports.match import match_reports
 
 MAX_REASONS = 5
 # Cycles a group may be unreadable before its status turns `error`.
@@ -474,7 +474,7 @@ def _share_dates(mem: PartitionMemory, consumed: int, progress: int, now: float
 
 
 def _remember_share(mem: PartitionMemory, moved_at: float | None, above_from: float | None) -> None:
-    """After :func:`exporter.memory.remember`: the share memory's dating (``_share_dates``)."""
+    """After :func:`exporter.evaluate.memory.remember`: the share memory's dating (``_share_dates``)."""
     if moved_at is not None:
         mem.changed_at = moved_at
     mem.above_from = above_from

@@ -14,8 +14,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from exporter.render import Exposition, render_cluster
-from exporter.view import ClusterView
+from exporter.contracts.view import ClusterView
+from exporter.expose.render import Exposition, render_cluster
 
 _EMPTY: Mapping[str, int] = MappingProxyType({})
 
@@ -41,7 +41,7 @@ class SelfStats:
 class ClusterRecord:
     view: ClusterView
     stats: SelfStats
-    exposition: Exposition  # the view families, rendered (exporter.render.render_cluster)
+    exposition: Exposition  # the view families, rendered (exporter.expose.render.render_cluster)
 
 
 def initial_record(cluster: str, compat: frozenset[str] = frozenset()) -> ClusterRecord:

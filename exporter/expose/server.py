@@ -22,9 +22,9 @@ from urllib.parse import unquote, urlsplit
 
 import yaml
 
-from exporter import api, render, statuspage
 from exporter.config import ConfigError
-from exporter.state import Store
+from exporter.expose import api, render, statuspage
+from exporter.store import Store
 
 log = logging.getLogger("lagwatch.http")
 _BCRYPT_RE = re.compile(r"^\$2[abxy]\$\d\d\$[./A-Za-z0-9]{53}$")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from exporter.view import ClusterView, GroupView
+from exporter.contracts.view import ClusterView, GroupView
 
 
 def _round(v: float | None, nd: int = 3) -> float | None:

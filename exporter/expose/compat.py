@@ -4,16 +4,16 @@ Same meanings as danielqsj/kafka_exporter v1.9.0 (its README's metric list), so
 Grafana dashboard 7589 keeps working during a migration. kafka_exporter's
 ``kafka_consumergroup_members`` has the same name as lagwatch's own family, so
 instead of a second family lagwatch's series get a ``consumergroup`` label
-too (see exporter.render.render_groups). Unlike the
+too (see exporter.expose.render.render_groups). Unlike the
 original, lag is never negative and there is no -1 sentinel: a partition with
 no committed offset has no series.
 """
 
 from __future__ import annotations
 
-from exporter.render import partition_labels
-from exporter.textformat import Lines, escape_label
-from exporter.view import ClusterView
+from exporter.contracts.view import ClusterView
+from exporter.expose.render import partition_labels
+from exporter.expose.textformat import Lines, escape_label
 
 
 def kafka_exporter_lines(v: ClusterView) -> list[Lines]:

@@ -31,8 +31,8 @@ import dataclasses
 import ipaddress
 from collections.abc import Iterable
 
-from exporter.reports import ConsumerReport
-from exporter.snapshot import Member
+from exporter.contracts.snapshot import Member
+from exporter.reports.decode import ConsumerReport
 
 IpAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 # A report this many of its intervals older than its sibling's is from a gone process.

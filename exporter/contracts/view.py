@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from exporter.snapshot import TP, PartitionOffsets
-from exporter.status import Status
+from exporter.contracts.snapshot import TP, PartitionOffsets
+from exporter.contracts.status import Status
 
 # Label values in severity order (a group's status is its worst partition's).
 STATUSES: tuple[str, ...] = tuple(s.value for s in Status)

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from exporter.config import Thresholds
-from exporter.status import Status
+from exporter.contracts.status import Status
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -36,7 +36,7 @@ class PartitionFacts:
     stalled_seconds: float  # committed frozen while lag > 0, from the later of the two
     frozen_seconds: float  # committed unchanged (whether or not there was lag)
     new_data_seconds: float | None = None  # since records first arrived after the freeze
-    lagging: bool  # the lag trend of :func:`exporter.memory.lag_trend`
+    lagging: bool  # the lag trend of :func:`exporter.evaluate.memory.lag_trend`
     rewinding: bool  # the committed offset moved backwards recently (confirmed)
     rewind_pending: bool = False  # it moved backwards this cycle; confirmed or not at the next
     owned: bool  # a member (or a live Spark driver) owns the partition
@@ -44,7 +44,7 @@ class PartitionFacts:
     owner: str = ""  # "client@host (member)" of the owning member, "" when unknown
     # An empty group whose committed offsets move: a client outside group membership
     # (assign()) consumes it, and may wait ``stall_allowance`` (its learnt commit cadence,
-    # bounded: :func:`exporter.memory.outside_allowance`) between commits.
+    # bounded: :func:`exporter.evaluate.memory.outside_allowance`) between commits.
     outside: bool = False
     stall_allowance: float = 0.0
     # The group's members are stable and none subscribes to this topic any more: its
@@ -130,7 +130,7 @@ def rejoin_loop(f: PartitionFacts, th: Thresholds) -> bool:
     froze, within ``window``) while it stays frozen for ``stall_after``: the ``max.poll.interval.ms`` kick-out
     loop, seen from the broker without instrumentation. Classic groups show it as new
     member ids; KIP-848 groups, whose members rejoin with the same id, as group epoch
-    bumps with the same members (:func:`exporter.memory.remember_members`). Like ``stalled``
+    bumps with the same members (:func:`exporter.evaluate.memory.remember_members`). Like ``stalled``
     it needs records that arrived after the offset froze and waited ``stall_after``: a
     group scaling out while a quiet partition holds a burst's uncommitted tail shows the
     same joins and the same frozen offset, and is healthy. Joins before the freeze (a
@@ -191,7 +191,7 @@ def lag_above_threshold(f: PartitionFacts, th: Thresholds) -> bool:
 def lag_growing(f: PartitionFacts, th: Thresholds) -> bool:
     """Lag seconds grew at each of the last two commits or more, by a quarter of the time
     elapsed and by more than a consumer keeping up wanders (one commit gap plus one
-    interval); sticky until the lag shrinks: :func:`exporter.memory.lag_trend`."""
+    interval); sticky until the lag shrinks: :func:`exporter.evaluate.memory.lag_trend`."""
     return f.lagging
 
 

@@ -14,8 +14,8 @@ import collections
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from exporter.status import Status
-from exporter.view import GroupView
+from exporter.contracts.status import Status
+from exporter.contracts.view import GroupView
 
 REWIND_HOLD_CYCLES = 5  # a rewind is reported this many cycles so that scrapes see it
 # How late a member's commit can land: a client retries a commit for up to its request

@@ -13,7 +13,7 @@ does not send these:
   whose group and member epochs reveal a member that keeps rejoining.
 
 kafka-python 3 encodes requests from Kafka's own JSON message definitions
-(the four it lacks are in ``exporter/kafka_messages/``) and brings the framing,
+(the four it lacks are in ``exporter/kafka/messages/``) and brings the framing,
 version negotiation, TLS and SASL. docs/design.md gives the measured
 cost of this choice over the hand-written client it replaced.
 
@@ -38,7 +38,7 @@ from kafka.protocol.consumer import ListOffsetsRequest
 from kafka.protocol.consumer.metadata import ConsumerProtocolSubscription
 from kafka.protocol.metadata import FindCoordinatorRequest
 
-from exporter.kafka_messages import (
+from exporter.kafka.messages import (
     ConsumerGroupDescribeRequest,
     DescribeShareGroupOffsetsRequest,
     ShareGroupDescribeRequest,

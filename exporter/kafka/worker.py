@@ -33,12 +33,12 @@ from typing import TYPE_CHECKING, Any
 
 from exporter import logs
 from exporter.config import ClusterConfig, Thresholds
-from exporter.reports import ConsumerReport, SparkReport
-from exporter.snapshot import TP, Snapshot
+from exporter.contracts.snapshot import TP, Snapshot
+from exporter.reports.decode import ConsumerReport, SparkReport
 
 if TYPE_CHECKING:
-    from exporter.report_reader import ReportReader
-    from exporter.sampler import Sampler
+    from exporter.kafka.sampler import Sampler
+    from exporter.reports.reader import ReportReader
 
 log = logging.getLogger("lagwatch.worker")
 
@@ -95,9 +95,9 @@ def _serve(conn: _Pipe, cfg: ClusterConfig, thresholds: Thresholds, log_level: s
     # was in flight, which a bug report upstream needs (and the exit code alone does not).
     faulthandler.enable(all_threads=True)
     logs.setup(log_level)
-    from exporter.lag import RecordTimestamps
-    from exporter.report_reader import ReportReader
-    from exporter.sampler import Sampler, client_config
+    from exporter.evaluate.lag import RecordTimestamps
+    from exporter.kafka.sampler import Sampler, client_config
+    from exporter.reports.reader import ReportReader
 
     sampler = Sampler(cfg)
     exact = RecordTimestamps(client_config(cfg), cfg.request_timeout)
@@ -199,7 +199,7 @@ class KafkaWorker:
             self._reap()
         self.proc = subprocess.Popen(
             # -c, not -m: as __main__ the module's classes would pickle as __main__.X
-            [sys.executable, "-c", "from exporter.kafka_worker import child_main; child_main()"],
+            [sys.executable, "-c", "from exporter.kafka.worker import child_main; child_main()"],
             stdin=subprocess.PIPE,
             # librdkafka runs a thread per broker; glibc gives each its own malloc arena
             # and their fragmentation, not data, dominated the worker's RSS at scale.

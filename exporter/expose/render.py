@@ -6,7 +6,7 @@ simply is not in the next view and its series vanish.
 
 The view families (partitions, groups, Spark queries, and kafka_exporter's
 names with ``--compat``) are rendered once per cycle by the runner, into the
-record it publishes (exporter/state.py); a scrape only writes those bytes. The
+record it publishes (exporter/store.py); a scrape only writes those bytes. The
 few self-metrics depend on the scrape time (data age), so they are built at
 scrape time from the same records and encoded by prometheus_client, which
 also negotiates OpenMetrics. Unknown values are left out, never NaN.
@@ -21,13 +21,13 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import Collector
 
-from exporter.metrics import DOC, ERROR_STAGES, FAMILIES
-from exporter.snapshot import PartitionOffsets
-from exporter.textformat import Lines, escape_label, finite
-from exporter.view import STATUSES, ClusterView
+from exporter.contracts.snapshot import PartitionOffsets
+from exporter.contracts.view import STATUSES, ClusterView
+from exporter.expose.metrics import DOC, ERROR_STAGES, FAMILIES
+from exporter.expose.textformat import Lines, escape_label, finite
 
 if TYPE_CHECKING:
-    from exporter.state import ClusterRecord
+    from exporter.store import ClusterRecord
 
 # One family of one cluster: (name, "# HELP/# TYPE" header, read-only sample lines).
 Family = tuple[str, bytes, memoryview]
@@ -147,7 +147,7 @@ def render_cluster(v: ClusterView, compat: frozenset[str] = frozenset()) -> Expo
     render_spark(v, fam)
     out = list(fam.values())
     if "kafka_exporter" in compat:
-        from exporter.compat import kafka_exporter_lines
+        from exporter.expose.compat import kafka_exporter_lines
 
         out.extend(kafka_exporter_lines(v))
     # A read-only view of each buffer, not a copy: the text of a large cluster is ~50 MB.

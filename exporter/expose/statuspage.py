@@ -8,7 +8,7 @@ from __future__ import annotations
 import html
 import time
 
-from exporter.view import SEVERITY, ClusterView
+from exporter.contracts.view import SEVERITY, ClusterView
 
 _CSS = """
 body{font-family:system-ui,sans-serif;margin:1.5em;color:#222}

@@ -18,9 +18,9 @@ import time
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 
 from exporter.config import ClusterConfig, Thresholds
-from exporter.readonly import NEVER_JOINS
-from exporter.reports import ConsumerReport, ReportError, SparkReport, decode
-from exporter.sampler import client_config
+from exporter.kafka.readonly import NEVER_JOINS
+from exporter.kafka.sampler import client_config
+from exporter.reports.decode import ConsumerReport, ReportError, SparkReport, decode
 
 log = logging.getLogger("lagwatch.reports")
 MAX_KEYS = 50_000

@@ -31,7 +31,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from exporter.snapshot import TP
+from exporter.contracts.snapshot import TP
 from lagwatch_client.wire import MAX_NAME, MAX_REPORT_BYTES, VERSION, encode, report_key  # noqa: F401
 
 # The wire format is lagwatch_client.wire, shared with the reporters (encode and report_key

@@ -24,8 +24,8 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
-from exporter.readonly import NEVER_JOINS
-from exporter.snapshot import TP
+from exporter.contracts.snapshot import TP
+from exporter.kafka.readonly import NEVER_JOINS
 
 log = logging.getLogger("lagwatch.lag")
 

@@ -1,7 +1,7 @@
 """One read-only sampling cycle of one cluster -> :class:`Snapshot`.
 
 Everything goes through confluent-kafka's AdminClient except what librdkafka
-cannot send (exporter/protocol.py): the log end offset, and the listing and
+cannot send (exporter/kafka/broker_requests.py): the log end offset, and the listing and
 description of Kafka Streams (KIP-1071) and share (KIP-932) groups, and the
 epochs of KIP-848 groups. Per-group requests are issued all at once (futures),
 which measured fast enough that KIP-709 batching is not needed (docs/design.md,
@@ -31,8 +31,14 @@ from confluent_kafka import (
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from exporter.config import ClusterConfig
-from exporter.protocol import BrokerRequests, DescribedGroup, ListedGroup, ShareOffsets, Unsupported
-from exporter.snapshot import TP, GroupSample, Member, PartitionOffsets, Snapshot
+from exporter.contracts.snapshot import TP, GroupSample, Member, PartitionOffsets, Snapshot
+from exporter.kafka.broker_requests import (
+    BrokerRequests,
+    DescribedGroup,
+    ListedGroup,
+    ShareOffsets,
+    Unsupported,
+)
 
 log = logging.getLogger("lagwatch.sampler")
 # Errors that explain a metadata timeout: librdkafka reports them only through error_cb.
@@ -286,7 +292,7 @@ class Sampler:
         return out
 
     def _extra(self, stage: str, errors: list[tuple[str, str]], call: Any, *args: Any) -> dict:
-        """One of exporter/protocol.py's batched calls; a failure of the whole call is one
+        """One of exporter/kafka/broker_requests.py's batched calls; a failure of the whole call is one
         error of ``stage`` and leaves every group of it with that error."""
         if self.extra is None or not args[-1]:
             return {}

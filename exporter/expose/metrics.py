@@ -1,7 +1,7 @@
 """The metric contract: every family lagwatch serves, its type, labels and meaning.
 
 docs/metrics.md is generated from :data:`FAMILIES` (tests/test_readme.py
-keeps them equal), and the renderer (exporter/render.py) takes names and help
+keeps them equal), and the renderer (exporter/expose/render.py) takes names and help
 texts from here, so a family cannot be served without being documented.
 """
 

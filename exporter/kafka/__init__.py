@@ -1,0 +1,1 @@
+"""Runs in the Kafka worker process: sampling, the requests kafka-python sends, record timestamps."""

@@ -1,0 +1,1 @@
+"""Consumer and Spark reports: decode, read (in the Kafka worker), match to group members."""
