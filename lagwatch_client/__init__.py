@@ -10,8 +10,17 @@ The Spark listener (:mod:`spark_metrics`) ships in the same distribution.
 
 from __future__ import annotations
 
-from lagwatch_client.consumer import InstrumentedConsumer
+from typing import Any
 
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str) -> Any:
+    # Imported on first use, so that the exporter's main process, which only needs the
+    # wire format and the version, does not load confluent-kafka.
+    if name == "InstrumentedConsumer":
+        from lagwatch_client.consumer import InstrumentedConsumer
+        return InstrumentedConsumer
+    raise AttributeError(name)
 
 __all__ = ["InstrumentedConsumer", "__version__"]

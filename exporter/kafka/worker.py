@@ -95,8 +95,8 @@ def _serve(conn: _Pipe, cfg: ClusterConfig, thresholds: Thresholds, log_level: s
     # was in flight, which a bug report upstream needs (and the exit code alone does not).
     faulthandler.enable(all_threads=True)
     logs.setup(log_level)
-    from exporter.evaluate.lag import RecordTimestamps
     from exporter.kafka.sampler import Sampler, client_config
+    from exporter.kafka.timestamps import RecordTimestamps
     from exporter.reports.reader import ReportReader
 
     sampler = Sampler(cfg)

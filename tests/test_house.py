@@ -1,0 +1,75 @@
+"""The house rules of exporter/: the process boundary, function length, no run diaries.
+
+Issue-level checks anyone can rerun: the evaluator and what serves its results must not
+load a Kafka client library (they run in the main process; all Kafka I/O is in the
+worker, ``exporter/kafka``), and no function may outgrow a screen.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT_DIR
+
+pytestmark = pytest.mark.unit
+
+KAFKA_LIBRARIES = ("confluent_kafka", "kafka")
+MAX_FUNCTION_LINES = 60
+
+
+@pytest.mark.parametrize("package", ["exporter.evaluate", "exporter.expose", "exporter.contracts",
+                                     "exporter.reports.decode", "exporter.reports.match",
+                                     "exporter.recording"])
+def test_main_process_stages_load_no_kafka_library(package: str) -> None:
+    code = (f"import sys, pkgutil, importlib; m = importlib.import_module({package!r})\n"
+            "for s in pkgutil.walk_packages(getattr(m, '__path__', []), m.__name__ + '.'):\n"
+            "    importlib.import_module(s.name)\n"
+            f"print(sorted(k for k in sys.modules if k.split('.')[0] in {KAFKA_LIBRARIES!r}))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT_DIR, capture_output=True,
+                         text=True, check=True).stdout.strip()
+    assert out == "[]", f"importing {package} loads {out}"
+
+
+def test_the_boundary_check_catches_a_leak() -> None:
+    out = subprocess.run([sys.executable, "-c", "import exporter.kafka.sampler, sys; "
+                          "print('confluent_kafka' in sys.modules)"], cwd=ROOT_DIR,
+                         capture_output=True, text=True, check=True).stdout.strip()
+    assert out == "True"
+
+
+def long_functions(root: Path, limit: int = MAX_FUNCTION_LINES) -> list[str]:
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                n = node.end_lineno - node.lineno + 1
+                if n > limit:
+                    found.append(f"{path.relative_to(ROOT_DIR)}:{node.lineno} {node.name} ({n} lines)")
+    return found
+
+
+@pytest.mark.xfail(strict=True, reason="issue 24: build_config, observe, make_server, decode")
+def test_no_function_in_exporter_over_60_lines() -> None:
+    assert long_functions(ROOT_DIR / "exporter") == []
+
+
+def test_the_length_check_counts_lines() -> None:
+    assert long_functions(ROOT_DIR / "exporter", limit=5)  # plenty of functions are longer than 5
+
+
+RUN_DIARY = re.compile(r"fresh-clone|full run|in the run on")
+
+
+def test_no_run_diaries_in_code_or_docs() -> None:
+    roots = ["exporter", "spark_metrics", "lagwatch_client", "docs"]
+    files = [p for r in roots for p in (ROOT_DIR / r).rglob("*") if p.suffix in (".py", ".md")]
+    files.append(ROOT_DIR / "README.md")
+    hits = [f"{p.relative_to(ROOT_DIR)}:{i}" for p in files
+            for i, line in enumerate(p.read_text().splitlines(), 1) if RUN_DIARY.search(line)]
+    assert hits == []
