@@ -36,6 +36,7 @@ from exporter.evaluate.memory import (
     remember_outside,
     remember_uncommitted,
 )
+from exporter.evaluate.progress import ProgressTracker
 from exporter.evaluate.rules import PartitionFacts, classify, fmt_seconds, note, reason
 from exporter.reports.decode import ConsumerReport, SparkReport
 from exporter.reports.match import match_reports
@@ -67,6 +68,8 @@ class Evaluator:
         self.groups: dict[str, GroupMemory] = {}
         self.last_good: ClusterView | None = None
         self._lag_memo: dict[tuple[str, int, int], float | None] = {}
+        # Rates, time to catch up, records lost (exporter/evaluate/progress.py).
+        self.progress = ProgressTracker(thresholds.window, interval)
 
     # -- entry point ---------------------------------------------------------
     def evaluate(self, snap: Snapshot,
@@ -103,6 +106,7 @@ class Evaluator:
         for gid in list(self.groups):
             if gid not in samples:
                 del self.groups[gid]  # deleted group: its series vanish this cycle
+        views = self.progress.annotate(views, samples, snap.partitions, now)
         views, dropped = self._cap(views)
         view = ClusterView(cluster=self.cluster, up=True, sampled_at=snap.taken_at,
                            sample_duration=snap.duration, partitions=snap.partitions,
