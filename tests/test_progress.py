@@ -98,18 +98,23 @@ def test_lost_step(consumed: int, log_start: int, counted_to: int | None, first:
 
 TH = Thresholds(stall_after=30, livelock_after=20, lag_seconds=3600, window=60, report_stale_after=30)
 MEMBER = Member(member_id="m-1", client_id="c", host="/h", assignment=(("t", 0), ("t", 1)))
+# One member per partition: each has its own pace.
+SPLIT = (Member(member_id="m-1", client_id="c1", host="/h1", assignment=(("t", 0),)),
+         Member(member_id="m-2", client_id="c2", host="/h2", assignment=(("t", 1),)))
 
 
-def _snap(t: float, parts: dict[int, tuple[int, int, int]], group: str = "g") -> Snapshot:
+def _snap(t: float, parts: dict[int, tuple[int, int, int]], group: str = "g",
+          members: tuple[Member, ...] = (MEMBER,)) -> Snapshot:
     """parts: partition -> (log start, HW, committed)."""
     po = {("t", p): PartitionOffsets(leader=1, replicas=1, isr=1, log_start=ls, hw=hw, lso=hw, leo=hw)
           for p, (ls, hw, _c) in parts.items()}
-    g = GroupSample(group_id=group, type="classic", state="stable", members=(MEMBER,), coordinator=1,
+    g = GroupSample(group_id=group, type="classic", state="stable", members=members, coordinator=1,
                     committed={("t", p): c for p, (_ls, _hw, c) in parts.items()})
     return Snapshot(cluster="c", taken_at=t, duration=0.01, partitions=po, groups={group: g})
 
 
-def _drive(consume: tuple[float, float], produce: tuple[float, float], backlog: int, seconds: int):
+def _drive(consume: tuple[float, float], produce: tuple[float, float], backlog: int, seconds: int,
+           members: tuple[Member, ...] = (MEMBER,)):
     """Two partitions, each starting ``backlog`` behind, consumed and produced at per-partition
     rates (records/s), one cycle a second. Returns the group's progress at each cycle."""
     ev = Evaluator("c", TH, interval=1.0)
@@ -118,7 +123,7 @@ def _drive(consume: tuple[float, float], produce: tuple[float, float], backlog: 
         parts = {p: (0, backlog + int(produce[p] * i), min(backlog + int(produce[p] * i),
                                                              int(consume[p] * i)))
                  for p in (0, 1)}
-        out.append(ev.evaluate(_snap(T0 + i, parts)).groups["g"].progress)
+        out.append(ev.evaluate(_snap(T0 + i, parts, members=members)).groups["g"].progress)
     return out
 
 
@@ -145,15 +150,45 @@ def test_slower_consumer_falls_behind_with_no_estimate() -> None:
     assert last.notes[0].startswith("falling behind by 24.0 records/s")
 
 
-def test_one_partition_falling_behind_blocks_the_group_estimate() -> None:
-    # Partition 0 gains fast, partition 1 loses: the group as a whole gains (45 > 30), but it
-    # will never be caught up on partition 1.
-    prog = _drive((40, 5), (10, 20), 1200, 30)
+def test_one_member_falling_behind_blocks_the_group_estimate() -> None:
+    # Two members. Partition 0's gains fast, partition 1's loses: the group as a whole
+    # gains (45 > 30), but it will never be caught up on partition 1.
+    prog = _drive((40, 5), (10, 20), 1200, 30, SPLIT)
     last = prog[-1]
     assert last.consume_rate == pytest.approx(45) and last.produce_rate == pytest.approx(30)
     assert last.catchup_seconds is None and last.falling_behind
     assert last.partitions[("t", 1)].catchup_seconds is None
-    assert last.notes[0].startswith("t[1]: falling behind by 15.0 records/s")
+    assert last.partitions[("t", 0)].catchup_seconds == pytest.approx((1200 + 300 - 1200) / 30, abs=0.2)
+    assert last.notes[0].startswith("c2@/h2 (m-2): falling behind by 15.0 records/s")
+    # The same rates, one consumer owning both: its time moves to partition 1 once it has
+    # caught up on partition 0, so the group does catch up, at the difference of the sums.
+    one = _drive((40, 5), (10, 20), 1200, 30)[-1]
+    assert one.catchup_seconds == pytest.approx((2 * 1200 + 30 * 30 - 45 * 30) / 15, abs=0.5)
+    assert not one.falling_behind
+
+
+def test_the_slowest_member_decides_when_the_group_has_caught_up() -> None:
+    prog = _drive((30, 15), (10, 10), 600, 20, SPLIT)  # gains 20/s and 5/s on 600 each
+    at20 = prog[20]
+    assert at20.partitions[("t", 0)].catchup_seconds == pytest.approx((600 - 20 * 20) / 20, abs=0.2)
+    assert at20.partitions[("t", 1)].catchup_seconds == pytest.approx((600 - 5 * 20) / 5, abs=0.2)
+    assert at20.catchup_seconds == at20.partitions[("t", 1)].catchup_seconds
+
+
+def test_a_consumer_draining_its_partitions_one_after_the_other() -> None:
+    # librdkafka may hand one partition's whole backlog over before the next's: partition 1
+    # gains nothing while partition 0 drains, yet the consumer catches up on both in
+    # (total lag) / (consume - produce).
+    ev = Evaluator("c", TH, interval=1.0)
+    got = None
+    for i in range(17):  # consumes 60/s: partition 0 until it is caught up (at 12 s), then 1
+        hw = 600 + 10 * i
+        done0 = min(hw, 60 * i)
+        parts = {0: (0, hw, done0), 1: (0, hw, 60 * i - done0)}
+        got = ev.evaluate(_snap(T0 + i, parts)).groups["g"].progress
+    assert got is not None and not got.falling_behind
+    assert got.partitions[("t", 1)].consume_rate == pytest.approx(200 / 16)  # slower than produced
+    assert got.catchup_seconds == pytest.approx((2 * 760 - 960) / 40, abs=0.2)  # 14 s
 
 
 def test_records_lost_count_only_new_losses() -> None:

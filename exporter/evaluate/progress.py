@@ -54,6 +54,17 @@ class _Row:
     consumed: int
     log_start: int | None
     rates: Rates | None
+    owner: str  # the member that owns it ("" for none): its partitions share its time
+
+
+@dataclass(frozen=True, slots=True)
+class _Pool:
+    """The backlogged partitions of one owner: what it must get through, how fast it gains."""
+
+    owner: str
+    rows: tuple[_Row, ...]
+    eta: float | None  # None: not gaining, or rates unknown
+    known: bool  # every partition of the pool has rates
 
 
 class ProgressTracker:
@@ -110,67 +121,88 @@ class ProgressTracker:
             memo.lost[tp] = memo.lost.get(tp, 0) + new
             memo.lost_total += new
         add_point(pm.points, (now, consumed, po.hw), self.window)
-        return _Row(tp, p.lag_offsets, consumed, po.log_start, rates(pm.points, self.min_span))
+        return _Row(tp, p.lag_offsets, consumed, po.log_start, rates(pm.points, self.min_span), p.owner)
 
 
 def summarize(rows: list[_Row], memo: GroupMemo, settle: float) -> GroupProgress:
     """The group's rates (sums over its partitions), time to catch up and notes.
 
-    The group is caught up when every partition is (:func:`caught_up`). Otherwise it
-    catches up when every partition with a backlog consumes faster than it is produced,
-    in ``total lag / (consume rate - produce rate)``: a consumer that has caught up on
-    one partition spends its time on the others, so the group's lag shrinks at the
-    difference of the sums. A backlogged partition that does not gain means no
-    estimate: the group falls behind there."""
+    The group is caught up when every partition is (:func:`caught_up`). Otherwise the
+    backlogged partitions are pooled by owner: one consumer's partitions share its time
+    (librdkafka may drain one partition's backlog before the next's), so a pool catches
+    up in ``pool lag / (pool consume rate - pool produce rate)``; partitions without an
+    owner form one pool. The group catches up when its slowest pool does; a pool that
+    does not gain means no estimate: the group falls behind there."""
     known = [r.rates for r in rows if r.rates is not None]
     consume = sum(r.consume for r in known) if known else None
     produce = sum(r.produce for r in known) if known else None
-    backlog = [r for r in rows if not caught_up(r.lag, r.rates.consume if r.rates else None, settle)]
-    losing = [r for r in backlog if r.rates is not None and r.rates.consume <= r.rates.produce]
+    span = min((k.span for k in known), default=0.0)
+    pools = _pools(rows, settle)
+    losing = [p for p in pools if p.known and p.eta is None]
     eta = None
-    if backlog and consume is not None and produce is not None and not losing and \
-            all(r.rates is not None for r in backlog):
-        eta = catchup_seconds(sum(r.lag for r in rows), consume, produce)
-    falling = bool(losing) or (bool(backlog) and eta is None and consume is not None
-                               and produce is not None and consume <= produce)
-    parts = {r.tp: _partition(r, memo, settle) for r in rows}
-    notes = _pace_notes(eta, consume, produce, losing, falling, min((k.span for k in known), default=0.0))
-    notes += _lost_notes(rows)
+    if pools and not losing and all(p.known for p in pools):
+        eta = max(p.eta for p in pools if p.eta is not None)
+    parts = {r.tp: _partition(r, memo, pools) for r in rows}
+    notes = _pace_notes(eta, consume, produce, losing, len(pools), span) + _lost_notes(rows)
     return GroupProgress(
-        window_seconds=min((k.span for k in known), default=0.0), consume_rate=consume,
-        produce_rate=produce, catchup_seconds=eta, falling_behind=falling,
-        records_lost_total=memo.lost_total, below_log_start=sum(p.below_log_start for p in parts.values()),
-        notes=tuple(notes), partitions=parts)
+        window_seconds=span, consume_rate=consume, produce_rate=produce, catchup_seconds=eta,
+        falling_behind=bool(losing), records_lost_total=memo.lost_total,
+        below_log_start=sum(p.below_log_start for p in parts.values()), notes=tuple(notes),
+        partitions=parts)
 
 
-def _partition(r: _Row, memo: GroupMemo, settle: float) -> PartitionProgress:
-    eta = None
-    if r.rates is not None and not caught_up(r.lag, r.rates.consume, settle):
-        eta = catchup_seconds(r.lag, r.rates.consume, r.rates.produce)
+def _pools(rows: list[_Row], settle: float) -> list[_Pool]:
+    """The pools (by owner) that hold at least one backlogged partition."""
+    by_owner: dict[str, list[_Row]] = {}
+    for r in rows:
+        by_owner.setdefault(r.owner, []).append(r)
+    out = []
+    for owner, rs in sorted(by_owner.items()):
+        if all(caught_up(r.lag, r.rates.consume if r.rates else None, settle) for r in rs):
+            continue
+        known = all(r.rates is not None for r in rs)
+        eta = None
+        if known:
+            eta = catchup_seconds(sum(r.lag for r in rs), sum(r.rates.consume for r in rs if r.rates),
+                                  sum(r.rates.produce for r in rs if r.rates))
+        out.append(_Pool(owner, tuple(rs), eta, known))
+    return out
+
+
+def _partition(r: _Row, memo: GroupMemo, pools: list[_Pool]) -> PartitionProgress:
+    """A partition's figures; its time to catch up is its owner's (they share its time)."""
+    pool = next((p for p in pools if p.owner == r.owner), None)
     return PartitionProgress(
         consume_rate=r.rates.consume if r.rates else None,
-        produce_rate=r.rates.produce if r.rates else None, catchup_seconds=eta,
+        produce_rate=r.rates.produce if r.rates else None,
+        catchup_seconds=pool.eta if pool is not None and r.lag > 0 else None,
         lost_total=memo.lost.get(r.tp, 0),
         below_log_start=below_log_start(r.consumed, r.log_start) if r.log_start is not None else 0)
 
 
 def _pace_notes(eta: float | None, consume: float | None, produce: float | None,
-                losing: list[_Row], falling: bool, span: float) -> list[str]:
+                losing: list[_Pool], pools: int, span: float) -> list[str]:
     if consume is None or produce is None:
         return []
     if eta is not None:
         return [f"caught up in about {fmt_duration(eta)} at current rates "
                 f"(consumes {fmt_rate(consume)} records/s, {fmt_rate(produce)}/s produced)"]
-    if not falling:
+    if not losing:
         return []
-    if consume < produce or not losing:
-        return [_behind("", consume, produce, span)]
-    # The group as a whole gains, but a backlogged partition does not: name the worst.
-    worst = max(losing, key=lambda r: r.rates.produce - r.rates.consume if r.rates else 0.0)
-    assert worst.rates is not None
-    more = f" (and {len(losing) - 1} more partition(s))" if len(losing) > 1 else ""
-    where = f"{worst.tp[0]}[{worst.tp[1]}]: "
-    return [_behind(where, worst.rates.consume, worst.rates.produce, span) + more]
+    if pools == 1 and len(losing) == 1 and consume <= produce:
+        return [_behind("", consume, produce, span)]  # one consumer: the group's figures
+    # Name the pool that loses most: its owner, or its partitions when nobody owns them.
+    worst = max(losing, key=_net)
+    where = worst.owner or ", ".join(f"{t}[{n}]" for t, n in (r.tp for r in worst.rows[:3]))
+    more = f" (and {len(losing) - 1} more owner(s))" if len(losing) > 1 else ""
+    c = sum(r.rates.consume for r in worst.rows if r.rates)
+    p = sum(r.rates.produce for r in worst.rows if r.rates)
+    return [_behind(f"{where}: ", c, p, span) + more]
+
+
+def _net(pool: _Pool) -> float:
+    """Records per second the pool falls behind by."""
+    return sum(r.rates.produce - r.rates.consume for r in pool.rows if r.rates)
 
 
 def _behind(where: str, consume: float, produce: float, span: float) -> str:

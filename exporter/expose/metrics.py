@@ -76,8 +76,9 @@ FAMILIES: tuple[FamilyDoc, ...] = (
               "window; consumed below produced with a backlog means the group falls behind."),
     FamilyDoc("kafka_consumergroup_catchup_seconds", "gauge", ("cluster", "group"),
               "Estimated time until the group's lag is gone at current rates: total lag / "
-              "(consumed - produced records per second). Absent when caught up and when a "
-              "partition with a backlog is consumed no faster than it is produced."),
+              "(consumed - produced records per second), per member owning partitions with a "
+              "backlog, the slowest one. Absent when caught up and when a member with a backlog "
+              "consumes no faster than its partitions are produced to (the group falls behind)."),
     FamilyDoc("kafka_consumergroup_records_lost_total", "counter", ("cluster", "group"),
               "Records deleted (retention, delete_records) below the log start offset before the "
               "group consumed them, counted as the log start passes its committed offset; 0 from "
