@@ -12,6 +12,7 @@ from exporter.evaluate.rates import (
     add_point,
     catchup_seconds,
     caught_up,
+    common_rates,
     fmt_duration,
     min_span,
     rates,
@@ -69,6 +70,26 @@ def test_rates_wait_for_a_quarter_window_and_restart_after_a_rewind() -> None:
     assert pts == [(T0 + 20, 3, 200)]
     assert rates(pts, 15) is None
     assert min_span(600, 30) == 150 and min_span(60, 30) == 60 and min_span(10, 1) == 3
+
+
+def test_summed_rates_use_a_span_common_to_the_partitions() -> None:
+    # A consumer at 60 records/s drains partition 0 (1004 records, done at ~17 s), then
+    # turns to partition 1, which has a committed offset only from 18 s on. Each own rate
+    # (30/s over 33 s, 60/s over 15 s) sums to 90/s; over the common 15 s it is 60/s.
+    p0: list = []
+    p1: list = []
+    for t in range(34):
+        add_point(p0, (T0 + t, min(60 * t, 1004), 1000 + 10 * t), 60)
+        if t >= 18:
+            add_point(p1, (T0 + t, 34 + 60 * (t - 18), 1000 + 10 * t), 60)
+    own = [rates(p, 15) for p in (p0, p1)]
+    assert sum(r.consume for r in own if r) == pytest.approx(90, abs=1)
+    both = common_rates([p0, p1], 15)
+    assert both is not None and both.span == 15
+    # within 5 %: partition 0's offset at 18 s is interpolated between points a tenth of
+    # the window apart, across the moment it was drained
+    assert both.consume == pytest.approx(60, rel=0.05) and both.produce == pytest.approx(20)
+    assert common_rates([p0, p1[-10:]], 15) is None  # the common span is only 9 s
 
 
 @pytest.mark.parametrize("seconds, text", [(12, "12 s"), (240, "4 min"), (9000, "2.5 h"),

@@ -20,6 +20,7 @@ from exporter.evaluate.rates import (
     add_point,
     catchup_seconds,
     caught_up,
+    common_rates,
     fmt_duration,
     fmt_rate,
     min_span,
@@ -53,8 +54,9 @@ class _Row:
     lag: int
     consumed: int
     log_start: int | None
-    rates: Rates | None
+    rates: Rates | None  # this partition's own, over its own span
     owner: str  # the member that owns it ("" for none): its partitions share its time
+    points: list[Point]  # its samples (exporter/evaluate/rates.py)
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,8 +65,8 @@ class _Pool:
 
     owner: str
     rows: tuple[_Row, ...]
+    rates: Rates | None  # summed over a span common to its partitions; None: not known yet
     eta: float | None  # None: not gaining, or rates unknown
-    known: bool  # every partition of the pool has rates
 
 
 class ProgressTracker:
@@ -103,7 +105,7 @@ class ProgressTracker:
         for tp in [tp for tp in memo.parts if tp not in seen]:
             del memo.parts[tp]
             memo.lost.pop(tp, None)
-        return summarize(rows, memo, self.settle)
+        return summarize(rows, memo, self.settle, self.min_span)
 
     def _observe(self, memo: GroupMemo, p: PartitionView, po: PartitionOffsets | None,
                  now: float) -> _Row | None:
@@ -121,51 +123,49 @@ class ProgressTracker:
             memo.lost[tp] = memo.lost.get(tp, 0) + new
             memo.lost_total += new
         add_point(pm.points, (now, consumed, po.hw), self.window)
-        return _Row(tp, p.lag_offsets, consumed, po.log_start, rates(pm.points, self.min_span), p.owner)
+        return _Row(tp, p.lag_offsets, consumed, po.log_start, rates(pm.points, self.min_span), p.owner,
+                    pm.points)
 
 
-def summarize(rows: list[_Row], memo: GroupMemo, settle: float) -> GroupProgress:
-    """The group's rates (sums over its partitions), time to catch up and notes.
+def summarize(rows: list[_Row], memo: GroupMemo, settle: float, span_min: float) -> GroupProgress:
+    """The group's rates, time to catch up and notes.
 
-    The group is caught up when every partition is (:func:`caught_up`). Otherwise the
-    backlogged partitions are pooled by owner: one consumer's partitions share its time
-    (librdkafka may drain one partition's backlog before the next's), so a pool catches
-    up in ``pool lag / (pool consume rate - pool produce rate)``; partitions without an
-    owner form one pool. The group catches up when its slowest pool does; a pool that
-    does not gain means no estimate: the group falls behind there."""
-    known = [r.rates for r in rows if r.rates is not None]
-    consume = sum(r.consume for r in known) if known else None
-    produce = sum(r.produce for r in known) if known else None
-    span = min((k.span for k in known), default=0.0)
-    pools = _pools(rows, settle)
-    losing = [p for p in pools if p.known and p.eta is None]
+    The partitions are pooled by owner: one consumer's partitions share its time
+    (librdkafka may drain one partition's backlog before the next's), so a pool is
+    caught up when its lag is what it consumes in ``settle`` seconds
+    (:func:`caught_up`), and otherwise catches up in ``pool lag / (pool consume rate -
+    pool produce rate)``; partitions without an owner form one pool. The group catches
+    up when its slowest pool does; a pool that does not gain means no estimate: the
+    group falls behind there."""
+    group = common_rates([r.points for r in rows], span_min)
+    pools = _pools(rows, settle, span_min)
+    losing = [p for p in pools if p.rates is not None and p.eta is None]
     eta = None
-    if pools and not losing and all(p.known for p in pools):
+    if pools and not losing and all(p.rates is not None for p in pools):
         eta = max(p.eta for p in pools if p.eta is not None)
     parts = {r.tp: _partition(r, memo, pools) for r in rows}
-    notes = _pace_notes(eta, consume, produce, losing, len(pools), span) + _lost_notes(rows)
+    notes = _pace_notes(eta, group, losing, len(pools)) + _lost_notes(rows)
     return GroupProgress(
-        window_seconds=span, consume_rate=consume, produce_rate=produce, catchup_seconds=eta,
+        window_seconds=group.span if group else 0.0, consume_rate=group.consume if group else None,
+        produce_rate=group.produce if group else None, catchup_seconds=eta,
         falling_behind=bool(losing), records_lost_total=memo.lost_total,
         below_log_start=sum(p.below_log_start for p in parts.values()), notes=tuple(notes),
         partitions=parts)
 
 
-def _pools(rows: list[_Row], settle: float) -> list[_Pool]:
-    """The pools (by owner) that hold at least one backlogged partition."""
+def _pools(rows: list[_Row], settle: float, span_min: float) -> list[_Pool]:
+    """The pools (by owner) with a backlog."""
     by_owner: dict[str, list[_Row]] = {}
     for r in rows:
         by_owner.setdefault(r.owner, []).append(r)
     out = []
     for owner, rs in sorted(by_owner.items()):
-        if all(caught_up(r.lag, r.rates.consume if r.rates else None, settle) for r in rs):
+        lag = sum(r.lag for r in rs)
+        pr = common_rates([r.points for r in rs], span_min)
+        if caught_up(lag, pr.consume if pr else None, settle):
             continue
-        known = all(r.rates is not None for r in rs)
-        eta = None
-        if known:
-            eta = catchup_seconds(sum(r.lag for r in rs), sum(r.rates.consume for r in rs if r.rates),
-                                  sum(r.rates.produce for r in rs if r.rates))
-        out.append(_Pool(owner, tuple(rs), eta, known))
+        eta = catchup_seconds(lag, pr.consume, pr.produce) if pr else None
+        out.append(_Pool(owner, tuple(rs), pr, eta))
     return out
 
 
@@ -180,29 +180,22 @@ def _partition(r: _Row, memo: GroupMemo, pools: list[_Pool]) -> PartitionProgres
         below_log_start=below_log_start(r.consumed, r.log_start) if r.log_start is not None else 0)
 
 
-def _pace_notes(eta: float | None, consume: float | None, produce: float | None,
-                losing: list[_Pool], pools: int, span: float) -> list[str]:
-    if consume is None or produce is None:
+def _pace_notes(eta: float | None, group: Rates | None, losing: list[_Pool], pools: int) -> list[str]:
+    if group is None:
         return []
     if eta is not None:
         return [f"caught up in about {fmt_duration(eta)} at current rates "
-                f"(consumes {fmt_rate(consume)} records/s, {fmt_rate(produce)}/s produced)"]
+                f"(consumes {fmt_rate(group.consume)} records/s, {fmt_rate(group.produce)}/s produced)"]
     if not losing:
         return []
-    if pools == 1 and len(losing) == 1 and consume <= produce:
-        return [_behind("", consume, produce, span)]  # one consumer: the group's figures
+    if pools == 1 and len(losing) == 1 and group.consume <= group.produce:
+        return [_behind("", group.consume, group.produce, group.span)]  # one consumer
     # Name the pool that loses most: its owner, or its partitions when nobody owns them.
-    worst = max(losing, key=_net)
+    worst = max(losing, key=lambda p: p.rates.produce - p.rates.consume if p.rates else 0.0)
+    assert worst.rates is not None
     where = worst.owner or ", ".join(f"{t}[{n}]" for t, n in (r.tp for r in worst.rows[:3]))
     more = f" (and {len(losing) - 1} more owner(s))" if len(losing) > 1 else ""
-    c = sum(r.rates.consume for r in worst.rows if r.rates)
-    p = sum(r.rates.produce for r in worst.rows if r.rates)
-    return [_behind(f"{where}: ", c, p, span) + more]
-
-
-def _net(pool: _Pool) -> float:
-    """Records per second the pool falls behind by."""
-    return sum(r.rates.produce - r.rates.consume for r in pool.rows if r.rates)
+    return [_behind(f"{where}: ", worst.rates.consume, worst.rates.produce, worst.rates.span) + more]
 
 
 def _behind(where: str, consume: float, produce: float, span: float) -> str:

@@ -64,6 +64,40 @@ def rates(points: list[Point], min_span: float) -> Rates | None:
     return Rates(consume=(c1 - c0) / span, produce=(h1 - h0) / span, span=span)
 
 
+def common_rates(series: list[list[Point]], min_span: float) -> Rates | None:
+    """Summed rates of several partitions over the span they were all sampled in.
+
+    Summing each partition's own rate would mix spans: a consumer that drained one
+    partition, then turned to another first committed only later, looks as if it
+    consumed at both paces at once. So each partition's offsets are read (interpolated
+    between its points) at the same two times: the newest sample, and the oldest time
+    every partition has a point at or before. None until that span is ``min_span`` long."""
+    if not series or any(len(pts) < 2 for pts in series):
+        return None
+    t0 = max(pts[0][0] for pts in series)
+    t1 = min(pts[-1][0] for pts in series)
+    span = t1 - t0
+    if not span >= min_span or span <= 0:
+        return None
+    consumed = produced = 0.0
+    for pts in series:
+        c0, h0 = _at(pts, t0)
+        c1, h1 = _at(pts, t1)
+        consumed += c1 - c0
+        produced += h1 - h0
+    return Rates(consume=consumed / span, produce=produced / span, span=span)
+
+
+def _at(points: list[Point], t: float) -> tuple[float, float]:
+    """Consumed offset and HW at ``t`` (within the points' span), linearly interpolated."""
+    for (ta, ca, ha), (tb, cb, hb) in zip(points, points[1:], strict=False):
+        if ta <= t <= tb:
+            f = 0.0 if tb == ta else (t - ta) / (tb - ta)
+            return ca + f * (cb - ca), ha + f * (hb - ha)
+    last = points[-1]
+    return float(last[1]), float(last[2])
+
+
 def min_span(window: float, interval: float) -> float:
     """The shortest span rates are shown for: a quarter of the window, at least three
     sampling cycles (never more than the window)."""
