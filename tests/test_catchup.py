@@ -13,6 +13,7 @@ Time is counted in exporter cycles; wall clock bounds only the waits (hang guard
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import threading
@@ -107,6 +108,7 @@ def test_estimate_within_25_percent_of_the_actual_catch_up(
     wait_for(both_committed, 2 * BACKLOG / FAST + 10, "committed offsets on both partitions")
     n = cycles_until(exporter, estimated, MIN_SPAN + 10, "a time to catch up for the fast group")
     assert n <= cycles(MIN_SPAN) + 2 * SEE, n
+    assert re.search(r"<td class='num'>~\d+ s</td><td class='num'>0</td></tr>", _row(exporter, sc.group))
     # Follow the estimate until the consumer reports it has caught up.
     total = 2 * BACKLOG / (FAST - PRODUCE)
 
@@ -159,3 +161,11 @@ def test_slower_consumer_gets_no_estimate_and_falls_behind(
     assert abs(p - PRODUCE) <= TOLERANCE * PRODUCE, seen
     doc = exporter.api(f"clusters/test/groups/{sc.group}")
     assert doc["falling_behind"] is True and doc["catchup_seconds"] is None, doc
+    assert "<span class='down'>falling behind</span>" in _row(exporter, sc.group)
+
+
+def _row(exp: ExporterProcess, group: str) -> str:
+    """The group's row of the status page."""
+    page = exp.get("/")[1].decode()
+    row = page[page.index(f"<td>{group}</td>"):]
+    return row[:row.index("</tr>") + 5]

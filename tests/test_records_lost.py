@@ -86,7 +86,10 @@ def test_delete_records_below_the_committed_offset_counts_exactly(
     assert f"{topic}[0]: 40 records deleted by retention before the group read them " \
            f"(committed 60 < log start 100)" in doc["reasons"]
     page = exporter.get("/")[1].decode()
-    assert "40 records deleted by retention" in page
+    row = page[page.index(f"<td>{lossy}</td>"):]
+    row = row[:row.index("</tr>")]
+    assert "40 records deleted by retention" in row  # the reason
+    assert row.endswith("<td class='num'><span class='down'>40</span></td>")  # records lost column
 
     # Counted once, not again at every cycle while the committed offset stays below.
     cycles_until(exporter, lambda: True, 5, "a cycle")

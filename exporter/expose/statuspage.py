@@ -68,9 +68,8 @@ def render(views: list[ClusterView], refresh_seconds: int = 10, now: float | Non
         out.append(f"<h2>cluster {_e(v.cluster)} <small>({age}, {v.brokers} broker(s))"
                    f"</small>{state}</h2>")
         out.append("<table><thead><tr><th>group / query</th><th>type</th><th>status</th>"
-                   "<th>lag (offsets)</th><th>lag (seconds)</th><th>catch-up</th>"
-                   "<th>records lost</th><th>members</th>"
-                   "<th>reason</th></tr></thead><tbody>")
+                   "<th>lag (offsets)</th><th>lag (seconds)</th><th>members</th>"
+                   "<th>reason</th><th>catch-up</th><th>records lost</th></tr></thead><tbody>")
         groups = sorted(v.groups.values(), key=lambda g: (-SEVERITY[g.status], g.group))
         if not groups:
             out.append("<tr><td colspan='9'>no consumer groups seen</td></tr>")
@@ -85,9 +84,9 @@ def render(views: list[ClusterView], refresh_seconds: int = 10, now: float | Non
                 f"<td>{_e(g.type)}</td><td><span class='st {_e(g.status)}'>{_e(g.status)}</span>"
                 f"</td><td class='num'>{_num(g.total_lag)}</td>"
                 f"<td class='num'>{_num(g.max_lag_seconds)}</td>"
-                f"<td class='num'>{_eta(g)}</td><td class='num'>{_lost(g)}</td>"
                 f"<td>{len(g.members)} <span class='reason'>{_e(members)}</span></td>"
-                f"<td class='reason'>{reason}</td></tr>")
+                f"<td class='reason'>{reason}</td>"
+                f"<td class='num'>{_eta(g)}</td><td class='num'>{_lost(g)}</td></tr>")
         out.append("</tbody></table>")
     out.append(f"<p class='reason'>refreshes every {int(refresh_seconds)}s &middot; "
                "<a href='/metrics'>/metrics</a> &middot; <a href='/api/v1/clusters'>API</a></p>")
