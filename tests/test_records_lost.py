@@ -11,15 +11,17 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from confluent_kafka import TopicPartition
+from confluent_kafka import Consumer, TopicPartition
 
 from devenv.kafka import KafkaCluster
 from tests.conftest import (
+    KAFKA_VERSION,
     ROOT_DIR,
     admin_for,
     commit_offsets,
     create_topic,
     cycles_until,
+    exporter_config,
     produce,
     unique,
     wait_for,
@@ -129,3 +131,66 @@ def test_delete_records_below_the_committed_offset_counts_exactly(
 
 def _cycles(exp: ExporterProcess) -> int:
     return int(value(exp.metrics(), "lagwatch_cycles_total", cluster="test") or 0)
+
+
+# -- retention on small segments ---------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def retention_kafka() -> Iterator[KafkaCluster]:
+    """A broker of its own that enforces retention every half second (Kafka checks every 5
+    minutes, after a 30 s start-up delay, by default; neither can change at runtime)."""
+    cluster = KafkaCluster(brokers_count=1, version=KAFKA_VERSION, heap="512m",
+                           extra_config={"log.retention.check.interval.ms": "500",
+                                         "log.initial.task.delay.ms": "500"})
+    cluster.start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+def _earliest(kafka: KafkaCluster, topic: str) -> int:
+    """Kafka's own log start offset of partition 0 (ListOffsets earliest)."""
+    c = Consumer({"bootstrap.servers": kafka.bootstrap_servers, "group.id": unique("probe"),
+                  "enable.auto.commit": False})
+    try:
+        lo, _hi = c.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)
+        return lo
+    finally:
+        c.close()
+
+
+def test_retention_on_small_segments_is_counted_exactly(retention_kafka: KafkaCluster,
+                                                        tmp_path: Path) -> None:
+    kafka = retention_kafka
+    # One segment per batch (segment.ms), each deleted 4 s after its last record.
+    topic = create_topic(kafka, unique("retained"), partitions=1,
+                         config={"segment.ms": "1000", "retention.ms": "4000"})
+    group = unique("late-g")
+    with ExporterProcess(None, config=exporter_config(tmp_path, kafka.bootstrap_servers)) as exp:
+        exp.wait_ready()
+        # Retention's 4 s start now: the exporter must see the group before (a loss at first
+        # sight is a baseline, not counted).
+        produce(kafka, topic, {0: 30})
+        commit_offsets(kafka.bootstrap_servers, group, topic, {0: 10})
+        wait_for(lambda: _lost(exp, group) == 0, 30, "the group seen")
+        assert _earliest(kafka, topic) == 0, "retention ran before the exporter saw the group"
+        for _ in range(2):
+            time.sleep(1.5)  # past segment.ms: the next batch starts a new segment
+            produce(kafka, topic, {0: 30})
+        # Retention deletes the segments one after the other (two at least, each counted as
+        # it goes); wait until Kafka's log start
+        # has settled, then the exporter must have counted exactly the records below it.
+        settled: list[int] = []
+
+        def counted() -> bool:
+            ls = _earliest(kafka, topic)
+            settled.append(ls)
+            return ls >= 60 and settled[-3:] == [ls] * 3 and _lost(exp, group) == ls - 10
+        wait_for(counted, 30, f"records lost = log start - 10; log starts seen {settled[-5:]}")
+        final = settled[-1]
+        cycles_until(exp, lambda: True, 5, "one more cycle")
+        assert _lost(exp, group) == final - 10, (final, settled)
+        doc = exp.api(f"clusters/test/groups/{group}")
+        assert doc["records_below_log_start"] == final - 10
+        print(f"\nretention moved the log start to {final}: {final - 10} records lost, counted")
