@@ -179,8 +179,8 @@ def test_retention_on_small_segments_is_counted_exactly(retention_kafka: KafkaCl
             time.sleep(1.5)  # past segment.ms: the next batch starts a new segment
             produce(kafka, topic, {0: 30})
         # Retention deletes the segments one after the other (two at least, each counted as
-        # it goes); wait until Kafka's log start
-        # has settled, then the exporter must have counted exactly the records below it.
+        # it goes); wait until Kafka's log start has settled, then the exporter must have
+        # counted exactly the records below it.
         settled: list[int] = []
 
         def counted() -> bool:
