@@ -24,7 +24,7 @@ from dataclasses import dataclass
 Point = tuple[float, int, int]
 
 # Points kept per group-partition: one per tenth of the window plus the newest, so
-# memory does not grow with the sampling rate or the window.
+# memory does not grow with the sampling rate or the window (rates span 90 to 100 % of it).
 POINTS_PER_WINDOW = 10
 
 
@@ -81,8 +81,11 @@ def common_rates(series: list[list[Point]], min_span: float) -> Rates | None:
         return None
     consumed = produced = 0.0
     for pts in series:
-        c0, h0 = _at(pts, t0)
-        c1, h1 = _at(pts, t1)
+        # Partitions sampled together keep points at the same times: interpolate only
+        # for one whose history started later or ends earlier.
+        first, last = pts[0], pts[-1]
+        c0, h0 = (first[1], first[2]) if first[0] == t0 else _at(pts, t0)
+        c1, h1 = (last[1], last[2]) if last[0] == t1 else _at(pts, t1)
         consumed += c1 - c0
         produced += h1 - h0
     return Rates(consume=consumed / span, produce=produced / span, span=span)
