@@ -115,7 +115,11 @@ def test_delete_records_below_the_committed_offset_counts_exactly(
     cycles_until(exporter, lambda: _lost(exporter, lossy) == 80, 30, "80 records lost")
     assert _lost(exporter, safe) == 0
 
-    # The shipped rule fires in a real Prometheus, for the lossy group only.
+    _fires_for_only(prom, lossy, safe, started)
+
+
+def _fires_for_only(prom: PrometheusProcess, lossy: str, safe: str, started: float) -> None:
+    """The shipped rule fires in a real Prometheus, for the lossy group only."""
     def firing() -> list:
         return [a for a in prom.alerts() if a["labels"].get("alertname") == ALERT
                 and a["labels"].get("group") == lossy and a["state"] == "firing"]
