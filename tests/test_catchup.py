@@ -157,6 +157,8 @@ def test_slower_consumer_gets_no_estimate_and_falls_behind(
             assert any(r.startswith("falling behind by ") for r in doc["reasons"]), doc["reasons"]
         time.sleep(INTERVAL)
     c, p = seen[-1]
+    print(f"\nslow group: consumed {c:.2f} records/s (throttled to {SLOW:g}), produced {p:.2f} "
+          f"(producer at {PRODUCE:g}); reasons {doc['reasons']}")
     assert abs(c - SLOW) <= TOLERANCE * SLOW, seen
     assert abs(p - PRODUCE) <= TOLERANCE * PRODUCE, seen
     doc = exporter.api(f"clusters/test/groups/{sc.group}")
