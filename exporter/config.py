@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -47,6 +48,26 @@ class Thresholds:
 
 
 @dataclass(frozen=True)
+class GroupThresholds:
+    """Thresholds of the groups whose id ``match`` finds (``re.search``): the settings in
+    ``changes`` replace the cluster's, the others stay (``group_thresholds:`` in YAML)."""
+
+    match: re.Pattern[str]
+    changes: tuple[tuple[str, float], ...]
+
+    def apply(self, base: Thresholds) -> Thresholds:
+        return replace(base, **dict(self.changes))
+
+
+def thresholds_for(base: Thresholds, overrides: Sequence[GroupThresholds], group: str) -> Thresholds:
+    """A group's thresholds: the first override whose pattern matches it, over ``base``."""
+    for o in overrides:
+        if o.match.search(group):
+            return o.apply(base)
+    return base
+
+
+@dataclass(frozen=True)
 class Filters:
     group_allow: re.Pattern[str] | None = None
     group_deny: re.Pattern[str] | None = None
@@ -77,6 +98,10 @@ class ClusterConfig:
     filters: Filters = field(default_factory=Filters)
     reports_topic: str = DEFAULT_REPORTS_TOPIC
     reports_enabled: bool = True
+    # This cluster's thresholds (None: the top-level ones) and its groups' overrides, the
+    # cluster's own list first, then the top-level one; the first match wins.
+    thresholds: Thresholds | None = None
+    group_thresholds: tuple[GroupThresholds, ...] = ()
 
     def redacted_client(self) -> dict[str, str]:
         return {k: ("***" if SECRET_KEY_RE.search(k) else v) for k, v in self.client.items()}
@@ -98,6 +123,10 @@ class Config:
     web_config: str | None = None
     # Write each cycle's evaluator inputs to DIR/<cluster>.jsonl (exporter/recording.py).
     record_dir: str | None = None
+
+    def cluster_thresholds(self, cluster: ClusterConfig) -> Thresholds:
+        """The thresholds a cluster's groups are judged by unless an override matches."""
+        return cluster.thresholds if cluster.thresholds is not None else self.thresholds
 
 
 # -- parsing helpers -----------------------------------------------------------
@@ -182,17 +211,57 @@ def _mapping(value: Any, where: str) -> dict[str, Any]:
 
 _THRESHOLD_KEYS = {"stall_after", "livelock_after", "lag_seconds", "window", "report_expiry",
                    "report_stale_after"}
+# Per cluster and per group: all but report_expiry, which the reports reader applies to
+# every report of a cluster before any group is known.
+_OVERRIDE_KEYS = _THRESHOLD_KEYS - {"report_expiry"}
 _CLUSTER_KEYS = {"name", "bootstrap_servers", "client", "interval", "request_timeout", "lag_mode",
-                 "groups", "topics", "reports_topic", "reports"}
+                 "groups", "topics", "reports_topic", "reports", "thresholds", "group_thresholds"}
 _TOP_KEYS = {"clusters", "listen", "interval", "thresholds", "compat", "max_group_partitions",
              "history_points", "log_level", "lag_mode", "web_config", "request_timeout",
-             "record_dir"}
+             "record_dir", "group_thresholds"}
+
+
+def _threshold_values(raw: Any, where: str, keys: set[str]) -> dict[str, float]:
+    raw = _mapping(raw, where)
+    _check_keys(raw, keys, where)
+    return {k: _positive(v, f"{where}.{k}") for k, v in raw.items()}
 
 
 def _thresholds(raw: Any, base: Thresholds) -> Thresholds:
-    raw = _mapping(raw, "thresholds")
-    _check_keys(raw, _THRESHOLD_KEYS, "thresholds")
-    return replace(base, **{k: _positive(v, f"thresholds.{k}") for k, v in raw.items()})
+    return replace(base, **_threshold_values(raw, "thresholds", _THRESHOLD_KEYS))
+
+
+def _group_thresholds(raw: Any, where: str) -> tuple[GroupThresholds, ...]:
+    """``[{match: REGEX, thresholds: {...}}, ...]``, validated entry by entry."""
+    if raw is None:
+        return ()
+    if not isinstance(raw, list):
+        raise ConfigError(where, f"expected a list of {{match, thresholds}}, got {type(raw).__name__}")
+    out = []
+    for i, entry in enumerate(raw):
+        at = f"{where}[{i}]"
+        entry = _mapping(entry, at)
+        _check_keys(entry, {"match", "thresholds"}, at)
+        for key in ("match", "thresholds"):
+            if entry.get(key) is None:
+                raise ConfigError(f"{at}.{key}", "is required")
+        values = _threshold_values(entry["thresholds"], f"{at}.thresholds", _OVERRIDE_KEYS)
+        if not values:
+            raise ConfigError(f"{at}.thresholds", "expected at least one threshold to override")
+        pattern = _regex(entry["match"], f"{at}.match")
+        assert pattern is not None
+        out.append(GroupThresholds(pattern, tuple(sorted(values.items()))))
+    return tuple(out)
+
+
+def _with_thresholds(c: ClusterConfig, raw: dict[str, Any], where: str, top: Thresholds,
+                     top_groups: tuple[GroupThresholds, ...]) -> ClusterConfig:
+    """The cluster with its own thresholds (over the top-level ones) and group overrides."""
+    own = None
+    if raw.get("thresholds") is not None:
+        own = replace(top, **_threshold_values(raw["thresholds"], f"{where}.thresholds", _OVERRIDE_KEYS))
+    groups = _group_thresholds(raw.get("group_thresholds"), f"{where}.group_thresholds")
+    return replace(c, thresholds=own, group_thresholds=groups + top_groups)
 
 
 def _filters(groups: Any, topics: Any, where: str) -> Filters:
@@ -306,7 +375,9 @@ def build_config(file_data: dict[str, Any], overrides: dict[str, Any]) -> Config
         raise ConfigError("clusters", "no cluster configured: pass --bootstrap-servers or a config file")
     if not isinstance(clusters_raw, list) or not clusters_raw:
         raise ConfigError("clusters", "expected a non-empty list of clusters")
-    clusters = tuple(_cluster(c, f"clusters[{i}]", defaults) for i, c in enumerate(clusters_raw))
+    top_groups = _group_thresholds(data.get("group_thresholds"), "group_thresholds")
+    clusters = tuple(_with_thresholds(_cluster(c, f"clusters[{i}]", defaults), c, f"clusters[{i}]",
+                                      thresholds, top_groups) for i, c in enumerate(clusters_raw))
     names = [c.name for c in clusters]
     for i, n in enumerate(names):
         if names.index(n) != i:

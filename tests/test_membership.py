@@ -2,12 +2,15 @@
 "Membership models"): a group that moved to a new topic, whose members' subscriptions
 lagwatch reads from the broker, and a client committing outside group membership
 (assign(), as Flink's Kafka source does at each checkpoint). Timing bounds are counted in
-exporter cycles; wall-clock waits are hang guards only."""
+exporter cycles; wall-clock waits are hang guards only. With ``LAGWATCH_RECORD`` set the
+module's run is recorded for the replay tests (tests/recorded.py, tests/test_replay.py)."""
 
 from __future__ import annotations
 
+import re
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -27,7 +30,16 @@ from tests.conftest import (
     wait_for,
 )
 from tests.exporter_proc import ExporterProcess
+from tests.recorded import Fixture
 from tests.test_exporter_core import PollingConsumer
+
+
+@pytest.fixture(scope="module")
+def fx(exporter: ExporterProcess) -> Iterator[Fixture]:
+    """The module's recording (written only with LAGWATCH_RECORD set)."""
+    f = Fixture("membership", [exporter.record])
+    yield f
+    f.close()
 
 
 class SteadyProducer(threading.Thread):
@@ -86,8 +98,9 @@ def _group(exporter: ExporterProcess, gid: str) -> dict[str, Any] | None:
 
 @pytest.mark.parametrize("protocol", ["classic", "consumer"])
 def test_group_that_moved_to_a_new_topic_stays_ok(kafka: KafkaCluster, exporter: ExporterProcess,
-                                                   protocol: str) -> None:
+                                                   fx: Fixture, protocol: str) -> None:
     old, new, gid = unique("orders-v1"), unique("orders-v2"), unique("moved")
+    fx.watch(f"moved-{protocol}", gid)
     create_topic(kafka, old, partitions=1)
     create_topic(kafka, new, partitions=1)
     commit_offsets(kafka.bootstrap_servers, gid, old, {0: 0})
@@ -121,6 +134,7 @@ def test_group_that_moved_to_a_new_topic_stays_ok(kafka: KafkaCluster, exporter:
         assert row["committed_offset"] == 0 and row["lag_offsets"] >= 50 and row["status"] == "ok"
         assert f"no member subscribes to {old} any more" in row["reason"]
         assert doc["membership"] == "members" and doc["lag_offsets"] == 0
+        fx.end(f"moved-{protocol}")
     finally:
         producer.stop()
         member.stop()
@@ -140,13 +154,21 @@ def _watch(exporter: ExporterProcess, gid: str, seconds: float) -> tuple[set[str
     return seen, doc
 
 
-def test_client_committing_outside_group_membership(kafka: KafkaCluster, exporter: ExporterProcess) -> None:
-    topic, gid = unique("flink-src"), unique("flink-job")
-    create_topic(kafka, topic, partitions=1)
-    producer = SteadyProducer(kafka.bootstrap_servers, topic)
-    producer.start()
-    client = CheckpointingClient(kafka.bootstrap_servers, gid, topic, every=3)
-    client.start()
+def test_client_committing_outside_group_membership(kafka: KafkaCluster, exporter: ExporterProcess,
+                                                    fx: Fixture) -> None:
+    """Two assign()-mode clients committing at each checkpoint, records arriving: one every
+    3 s (shorter than stall_after), one every 12 s (longer: ok by its learnt cadence). The
+    first killed: stopped within stall_after + 3 cycles; the second stays ok throughout."""
+    clients, producers = {}, []
+    for role, every in (("outside", 3.0), ("outside-slow", 12.0)):
+        topic, gid = unique("flink-src"), unique("flink-job")
+        create_topic(kafka, topic, partitions=1)
+        producers.append(SteadyProducer(kafka.bootstrap_servers, topic))
+        producers[-1].start()
+        clients[role] = (gid, CheckpointingClient(kafka.bootstrap_servers, gid, topic, every=every))
+        clients[role][1].start()
+        fx.watch(role, gid)
+    (gid, client), (slow_gid, slow) = clients["outside"], clients["outside-slow"]
     try:
         def outside() -> bool:
             doc = _group(exporter, gid)
@@ -155,23 +177,35 @@ def test_client_committing_outside_group_membership(kafka: KafkaCluster, exporte
         seen, doc = _watch(exporter, gid, STALL_AFTER + 4)
         assert seen == {"ok"}, doc
         client.stop()  # killed; records keep arriving
+        fx.mark("outside", gid, "KILLED")
         n = cycles_until(exporter, lambda: (_group(exporter, gid) or {}).get("status") == "stopped",
                          STALL_AFTER + 10, "stopped once its commits stopped")
         # its allowance is stall_after (its cadence, 3 s, is shorter), plus two cycles
         assert n <= cycles(STALL_AFTER) + 3, n
         doc = _group(exporter, gid)
         assert doc["membership"] == "none" and "last committed" in doc["reasons"][-1]
+        fx.end("outside")
+        # the slow one: three of its commits learnt, then ok at every look over two more
+        wait_for(lambda: slow.commits >= 4, 60, "four checkpoints of the slow client")
+        seen, doc = _watch(exporter, slow_gid, 26)
+        assert seen == {"ok"}, doc
+        assert doc["membership"] == "outside" and re.search(r"every ~1[23] s", doc["reasons"][-1]), doc
+        fx.end("outside-slow")
     finally:
         client.stop()
-        producer.stop()
+        slow.stop()
+        for p in producers:
+            p.stop()
 
 
 def test_consumer_wedged_before_its_first_commit_is_stalled(kafka: KafkaCluster,
-                                                            exporter: ExporterProcess) -> None:
+                                                            exporter: ExporterProcess,
+                                                            fx: Fixture) -> None:
     """A real consumer assigned its partition, wedged before its first commit (it stops
     polling; librdkafka's background thread keeps it in the group), records arriving:
     stalled ("never committed") within stall_after + 3 cycles of the first record."""
     topic, gid = unique("poison"), unique("wedged")
+    fx.watch("never-committed", gid)
     create_topic(kafka, topic, partitions=1)
     c = Consumer({"bootstrap.servers": kafka.bootstrap_servers, "group.id": gid,
                   "auto.offset.reset": "latest", "client.id": "wedged-client"})
@@ -188,6 +222,7 @@ def test_consumer_wedged_before_its_first_commit_is_stalled(kafka: KafkaCluster,
         assert doc["status"] == "ok" and [p["committed_offset"] for p in doc["partitions"]] == [None]
         producer = SteadyProducer(kafka.bootstrap_servers, topic)
         producer.start()
+        fx.mark("never-committed", gid, "RECORDS")
         try:
             n = cycles_until(exporter, lambda: (_group(exporter, gid) or {}).get("status") == "stalled",
                              STALL_AFTER + 10, "stalled, never committed")
@@ -196,6 +231,7 @@ def test_consumer_wedged_before_its_first_commit_is_stalled(kafka: KafkaCluster,
             assert row["committed_offset"] is None and row["lag_offsets"] is None
             assert "no offset committed since the member was assigned this partition" in row["reason"]
             assert "wedged-client" in row["reason"]
+            fx.end("never-committed")
         finally:
             producer.stop()
     finally:

@@ -10,8 +10,9 @@ status is its worst partition's.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 
-from exporter.config import Thresholds
+from exporter.config import GroupThresholds, Thresholds, thresholds_for
 from exporter.contracts.snapshot import TP, GroupSample, Member, PartitionOffsets, Snapshot
 from exporter.contracts.status import Status
 from exporter.contracts.view import (
@@ -57,9 +58,14 @@ class Evaluator:
     """Keeps per-partition memory for one cluster; call :meth:`evaluate` once per cycle."""
 
     def __init__(self, cluster: str, thresholds: Thresholds, interval: float,
-                 history_points: int = 120, max_group_partitions: int = 500_000) -> None:
+                 history_points: int = 120, max_group_partitions: int = 500_000,
+                 group_thresholds: Sequence[GroupThresholds] = ()) -> None:
         self.cluster = cluster
-        self.th = thresholds
+        # ``th``: the thresholds of the group being judged (the cluster's, or the first
+        # group override matching it), set per group in :meth:`evaluate`.
+        self.th = self.cluster_th = thresholds
+        self.group_thresholds = tuple(group_thresholds)
+        self._th_of: dict[str, Thresholds] = {}
         self.interval = interval
         self.history_points = history_points
         self.max_group_partitions = max_group_partitions
@@ -93,16 +99,19 @@ class Evaluator:
             # A consumer group of that name with members wins; an empty one is normally the
             # listener's own commit_offsets_to_group mirror of this query.
             if gid not in samples or not samples[gid].members:
-                samples[gid] = _spark_sample(rep, now, self.th)
+                samples[gid] = _spark_sample(rep, now, self._thresholds_of(gid))
         views: dict[str, GroupView] = {}
         for gid, g in samples.items():
+            self.th = self._thresholds_of(gid)
             state = self.groups.setdefault(gid, GroupMemory())
             views[gid] = self._group(g, state, snap.partitions, consumer_reports.get(gid, []),
                                      spark_reports.get(gid) if g.type == "spark" else None,
                                      exact_ts or {}, now)
+        self.th = self.cluster_th
         for gid in list(self.groups):
             if gid not in samples:
                 del self.groups[gid]  # deleted group: its series vanish this cycle
+                self._th_of.pop(gid, None)
         views, dropped = self._cap(views)
         view = ClusterView(cluster=self.cluster, up=True, sampled_at=snap.taken_at,
                            sample_duration=snap.duration, partitions=snap.partitions,
@@ -110,6 +119,12 @@ class Evaluator:
                            brokers=snap.brokers, dropped_group_partitions=dropped)
         self.last_good = view
         return view
+
+    def _thresholds_of(self, gid: str) -> Thresholds:
+        th = self._th_of.get(gid)
+        if th is None:
+            th = self._th_of[gid] = thresholds_for(self.cluster_th, self.group_thresholds, gid)
+        return th
 
     def _update_history(self, snap: Snapshot, now: float) -> None:
         for tp, po in snap.partitions.items():
