@@ -77,6 +77,18 @@ def test_outside_committer_reading_steadily_behind_is_ok_at_every_sample(every: 
     assert group_doc("c", last)["membership"] == "outside"
 
 
+def test_a_new_outside_job_is_ok_from_its_first_checkpoint() -> None:
+    """A job started while lagwatch watches: its group appears with its first checkpoint's
+    commit and no members. That commit is the evidence (a member would have been seen), so
+    the group is not `stopped` while it waits for its second checkpoint, 60 s later."""
+    ev = Evaluator("c", _th(30), interval=1)
+    ev.evaluate(Snapshot(cluster="c", taken_at=T0, duration=0.01, partitions={NEW: _offsets(0)}, groups={}))
+    views = _checkpointing(ev, 60, behind=4.8, until=300, start=1)
+    bad = [(t, v.status) for t, v in views if v.status != Status.OK]
+    assert not bad, bad[:3]
+    assert all(v.membership == "outside" for _, v in views)
+
+
 def test_outside_committer_killed_is_stopped_after_its_cadence_and_not_before() -> None:
     """Commits every 5 s, stall_after 8, killed at t=100 while records keep arriving:
     stopped within stall_after + 2 cycles of its last commit, not before stall_after."""

@@ -261,11 +261,15 @@ class Evaluator:
         if g.members or g.type in ("spark", "share"):
             remember_outside(st, False, False, was_empty, False, now)
             return ("members" if g.members else "none"), 0.0
-        moved = any((mem := st.parts.get(tp)) is not None and prog > mem.committed
-                    for tp, (_consumed, prog) in progress.items())
         prev = st.last_view
+        # An empty group that appeared while lagwatch was watching was created by a commit
+        # from outside group membership (a new assign()-mode job's first checkpoint): its
+        # first sample is evidence too, not only the second commit.
+        created = prev is None and self.last_good is not None
+        moved = created or any((mem := st.parts.get(tp)) is not None and prog > mem.committed
+                               for tp, (_consumed, prog) in progress.items())
         healthy = prev is None or prev.status in (Status.OK, Status.LAGGING)
-        remember_outside(st, moved, True, was_empty, healthy, now)
+        remember_outside(st, moved, True, was_empty or created, healthy, now)
         if st.outside_at is None:
             return "none", 0.0
         return "outside", outside_allowance(st, self.th.stall_after, self.interval)
