@@ -8,6 +8,7 @@ with ``.venv/bin/python -m tests.test_exposition`` and review ``git diff tests/g
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 import threading
@@ -50,8 +51,8 @@ def _gv(group: str, type_: str, state: str, status: str, reasons: tuple[str, ...
 
 def hand_built_views() -> list[ClusterView]:
     """Every family and every kind of value: unknown offsets, floats, escapes, Spark, an
-    empty group, a duplicate client id, streams and share groups with epochs, and a second
-    cluster that was never sampled."""
+    empty group, a topic the group no longer subscribes to, a duplicate client id, streams
+    and share groups with epochs, and a second cluster that was never sampled."""
     partitions = {
         ("orders", 0): PartitionOffsets(leader=1, replicas=3, isr=3, log_start=10, hw=1500, lso=1490,
                                         leo=1502),
@@ -64,7 +65,9 @@ def hand_built_views() -> list[ClusterView]:
          _mv("m-2", "billing-7", "/10.0.0.6", 1, 3.0),  # same client id: one series
          _mv("m-3", "", "/10.0.0.7", 0, None)),
         (_pv("orders", 0, 1200, 300, 12.345, "lagging", position=1250, stalled=4.5),
-         _pv("orders", 1, 40, None, None)))
+         _pv("orders", 1, 40, None, None),
+         # a topic no member subscribes to any more: its rows, and left out of the group's lag
+         dataclasses.replace(_pv(ODD, 0, 2, 5, 900.0), unsubscribed=True)))
     odd_group = _gv(
         'gr"oup\\1', "consumer", "empty", "stopped", (f"{ODD}[0]: stopped",), (),
         (_pv(ODD, 0, 5, 2, 600.0, "stopped", stalled=61.0),))

@@ -29,7 +29,7 @@ from tests.conftest import (
     unique,
     wait_for,
 )
-from tests.exporter_proc import ExporterProcess
+from tests.exporter_proc import ExporterProcess, parse_metrics, select
 from tests.recorded import Fixture
 from tests.test_exporter_core import PollingConsumer
 
@@ -134,6 +134,10 @@ def test_group_that_moved_to_a_new_topic_stays_ok(kafka: KafkaCluster, exporter:
         assert row["committed_offset"] == 0 and row["lag_offsets"] >= 50 and row["status"] == "ok"
         assert f"no member subscribes to {old} any more" in row["reason"]
         assert doc["membership"] == "members" and doc["lag_offsets"] == 0
+        # the metric the alerts tell an abandoned topic by: the old topic only
+        samples = parse_metrics(exporter.get("/metrics")[1].decode())
+        left = select(samples, "kafka_consumergroup_topic_unsubscribed", group=gid)
+        assert [dict(lab)["topic"] for lab in left] == [old] and list(left.values()) == [1.0]
         fx.end(f"moved-{protocol}")
     finally:
         producer.stop()
