@@ -153,14 +153,20 @@ def test_golden_files_hold_what_the_view_says() -> None:
                  partition="0") == 1502
     assert value(m, "kafka_partition_high_watermark_offset", topic="orders", partition="1") is None
     assert value(m, "kafka_partition_high_watermark_offset", topic=ODD, partition="0") == 7
-    assert value(m, "kafka_consumergroup_lag_seconds", group="billing", partition="0") == 12.345
+    assert value(m, "kafka_consumergroup_lag_seconds", group="billing", topic="orders",
+                 partition="0") == 12.345
+    # the topic billing left: shown, marked, and not the group's lag (900 s there)
+    assert value(m, "kafka_consumergroup_lag_seconds", group="billing", topic=ODD) == 900
+    assert value(m, "kafka_consumergroup_topic_unsubscribed", group="billing", topic=ODD) == 1
+    assert value(m, "kafka_consumergroup_topic_unsubscribed", group="billing", topic="orders") is None
+    assert value(m, "kafka_consumergroup_max_lag_seconds", group="billing") == 12.345
     assert value(m, "kafka_consumergroup_status", group='gr"oup\\1', status="stopped") == 1
     assert value(m, "kafka_consumergroup_member_last_poll_age_seconds", group="billing",
                  client_id="billing-7") == 0.75
     assert value(m, "kafka_spark_query_batch_running_seconds", group="spark-etl") == 0
     assert value(m, "kafka_spark_query_processed_rows_per_second", group="spark-etl") is None
     assert value(m, "kafka_consumergroup_members", group="billing", consumergroup="billing") == 3
-    assert value(m, "kafka_consumergroup_lag", consumergroup="billing", partition="0") == 300
+    assert value(m, "kafka_consumergroup_lag", consumergroup="billing", topic="orders", partition="0") == 300
     assert value(m, "lagwatch_data_age_seconds", cluster="prod-eu") == 2.5
     assert value(m, "lagwatch_data_age_seconds", cluster="dr") is None
     assert value(m, "lagwatch_errors_total", cluster="prod-eu", stage="worker_crash") == 1
