@@ -89,6 +89,7 @@ STORIES = [
     *(Story("jvm-interceptor", role, ("ok", "livelocked"))
       for role in ("clients-4.2.1", "clients-4.2.1-kip848", "clients-3.9.2", "streams")),
     Story("jvm-interceptor", "healthy", ("ok",), "READY"),
+    Story("jvm-first-batch", "first-batch", ("ok", "livelocked")),
     # tests/test_membership.py: each group judged by its evidence, whatever its model
     Story("membership", "moved-classic", ("ok",)),
     Story("membership", "moved-consumer", ("ok",)),
@@ -133,6 +134,9 @@ DETECTIONS = [
       for role in ("clients-4.2.1", "clients-4.2.1-kip848", "clients-3.9.2")),
     Detection("jvm-interceptor", "streams", "Kafka Streams thread wedged, interceptor loaded", "BLOCKED",
               "livelocked", "livelock_after", 2, "the first cycle past the threshold"),
+    Detection("jvm-first-batch", "first-batch", "JVM consumer wedged on its first record, never "
+              "committed, interceptor loaded", "BLOCKED", "livelocked", "livelock_after", 2,
+              "the first cycle past the threshold"),
     Detection("membership", "never-committed", "consumer wedged before its first commit (owned, "
               "never committed)", "RECORDS", "stalled", "stall_after", 2,
               "the first records' sample, then the first cycle past the threshold"),
