@@ -284,3 +284,23 @@ def test_outside_committer_idle_on_a_quiet_topic_is_still_outside_and_gets_its_a
              for t in range(200, 210)]
     assert {v.status for v in burst} == {Status.OK}
     assert views[-1][1].membership == burst[-1].membership == "outside"
+
+
+def test_a_group_committing_on_some_of_its_partitions_only() -> None:
+    """One member owns two partitions and commits only on the first as it reads; records
+    arrive on both. The second is shown (no committed offset) and `stalled` after
+    stall_after, naming the fact, while the first stays `ok`; the group reads `stalled`."""
+    ev = Evaluator("c", _th(8), interval=1)
+    a, b = ("orders", 0), ("orders", 1)
+    member = Member(member_id="m-1", client_id="half-client", host="/10.0.0.5", assignment=(a, b),
+                    subscribed=("orders",))
+    views = [_sample(ev, t, {a: RATE * t - 2}, {a: RATE * t, b: RATE * t}, (member,)) for t in range(1, 30)]
+    first_bad = next(t for t, v in enumerate(views, start=1) if v.status != Status.OK)
+    assert 8 <= first_bad <= 8 + 2, first_bad
+    last = views[-1]
+    assert last.status == Status.STALLED
+    pa, pb = last.partitions
+    assert (pa.partition, pa.status, pa.committed) == (0, Status.OK, RATE * 29 - 2)
+    assert (pb.partition, pb.status, pb.committed, pb.lag_offsets) == (1, Status.STALLED, None, None)
+    assert "no offset committed since the member was assigned this partition" in pb.reason
+    assert "half-client" in pb.reason
