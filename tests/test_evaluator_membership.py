@@ -89,6 +89,17 @@ def test_a_new_outside_job_is_ok_from_its_first_checkpoint() -> None:
     assert all(v.membership == "outside" for _, v in views)
 
 
+def test_an_empty_group_first_listed_after_a_sampling_error_is_not_taken_for_a_new_job() -> None:
+    """The cycle before had errors (a broker's ListGroups failed): the group may have been
+    there all along, unlisted, its consumer long gone. It is `stopped` as any empty group
+    whose offsets do not move, not given an outside client's allowance."""
+    ev = Evaluator("c", _th(30), interval=1)
+    ev.evaluate(Snapshot(cluster="c", taken_at=T0, duration=0.01, partitions={NEW: _offsets(0)}, groups={},
+                         errors=(("list_groups", "broker 2: timed out"),)))
+    views = [_sample(ev, t, {NEW: 0}, {NEW: RATE * t}) for t in range(1, 10)]
+    assert views[-1].status == Status.STOPPED and views[-1].membership == "none"
+
+
 def test_outside_committer_killed_is_stopped_after_its_cadence_and_not_before() -> None:
     """Commits every 5 s, stall_after 8, killed at t=100 while records keep arriving:
     stopped within stall_after + 2 cycles of its last commit, not before stall_after."""

@@ -264,8 +264,10 @@ class Evaluator:
         prev = st.last_view
         # An empty group that appeared while lagwatch was watching was created by a commit
         # from outside group membership (a new assign()-mode job's first checkpoint): its
-        # first sample is evidence too, not only the second commit.
-        created = prev is None and self.last_good is not None
+        # first sample is evidence too, not only the second commit. Not after a cycle with
+        # sampling errors: the group may have been there, unlisted.
+        last = self.last_good
+        created = prev is None and last is not None and not last.last_error
         moved = created or any((mem := st.parts.get(tp)) is not None and prog > mem.committed
                                for tp, (_consumed, prog) in progress.items())
         healthy = prev is None or prev.status in (Status.OK, Status.LAGGING)
