@@ -151,9 +151,9 @@ class Stack:
     prom: PrometheusProcess
     exporter: ExporterProcess
     sc: dict[str, Scenario]  # healthy, slow, livelocked, spark
-    models: dict[str, str]  # membership models (docs/statuses.md): role -> group id
     started: float  # when Prometheus started scraping
     instance: str  # the exporter's scrape target `instance` label
+    models: dict[str, str]  # membership models (docs/statuses.md): role -> group id
 
 
 def fast_livelock_rules() -> dict[str, Any]:
