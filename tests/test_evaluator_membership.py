@@ -315,3 +315,51 @@ def test_a_group_committing_on_some_of_its_partitions_only() -> None:
     assert (pb.partition, pb.status, pb.committed, pb.lag_offsets) == (1, Status.STALLED, None, None)
     assert "no offset committed since the member was assigned this partition" in pb.reason
     assert "half-client" in pb.reason
+
+
+MEMBER = Member(member_id="m-1", client_id="batch-client", host="/10.0.0.5", assignment=(NEW,),
+                subscribed=("orders-v2",))
+
+
+def _committing_member(ev: Evaluator, every: int, until: int, stop_at: int = 10**9,
+                       wedged: tuple[int, int] = (0, 0)) -> list[tuple[int, Status]]:
+    """A group member reading a steady producer 5 s behind and committing every ``every``
+    seconds until ``stop_at``, not at all while ``wedged`` (from, to)."""
+    out, committed = [], 0
+    for t in range(until + 1):
+        if t <= stop_at and t % every == 0 and not wedged[0] <= t < wedged[1]:
+            committed = max(committed, RATE * (t - 5))
+        out.append((t, _sample(ev, t, {NEW: committed}, {NEW: RATE * t}, (MEMBER,)).status))
+    return out
+
+
+def test_member_committing_slower_than_stall_after_is_ok_once_its_cadence_is_shown() -> None:
+    """Every 90 s with stall_after 60: `stalled` at most until its first commit gap is seen,
+    then never again, for 15 minutes."""
+    ev = Evaluator("c", _th(60), interval=1)
+    seen = _committing_member(ev, 90, 1000)
+    after_first_gap = {s for t, s in seen if t > 180}
+    assert after_first_gap == {Status.OK}, [(t, s) for t, s in seen if t > 180 and s != Status.OK][:3]
+    assert {s for t, s in seen if t <= 180} <= {Status.OK, Status.STALLED}
+
+
+def test_member_that_stops_committing_is_stalled_within_its_cadence_and_not_before() -> None:
+    """The same consumer stops committing at 900 s (its last commit), records arriving:
+    `stalled` once records waited its learnt cadence (90 s) plus one cycle, within 2 cycles."""
+    ev = Evaluator("c", _th(60), interval=1)
+    seen = _committing_member(ev, 90, 1200, stop_at=900)
+    first = next(t for t, s in seen if t > 900 and s != Status.OK)
+    assert dict(seen)[first] == Status.STALLED
+    # records have waited since before it (it reads 5 s behind): the clock runs from the commit
+    assert 900 + 90 <= first <= 900 + 91 + 2, first
+
+
+def test_one_long_recovered_stall_does_not_lengthen_the_stall_clock() -> None:
+    """A consumer committing every second, wedged 100 s once (stall_after 60) while records
+    arrive, then healthy: wedged again three commits later, it is `stalled` at stall_after,
+    not at the 100 s gap it showed once (still among its last gaps)."""
+    seen = _committing_member(Evaluator("c", _th(60), interval=1), 1, 600, stop_at=203,
+                              wedged=(100, 200))
+    assert {s for t, s in seen if 160 <= t < 200} == {Status.STALLED}
+    first = next(t for t, s in seen if t > 203 and s != Status.OK)
+    assert 203 + 60 <= first <= 203 + 60 + 2, first

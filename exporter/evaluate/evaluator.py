@@ -23,6 +23,7 @@ from exporter.contracts.view import (
     PartitionView,
     SparkInfo,
 )
+from exporter.evaluate.cadence import Gaps, learn_commit_gaps, member_allowance, new_gaps
 from exporter.evaluate.lag import HwHistory, lag_seconds
 from exporter.evaluate.memory import (
     GroupMemory,
@@ -66,6 +67,7 @@ class Evaluator:
         self.th = self.cluster_th = thresholds
         self.group_thresholds = tuple(group_thresholds)
         self._th_of: dict[str, Thresholds] = {}
+        self.commit_gaps: dict[str, Gaps] = {}  # groups with members: exporter/evaluate/cadence.py
         self.interval = interval
         self.history_points = history_points
         self.max_group_partitions = max_group_partitions
@@ -112,6 +114,7 @@ class Evaluator:
             if gid not in samples:
                 del self.groups[gid]  # deleted group: its series vanish this cycle
                 self._th_of.pop(gid, None)
+                self.commit_gaps.pop(gid, None)
         views, dropped = self._cap(views)
         view = ClusterView(cluster=self.cluster, up=True, sampled_at=snap.taken_at,
                            sample_duration=snap.duration, partitions=snap.partitions,
@@ -260,7 +263,9 @@ class Evaluator:
         waited past the allowance, ``stopped``) or ``none``."""
         if g.members or g.type in ("spark", "share"):
             remember_outside(st, False, False, was_empty, False, now)
-            return ("members" if g.members else "none"), 0.0
+            if not g.members:
+                return "none", 0.0
+            return "members", self._member_allowance(g, st, now)
         prev = st.last_view
         # An empty group that appeared while lagwatch was watching was created by a commit
         # from outside group membership (a new assign()-mode job's first checkpoint): its
@@ -275,6 +280,17 @@ class Evaluator:
         if st.outside_at is None:
             return "none", 0.0
         return "outside", outside_allowance(st, self.th.stall_after, self.interval)
+
+    def _member_allowance(self, g: GroupSample, st: GroupMemory, now: float) -> float:
+        """The stall allowance of a group with members, from the commit cadence it has
+        shown (exporter/evaluate/cadence.py). Not for share groups, whose progress is
+        acknowledgements, nor Spark queries, which are never `stalled`."""
+        if g.type not in ("classic", "consumer", "streams"):
+            return 0.0
+        gaps = self.commit_gaps.setdefault(g.group_id, new_gaps())
+        learn_commit_gaps(gaps, st.last_view, g.committed, self.hw_history, now, self.interval,
+                          self.th.stall_after)
+        return member_allowance(gaps, self.th.stall_after, self.interval)
 
     def _uncommitted(self, g: GroupSample, st: GroupMemory, owner_of: dict[TP, Member],
                      assignment_known: bool, partitions: dict[TP, PartitionOffsets],
