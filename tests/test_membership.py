@@ -91,6 +91,46 @@ class CheckpointingClient(threading.Thread):
         self.join(15)
 
 
+class SlowCommitter(threading.Thread):
+    """A group member polling all the time and committing its position every ``every``
+    seconds (a batch committer); after :meth:`halt`, its next commit is its last
+    (``halted_at``) and it keeps polling: records wait, the offset stays."""
+
+    def __init__(self, bootstrap: str, group: str, topic: str, every: float) -> None:
+        super().__init__(daemon=True)
+        self.c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False,
+                           "auto.offset.reset": "earliest", "client.id": "slow-committer",
+                           "session.timeout.ms": 6000})
+        self.topic, self.every = topic, every
+        self.stop_flag, self.halt_flag = threading.Event(), threading.Event()
+        self.commits, self.halted_at = 0, 0.0
+
+    def run(self) -> None:
+        self.c.subscribe([self.topic])
+        last = time.monotonic()
+        while not self.stop_flag.is_set():
+            self.c.poll(0.1)
+            if self.halted_at or time.monotonic() - last < self.every or not self.c.assignment():
+                continue
+            pos = self.c.position(self.c.assignment())
+            if all(tp.offset >= 0 for tp in pos):
+                self.c.commit(offsets=pos, asynchronous=False)
+                self.commits += 1
+                if self.halt_flag.is_set():
+                    self.halted_at = time.time()
+            last = time.monotonic()
+        self.c.close()
+
+    def halt(self) -> float:
+        self.halt_flag.set()
+        wait_for(lambda: self.halted_at, 2 * self.every + 10, "the slow committer's last commit")
+        return self.halted_at
+
+    def stop(self) -> None:
+        self.stop_flag.set()
+        self.join(15)
+
+
 def _group(exporter: ExporterProcess, gid: str) -> dict[str, Any] | None:
     code, _body, _ = exporter.get(f"/api/v1/clusters/test/groups/{gid}")
     return exporter.api(f"clusters/test/groups/{gid}") if code == 200 else None
@@ -240,3 +280,32 @@ def test_consumer_wedged_before_its_first_commit_is_stalled(kafka: KafkaCluster,
             producer.stop()
     finally:
         c.close()
+
+
+def test_member_committing_slower_than_stall_after(kafka: KafkaCluster, exporter: ExporterProcess,
+                                                   fx: Fixture) -> None:
+    """A member committing every 12 s (stall_after 8) while records arrive: once its cadence
+    is shown (its first gaps), ok at every look over two more cadences; its commits stopped
+    (it keeps polling), stalled within its cadence + 1 cycle + 3 cycles of its last commit."""
+    topic, gid = unique("batchy"), unique("slow-commits")
+    create_topic(kafka, topic, partitions=1)
+    fx.watch("slow-commits", gid)
+    producer = SteadyProducer(kafka.bootstrap_servers, topic)
+    producer.start()
+    member = SlowCommitter(kafka.bootstrap_servers, gid, topic, every=12)
+    member.start()
+    try:
+        wait_for(lambda: member.commits >= 3, 60, "three commits of the slow committer")
+        fx.mark("slow-commits", gid, "LEARNT")
+        seen, doc = _watch(exporter, gid, 26)
+        assert seen == {"ok"}, doc
+        last = member.halt()
+        fx.mark("slow-commits", gid, "HALTED", at=last)
+        n = cycles_until(exporter, lambda: (_group(exporter, gid) or {}).get("status") == "stalled",
+                         40, "stalled once its commits stopped")
+        assert time.time() - last >= 12 - 2, "stalled before its cadence passed"
+        assert n <= cycles(12 + 1) + 3, n
+        fx.end("slow-commits")
+    finally:
+        member.stop()
+        producer.stop()
