@@ -97,6 +97,7 @@ STORIES = [
     Story("membership", "outside", ("ok", "stopped")),
     Story("membership", "outside-slow", ("ok",)),
     Story("membership", "never-committed", ("ok", "stalled")),
+    Story("membership", "slow-commits", ("ok", "stalled"), "LEARNT"),
     *(s for v in SPARK for s in (
         Story("spark", f"healthy-pyspark-{v}", ("ok",)),
         Story("spark", f"idle-pyspark-{v}", ("ok",)),
@@ -140,6 +141,9 @@ DETECTIONS = [
     Detection("membership", "never-committed", "consumer wedged before its first commit (owned, "
               "never committed)", "RECORDS", "stalled", "stall_after", 2,
               "the first records' sample, then the first cycle past the threshold"),
+    Detection("membership", "slow-commits", "group member committing every 12 s (stall_after 8 s), "
+              "commits stopped", "HALTED", "stalled", 13.0, 2,
+              "past its learnt cadence + one interval (13 s), the first cycle past it"),
     Detection("membership", "outside", "assign()-mode client committing every 3 s, killed",
               "KILLED", "stopped", "stall_after", 2,
               "the first cycle past its allowance (stall_after: its cadence is shorter)"),
