@@ -19,7 +19,9 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from devenv.kafka import KafkaCluster
 from exporter.config import ClusterConfig
 from exporter.kafka.sampler import Sampler
+from lagwatch_client import InstrumentedConsumer
 from tests.conftest import (
+    LIVELOCK_AFTER,
     STALL_AFTER,
     commit_offsets,
     create_topic,
@@ -309,3 +311,41 @@ def test_member_committing_slower_than_stall_after(kafka: KafkaCluster, exporter
     finally:
         member.stop()
         producer.stop()
+
+
+def test_instrumented_consumer_wedged_before_its_first_commit_is_livelocked(
+        kafka: KafkaCluster, exporter: ExporterProcess, fx: Fixture) -> None:
+    """An instrumented consumer that commits by hand, wedged on its very first record (it
+    stops polling; librdkafka keeps it in the group), records arriving: livelocked naming
+    its client within livelock_after + its report interval + 3 cycles, its row without a
+    committed offset."""
+    topic, gid = unique("poison-py"), unique("wedged-py")
+    fx.watch("never-committed-instrumented", gid)
+    create_topic(kafka, topic, partitions=1)
+    c = InstrumentedConsumer({"bootstrap.servers": kafka.bootstrap_servers, "group.id": gid,
+                              "enable.auto.commit": False, "auto.offset.reset": "latest",
+                              "client.id": "py-first-batch"}, report_interval=1.0)
+    c.subscribe([topic])
+    producer = None
+    try:
+        wait_for(lambda: c.poll(0.2) is None and c.assignment(), 30, "the partition assigned")
+        end = time.monotonic() + 3  # a few statistics rounds: its reports know the assignment
+        while time.monotonic() < end:
+            c.poll(0.2)
+        producer = SteadyProducer(kafka.bootstrap_servers, topic)
+        producer.start()
+        wait_for(lambda: (m := c.poll(0.2)) is not None and m.error() is None, 30, "its first record")
+        blocked = time.time()  # wedged: it never polls again
+        fx.mark("never-committed-instrumented", gid, "BLOCKED", at=blocked)
+        n = cycles_until(exporter, lambda: (_group(exporter, gid) or {}).get("status") == "livelocked",
+                         LIVELOCK_AFTER + 20, "livelocked, never committed")
+        assert time.time() - blocked >= LIVELOCK_AFTER - 2, "livelocked before its threshold"
+        assert n <= cycles(LIVELOCK_AFTER) + cycles(1.0) + 3, n
+        (row,) = _group(exporter, gid)["partitions"]
+        assert row["committed_offset"] is None and row["status"] == "livelocked"
+        assert "py-first-batch@" in row["reason"] and "last polled" in row["reason"]
+        fx.end("never-committed-instrumented")
+    finally:
+        if producer is not None:
+            producer.stop()
+        c.close()
