@@ -4,7 +4,10 @@ Evaluator group by group (simulated clock), carried by recordings into their rep
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
+import yaml
 
 from exporter import recording
 from exporter.config import Thresholds, build_config, thresholds_for
@@ -117,3 +120,18 @@ def test_a_recording_replays_with_its_group_overrides(tmp_path) -> None:
     stop = tl.cycle_at(T0 + STOP)
     assert 9 <= tl.first("rt-orders", "stalled") - stop <= 11
     assert 59 <= tl.first("batch-orders", "stalled") - stop <= 61
+
+
+def test_the_documented_example_parses_as_documented(monkeypatch: pytest.MonkeyPatch) -> None:
+    """docs/configuration.md's example file: its cluster's own thresholds and overrides."""
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "configuration.md").read_text()
+    data = yaml.safe_load(doc.split("```yaml", 1)[1].split("```", 1)[0])
+    data.pop("record_dir")  # must exist on this machine
+    monkeypatch.setenv("LAGWATCH_KAFKA_PASSWORD", "x")
+    cfg = build_config(data, {})
+    (cluster,) = cfg.clusters
+    base = cfg.cluster_thresholds(cluster)
+    assert base.stall_after == 120 and base.livelock_after == cfg.thresholds.livelock_after == 180
+    assert thresholds_for(base, cluster.group_thresholds, "payments-eu").stall_after == 30
+    assert thresholds_for(base, cluster.group_thresholds, "batch-nightly").stall_after == 1200
+    assert thresholds_for(base, cluster.group_thresholds, "orders") is base
