@@ -98,6 +98,7 @@ STORIES = [
     Story("membership", "outside-slow", ("ok",)),
     Story("membership", "never-committed", ("ok", "stalled")),
     Story("membership", "slow-commits", ("ok", "stalled"), "LEARNT"),
+    Story("membership", "never-committed-instrumented", ("ok", "livelocked")),
     *(s for v in SPARK for s in (
         Story("spark", f"healthy-pyspark-{v}", ("ok",)),
         Story("spark", f"idle-pyspark-{v}", ("ok",)),
@@ -141,6 +142,9 @@ DETECTIONS = [
     Detection("membership", "never-committed", "consumer wedged before its first commit (owned, "
               "never committed)", "RECORDS", "stalled", "stall_after", 2,
               "the first records' sample, then the first cycle past the threshold"),
+    Detection("membership", "never-committed-instrumented", "instrumented Python consumer wedged on "
+              "its first record, never committed", "BLOCKED", "livelocked", "livelock_after", 3,
+              "its report interval (1 s), then the first cycle past the threshold"),
     Detection("membership", "slow-commits", "group member committing every 12 s (stall_after 8 s), "
               "commits stopped", "HALTED", "stalled", 13.0, 2,
               "past its learnt cadence + one interval (13 s), the first cycle past it"),
