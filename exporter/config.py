@@ -273,27 +273,67 @@ def load_yaml(path: str) -> dict[str, Any]:
 
 
 def build_config(file_data: dict[str, Any], overrides: dict[str, Any]) -> Config:
-    """Merge the YAML file with CLI overrides (CLI wins) and validate everything."""
+    """Merge the YAML file with CLI overrides (CLI wins) and validate everything, in the
+    order the settings are listed here (the first problem found is the one reported)."""
     data = _expand_env(dict(file_data), "")
     _check_keys(data, _TOP_KEYS, "")
     for k, v in overrides.items():
         if v is not None and k not in ("bootstrap_servers", "cluster"):
             data[k] = v
+    thresholds = _top_thresholds(data, overrides)
+    clusters = _clusters(data, overrides, _cluster_defaults(data))
+    compat = _compat(data.get("compat"))
+    log_level = str(data.get("log_level", "INFO")).upper()
+    if log_level not in ("DEBUG", "INFO", "WARNING", "ERROR"):
+        raise ConfigError("log_level", f"expected DEBUG, INFO, WARNING or ERROR, got {log_level!r}")
+    web_config = data.get("web_config")
+    if web_config is not None and not isinstance(web_config, str):
+        raise ConfigError("web_config", "expected a file path")
+    record_dir = data.get("record_dir")
+    if record_dir is not None and not (isinstance(record_dir, str) and os.path.isdir(record_dir)):
+        raise ConfigError("record_dir", f"expected an existing directory, got {record_dir!r}")
+    return Config(
+        clusters=clusters,
+        listen=parse_listen(data["listen"]) if "listen" in data else DEFAULT_LISTEN,
+        thresholds=thresholds,
+        compat=compat,
+        max_group_partitions=int(_positive(data.get("max_group_partitions", 500_000),
+                                           "max_group_partitions", integer=True)),
+        history_points=int(_positive(data.get("history_points", 120), "history_points",
+                                     minimum=2, integer=True)),
+        log_level=log_level,
+        web_config=web_config,
+        record_dir=record_dir,
+    )
 
+
+def _top_thresholds(data: dict[str, Any], overrides: dict[str, Any]) -> Thresholds:
+    """The file's ``thresholds:``, then the CLI's ``--stall-after`` and ``--livelock-after``."""
     thresholds = _thresholds(data.get("thresholds"), Thresholds())
     th_over = {k: overrides[k] for k in ("stall_after", "livelock_after") if overrides.get(k) is not None}
     if th_over:
         thresholds = replace(thresholds, **{k: _positive(v, f"--{k.replace('_', '-')}")
                                             for k, v in th_over.items()})
+    return thresholds
 
+
+def _cluster_defaults(data: dict[str, Any]) -> dict[str, Any]:
+    """Top-level settings every cluster inherits unless it sets its own, validated here so
+    that errors name the key the operator wrote."""
     defaults = {k: data[k] for k in ("interval", "lag_mode", "request_timeout") if k in data}
-    # Validate top-level defaults here so errors name the key the operator wrote.
     if "interval" in defaults:
         _positive(defaults["interval"], "interval", minimum=0.05)
     if "request_timeout" in defaults:
         _positive(defaults["request_timeout"], "request_timeout")
     if "lag_mode" in defaults and defaults["lag_mode"] not in LAG_MODES:
         raise ConfigError("lag_mode", f"expected one of {', '.join(LAG_MODES)}, got {defaults['lag_mode']!r}")
+    return defaults
+
+
+def _clusters(data: dict[str, Any], overrides: dict[str, Any],
+              defaults: dict[str, Any]) -> tuple[ClusterConfig, ...]:
+    """``clusters:``, or the one cluster ``--bootstrap-servers`` names (merged into the
+    file's cluster when the file has exactly one); names unique."""
     clusters_raw = data.get("clusters")
     if overrides.get("bootstrap_servers"):
         clusters_raw = [{"bootstrap_servers": overrides["bootstrap_servers"],
@@ -311,8 +351,11 @@ def build_config(file_data: dict[str, Any], overrides: dict[str, Any]) -> Config
     for i, n in enumerate(names):
         if names.index(n) != i:
             raise ConfigError(f"clusters[{i}].name", f"duplicate cluster name {n!r}")
+    return clusters
 
-    compat_raw = data.get("compat") or []
+
+def _compat(raw: Any) -> frozenset[str]:
+    compat_raw = raw or []
     if isinstance(compat_raw, str):
         compat_raw = [compat_raw]
     if not isinstance(compat_raw, list):
@@ -321,25 +364,4 @@ def build_config(file_data: dict[str, Any], overrides: dict[str, Any]) -> Config
         if c not in COMPAT_MODES:
             known = ", ".join(COMPAT_MODES)
             raise ConfigError("compat", f"unknown compatibility mode {c!r} (known: {known})")
-    log_level = str(data.get("log_level", "INFO")).upper()
-    if log_level not in ("DEBUG", "INFO", "WARNING", "ERROR"):
-        raise ConfigError("log_level", f"expected DEBUG, INFO, WARNING or ERROR, got {log_level!r}")
-    web_config = data.get("web_config")
-    if web_config is not None and not isinstance(web_config, str):
-        raise ConfigError("web_config", "expected a file path")
-    record_dir = data.get("record_dir")
-    if record_dir is not None and not (isinstance(record_dir, str) and os.path.isdir(record_dir)):
-        raise ConfigError("record_dir", f"expected an existing directory, got {record_dir!r}")
-    return Config(
-        clusters=clusters,
-        listen=parse_listen(data["listen"]) if "listen" in data else DEFAULT_LISTEN,
-        thresholds=thresholds,
-        compat=frozenset(compat_raw),
-        max_group_partitions=int(_positive(data.get("max_group_partitions", 500_000),
-                                           "max_group_partitions", integer=True)),
-        history_points=int(_positive(data.get("history_points", 120), "history_points",
-                                     minimum=2, integer=True)),
-        log_level=log_level,
-        web_config=web_config,
-        record_dir=record_dir,
-    )
+    return frozenset(compat_raw)
