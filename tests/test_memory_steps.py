@@ -14,8 +14,8 @@ import dataclasses
 import pytest
 
 from exporter.contracts.status import Status
+from exporter.evaluate.constants import REWIND_HOLD_CYCLES
 from exporter.evaluate.memory import (
-    REWIND_HOLD_CYCLES,
     Floor,
     NewData,
     Observation,

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from exporter.config import Thresholds
+from exporter.config import Config, Thresholds, default_of
 from exporter.contracts.snapshot import TP, GroupSample, Member, PartitionOffsets, Snapshot
 from exporter.contracts.status import Status
 from exporter.contracts.view import (
@@ -26,6 +26,7 @@ from exporter.contracts.view import (
     PartitionView,
     SparkInfo,
 )
+from exporter.evaluate.constants import REPORT_STALE_INTERVALS, UNREADABLE_GRACE_CYCLES
 from exporter.evaluate.lag import HwHistory, lag_seconds
 from exporter.evaluate.memory import (
     GroupMemory,
@@ -47,8 +48,6 @@ from exporter.reports.decode import ConsumerReport, SparkReport
 from exporter.reports.match import match_reports
 
 MAX_REASONS = 5
-# Cycles a group may be unreadable before its status turns `error`.
-UNREADABLE_GRACE_CYCLES = 4
 # States in which a coordinator-driven group moves partitions between members.
 IN_FLIGHT_STATES = frozenset({"assigning", "reconciling", "unknown"})
 
@@ -85,7 +84,8 @@ class Evaluator:
     """Keeps per-partition memory for one cluster; call :meth:`evaluate` once per cycle."""
 
     def __init__(self, cluster: str, thresholds: Thresholds, interval: float,
-                 history_points: int = 120, max_group_partitions: int = 500_000) -> None:
+                 history_points: int = default_of(Config, "history_points"),
+                 max_group_partitions: int = default_of(Config, "max_group_partitions")) -> None:
         self.cluster = cluster
         self.th = thresholds
         self.interval = interval
@@ -542,7 +542,7 @@ def _report_facts(rep: ConsumerReport | None, now: float, th: Thresholds) -> dic
         return {}
     silent = now - rep.received_at
     return {"has_report": True, "poll_age": rep.poll_age(now), "report_silent_seconds": silent,
-            "report_stale": silent > max(th.report_stale_after, 3 * rep.interval),
+            "report_stale": silent > max(th.report_stale_after, REPORT_STALE_INTERVALS * rep.interval),
             "reporter": f"{rep.client_id}@{rep.host} ({rep.member_id})"}
 
 
@@ -559,7 +559,7 @@ def _spark_facts(spark: SparkReport | None, now: float) -> dict:
 
 def _spark_alive(rep: SparkReport, now: float, th: Thresholds) -> bool:
     return (not rep.terminated and
-            now - rep.received_at <= max(th.report_stale_after, 3 * rep.interval))
+            now - rep.received_at <= max(th.report_stale_after, REPORT_STALE_INTERVALS * rep.interval))
 
 
 def _spark_sample(rep: SparkReport, now: float, th: Thresholds) -> GroupSample:

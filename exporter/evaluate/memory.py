@@ -31,22 +31,17 @@ from typing import NamedTuple
 
 from exporter.contracts.status import Status
 from exporter.contracts.view import GroupView
-
-REWIND_HOLD_CYCLES = 5  # a rewind is reported this many cycles so that scrapes see it
-# How late a member's commit can land: a client retries a commit for up to its request
-# timeout, 60 s by default in librdkafka (socket.timeout.ms) and in the Java client
-# (default.api.timeout.ms). A backward move within that is a late commit, not a rewind.
-LATE_COMMIT_WINDOW = 60.0
-STOPPED_AFTER_CYCLES = 2  # a coordinator failover can show a group empty for one cycle
-MAX_JOINS = 64
-# A client outside group membership (assign(): Flink's Kafka source, Spark committing to a
-# group) commits at its own cadence, every checkpoint. Its stall allowance is the widest
-# gap seen between its commits while healthy, plus one cycle, never less than
-# ``stall_after`` and never more than this many times ``stall_after``: a consumer that slows
-# down is still caught, by this bound and by the lag rules. Until a gap is seen the bound
-# applies (one commit says nothing about the next).
-OUTSIDE_CADENCE_BOUND = 4
-OUTSIDE_GAPS = 8  # the last gaps between outside commits that the cadence is learnt from
+from exporter.evaluate.constants import (
+    LATE_COMMIT_WINDOW,
+    MAX_JOINS,
+    OUTSIDE_CADENCE_BOUND,
+    OUTSIDE_GAPS,
+    QUIET_FRACTION,
+    REWIND_HOLD_CYCLES,
+    STOPPED_AFTER_CYCLES,
+    TREND_GROWTH_RATIO,
+    TREND_MIN_COMMITS,
+)
 
 
 class Sample(NamedTuple):
@@ -206,7 +201,7 @@ def new_data(before: NewData, moved: bool, changed_at: float, hw: int | None, no
     if new_data_at is None and hw is not None:
         if hw > before.freeze_hw:
             paused = quiet_at > changed_at and (
-                tail_from is None or quiet_at - flow_at >= stall_after / 2)
+                tail_from is None or quiet_at - flow_at >= QUIET_FRACTION * stall_after)
             if paused:  # fresh records after a pause
                 new_data_at = quiet_at
             elif now - changed_at >= stall_after:  # still flowing: no tail
@@ -309,10 +304,10 @@ def lag_trend(was_lagging: bool, run: Run, prev: Run | None, lag_s: float,
             return False
         return prev is None or prev.lag_s is None or not (
             lag_s < prev.lag_s and _behind(run) < _behind(prev))
-    if run.n < 3 or run.l0 is None or run.lag_s is None:
+    if run.n < TREND_MIN_COMMITS or run.l0 is None or run.lag_s is None:
         return False
     growth = run.lag_s - run.l0
-    return growth >= 0.25 * (run.t_last - run.t0) and growth > run.gap + interval
+    return growth >= TREND_GROWTH_RATIO * (run.t_last - run.t0) and growth > run.gap + interval
 
 
 def _behind(run: Run) -> float:
@@ -372,7 +367,7 @@ def observe(mem: PartitionMemory, s: Sample, tu: Tuning) -> Observation:
     lag_since, stalled_s = stall_clock(mem.lag_since, s.lag_off, s.lag_s, changed_at,
                                        s.queue_progress_at, s.now)
     owners, new_owner, unowned_confirmed = ownership(mem.ownership, s.owned, s.owner)
-    quiet = s.now - data.arrived_at >= tu.stall_after / 2
+    quiet = s.now - data.arrived_at >= QUIET_FRACTION * tu.stall_after
     lagging, trend = commit_trend(mem.trend, mem.committed, s, new_owner, quiet, tu)
     after = PartitionMemory(committed=s.committed, changed_at=changed_at, data=data, floor=floor,
                             rewind=rewind, lag_since=lag_since, trend=trend, ownership=owners,
