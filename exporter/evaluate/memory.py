@@ -7,18 +7,23 @@ and :func:`remember` returns the partition's next memory, a new frozen
 composition of one pure step per concern, each with its own table test in
 ``tests/test_memory_steps.py``:
 
-=====================  ==========================  ===============================
-concern                step                        rule that reads it
-=====================  ==========================  ===============================
-new-data evidence      :func:`new_data`            ``stalled``, ``rejoin_loop``
-late-commit floor      :func:`late_commit_floor`,  ``rewind``
+=====================  ===========================  ====================================
+concern                step                         rules that read it
+=====================  ===========================  ====================================
+new-data evidence      :func:`new_data`             ``stalled``, ``rejoin_loop``
+late-commit floor      :func:`late_commit_floor`,   ``rewind`` (and ``unowned``, which
+                       :func:`late_commit`,         yields to a rewind)
                        :func:`rewind_evidence`
-stall clock            :func:`stall_clock`         ``stalled``, ``reports_stopped``
-commit-run trend       :func:`commit_trend`        ``lag_growing``
-ownership              :func:`ownership`           ``unowned``
-=====================  ==========================  ===============================
+stall clock            :func:`stall_clock`          ``stalled``, ``reports_stopped``,
+                                                    ``rejoin_loop``, ``unowned``
+commit-run trend       :func:`commit_trend`         ``lag_growing``
+ownership              :func:`ownership`            ``unowned``
+=====================  ===========================  ====================================
 
-Group-level memory (members seen, join times) changes only in :func:`remember_members`.
+Group-level memory (:class:`GroupMemory`) changes in the ``remember_*`` functions at the
+end of this module (members and joins, partitions owned and never committed, commits from
+outside group membership) and, for a share group's queue-wide progress, in
+``evaluator._progress``.
 """
 
 from __future__ import annotations

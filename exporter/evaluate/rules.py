@@ -122,7 +122,8 @@ def not_polling(f: PartitionFacts, th: Thresholds) -> bool:
 
 def reports_stopped(f: PartitionFacts, th: Thresholds) -> bool:
     """The owner is still a member but its reports went silent while the committed offset
-    stayed frozen for ``livelock_after``: its process is wedged, reporter thread included."""
+    stayed frozen for ``livelock_after``: its process is wedged, reporter thread included.
+    The frozen time: :func:`exporter.evaluate.memory.stall_clock`."""
     return (bool(f.owner) and f.has_report and f.report_stale
             and f.stalled_seconds >= th.livelock_after)
 
@@ -177,7 +178,8 @@ def never_committed(f: PartitionFacts, th: Thresholds) -> bool:
     """A member has owned the partition for ``stall_after`` without committing any offset
     for it while records arrived for ``stall_after``: a consumer wedged on its first batch
     (poison pill at start), or one that never commits. Its lag may be unknown (no committed
-    offset, no reported position): the evidence is the assignment's age and the records."""
+    offset, no reported position): the evidence is the assignment's age and the records,
+    kept in memory by :func:`exporter.evaluate.memory.remember_uncommitted`."""
     return (f.never_committed and f.stalled_seconds >= th.stall_after and f.new_data_seconds is not None
             and f.new_data_seconds >= th.stall_after)
 
