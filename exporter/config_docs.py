@@ -50,7 +50,7 @@ class Setting(NamedTuple):
         v = self.default
         if v is dataclasses.MISSING:
             return "required"
-        if v is None or (isinstance(v, frozenset | dict | list) and not v):
+        if v is None or (isinstance(v, frozenset | dict | list | tuple) and not v):
             return "none"
         return yaml.safe_dump(_plain(v), default_flow_style=True).strip().removesuffix("...").strip()
 
@@ -170,7 +170,7 @@ def _lines(s: Setting, indent: str, key: str | None = None) -> list[str]:
     """A setting's comment, then its key at its default or, with none, its example."""
     key = key or s.key.rsplit(".", 1)[-1].removeprefix("clusters[].")
     out = _comment(_help(s), indent)
-    empty = s.default is None or (isinstance(s.default, frozenset | dict | list) and not s.default)
+    empty = s.default is None or (isinstance(s.default, frozenset | dict | list | tuple) and not s.default)
     if empty and s.doc["example"] is not None:
         body = yaml.safe_dump({key: _plain(s.doc["example"])}, default_flow_style=False, sort_keys=False)
         out += [f"{indent}# {line}" for line in body.splitlines()]
