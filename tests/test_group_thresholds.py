@@ -125,11 +125,12 @@ def test_a_recording_replays_with_its_group_overrides(tmp_path) -> None:
 def test_the_documented_example_parses_as_documented(monkeypatch: pytest.MonkeyPatch) -> None:
     """docs/configuration.md's example file: its cluster's own thresholds and overrides."""
     doc = (Path(__file__).resolve().parent.parent / "docs" / "configuration.md").read_text()
-    data = yaml.safe_load(doc.split("```yaml", 1)[1].split("```", 1)[0])
-    data.pop("record_dir")  # must exist on this machine
+    blocks = [b.split("```", 1)[0] for b in doc.split("```yaml")[1:]]
+    (block,) = [b for b in blocks if "group_thresholds" in b]
     monkeypatch.setenv("LAGWATCH_KAFKA_PASSWORD", "x")
-    cfg = build_config(data, {})
-    (cluster,) = cfg.clusters
+    cfg = build_config(yaml.safe_load(block), {})
+    cluster, other = cfg.clusters
+    assert cfg.cluster_thresholds(other) is cfg.thresholds and len(other.group_thresholds) == 1
     base = cfg.cluster_thresholds(cluster)
     assert base.stall_after == 120 and base.livelock_after == cfg.thresholds.livelock_after == 180
     assert thresholds_for(base, cluster.group_thresholds, "payments-eu").stall_after == 30
