@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import MISSING, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
@@ -87,6 +87,26 @@ class Thresholds:
 
 
 @dataclass(frozen=True)
+class GroupThresholds:
+    """Thresholds of the groups whose id ``match`` finds (``re.search``): the settings in
+    ``changes`` replace the cluster's, the others stay (``group_thresholds:`` in YAML)."""
+
+    match: re.Pattern[str]
+    changes: tuple[tuple[str, float], ...]
+
+    def apply(self, base: Thresholds) -> Thresholds:
+        return replace(base, **dict(self.changes))
+
+
+def thresholds_for(base: Thresholds, overrides: Sequence[GroupThresholds], group: str) -> Thresholds:
+    """A group's thresholds: the first override whose pattern matches it, over ``base``."""
+    for o in overrides:
+        if o.match.search(group):
+            return o.apply(base)
+    return base
+
+
+@dataclass(frozen=True)
 class Filters:
     """Which groups and topics of a cluster are watched (regular expressions, ``re.search``)."""
 
@@ -139,6 +159,16 @@ class ClusterConfig:
         "the topic instrumented consumers and the Spark listener report to",
         DEFAULT_REPORTS_TOPIC, key="reports.topic", see="instrumentation.md")
     reports_enabled: bool = setting("read the reports topic", True, key="reports.enabled")
+    thresholds: Thresholds | None = setting(
+        "this cluster's thresholds: any of the top-level `thresholds` but report_expiry, each "
+        "replacing the top-level one", None, example={"stall_after": 120},
+        see="configuration.md#thresholds-per-cluster-and-per-group")
+    # The cluster's own list first, then the top-level one; the first match wins.
+    group_thresholds: tuple[GroupThresholds, ...] = setting(
+        "thresholds of the groups whose id a regular expression finds, over the cluster's: a list "
+        "of {match, thresholds}, before the top-level list; the first match wins", (),
+        example=[{"match": "^payments-", "thresholds": {"stall_after": 30}}],
+        see="configuration.md#thresholds-per-cluster-and-per-group")
 
     def redacted_client(self) -> dict[str, str]:
         return {k: ("***" if SECRET_KEY_RE.search(k) else v) for k, v in self.client.items()}
@@ -158,6 +188,12 @@ class Config:
         flag="--listen", metavar="HOST:PORT", shown="0.0.0.0:9308")
     thresholds: Thresholds = setting("when a partition stops being `ok` (seconds)", factory=Thresholds,
                                      see="statuses.md#thresholds")
+    # Merged into every cluster's ``group_thresholds``, after the cluster's own list.
+    group_thresholds: tuple[GroupThresholds, ...] = setting(
+        "thresholds of the groups whose id a regular expression finds, in every cluster: a list of "
+        "{match, thresholds}, after each cluster's own list; the first match wins", (),
+        example=[{"match": "^(reporting|batch)-", "thresholds": {"stall_after": 1200}}],
+        see="configuration.md#thresholds-per-cluster-and-per-group")
     compat: frozenset[str] = setting(
         "also serve another exporter's metric names", frozenset(), flag="--compat",
         choices=COMPAT_MODES, example=["kafka_exporter"], see="metrics.md#kafka_exporter-compatibility")
@@ -174,6 +210,10 @@ class Config:
         "an existing directory: write each cycle's evaluator inputs to DIR/CLUSTER.jsonl, for "
         "replay", None, flag="--record", metavar="DIR", example="/var/lib/lagwatch/recordings",
         see="recordings.md")
+
+    def cluster_thresholds(self, cluster: ClusterConfig) -> Thresholds:
+        """The thresholds a cluster's groups are judged by unless an override matches."""
+        return cluster.thresholds if cluster.thresholds is not None else self.thresholds
 
 
 # -- parsing helpers -----------------------------------------------------------
@@ -258,17 +298,57 @@ def _mapping(value: Any, where: str) -> dict[str, Any]:
 
 _THRESHOLD_KEYS = {"stall_after", "livelock_after", "lag_seconds", "window", "report_expiry",
                    "report_stale_after"}
+# Per cluster and per group: all but report_expiry, which the reports reader applies to
+# every report of a cluster before any group is known.
+_OVERRIDE_KEYS = _THRESHOLD_KEYS - {"report_expiry"}
 _CLUSTER_KEYS = {"name", "bootstrap_servers", "client", "interval", "request_timeout", "lag_mode",
-                 "groups", "topics", "reports_topic", "reports"}
+                 "groups", "topics", "reports_topic", "reports", "thresholds", "group_thresholds"}
 _TOP_KEYS = {"clusters", "listen", "interval", "thresholds", "compat", "max_group_partitions",
              "history_points", "log_level", "lag_mode", "web_config", "request_timeout",
-             "record_dir"}
+             "record_dir", "group_thresholds"}
+
+
+def _threshold_values(raw: Any, where: str, keys: set[str]) -> dict[str, float]:
+    raw = _mapping(raw, where)
+    _check_keys(raw, keys, where)
+    return {k: _positive(v, f"{where}.{k}") for k, v in raw.items()}
 
 
 def _thresholds(raw: Any, base: Thresholds) -> Thresholds:
-    raw = _mapping(raw, "thresholds")
-    _check_keys(raw, _THRESHOLD_KEYS, "thresholds")
-    return replace(base, **{k: _positive(v, f"thresholds.{k}") for k, v in raw.items()})
+    return replace(base, **_threshold_values(raw, "thresholds", _THRESHOLD_KEYS))
+
+
+def _group_thresholds(raw: Any, where: str) -> tuple[GroupThresholds, ...]:
+    """``[{match: REGEX, thresholds: {...}}, ...]``, validated entry by entry."""
+    if raw is None:
+        return ()
+    if not isinstance(raw, list):
+        raise ConfigError(where, f"expected a list of {{match, thresholds}}, got {type(raw).__name__}")
+    out = []
+    for i, entry in enumerate(raw):
+        at = f"{where}[{i}]"
+        entry = _mapping(entry, at)
+        _check_keys(entry, {"match", "thresholds"}, at)
+        for key in ("match", "thresholds"):
+            if entry.get(key) is None:
+                raise ConfigError(f"{at}.{key}", "is required")
+        values = _threshold_values(entry["thresholds"], f"{at}.thresholds", _OVERRIDE_KEYS)
+        if not values:
+            raise ConfigError(f"{at}.thresholds", "expected at least one threshold to override")
+        pattern = _regex(entry["match"], f"{at}.match")
+        assert pattern is not None
+        out.append(GroupThresholds(pattern, tuple(sorted(values.items()))))
+    return tuple(out)
+
+
+def _with_thresholds(c: ClusterConfig, raw: dict[str, Any], where: str, top: Thresholds,
+                     top_groups: tuple[GroupThresholds, ...]) -> ClusterConfig:
+    """The cluster with its own thresholds (over the top-level ones) and group overrides."""
+    own = None
+    if raw.get("thresholds") is not None:
+        own = replace(top, **_threshold_values(raw["thresholds"], f"{where}.thresholds", _OVERRIDE_KEYS))
+    groups = _group_thresholds(raw.get("group_thresholds"), f"{where}.group_thresholds")
+    return replace(c, thresholds=own, group_thresholds=groups + top_groups)
 
 
 def _filters(groups: Any, topics: Any, where: str) -> Filters:
@@ -365,7 +445,8 @@ def build_config(file_data: dict[str, Any], overrides: dict[str, Any]) -> Config
         if v is not None and k not in ("bootstrap_servers", "cluster"):
             data[k] = v
     thresholds = _top_thresholds(data, overrides)
-    clusters = _clusters(data, overrides, _cluster_defaults(data))
+    top_groups = _group_thresholds(data.get("group_thresholds"), "group_thresholds")
+    clusters = _clusters(data, overrides, _cluster_defaults(data), thresholds, top_groups)
     compat = _compat(data.get("compat"))
     log_level = str(_top(data, "log_level")).upper()
     if log_level not in LOG_LEVELS:
@@ -380,6 +461,7 @@ def build_config(file_data: dict[str, Any], overrides: dict[str, Any]) -> Config
         clusters=clusters,
         listen=parse_listen(data["listen"]) if "listen" in data else DEFAULT_LISTEN,
         thresholds=thresholds,
+        group_thresholds=top_groups,
         compat=compat,
         max_group_partitions=int(_positive(_top(data, "max_group_partitions"), "max_group_partitions",
                                            integer=True)),
@@ -414,10 +496,10 @@ def _cluster_defaults(data: dict[str, Any]) -> dict[str, Any]:
     return defaults
 
 
-def _clusters(data: dict[str, Any], overrides: dict[str, Any],
-              defaults: dict[str, Any]) -> tuple[ClusterConfig, ...]:
+def _clusters(data: dict[str, Any], overrides: dict[str, Any], defaults: dict[str, Any],
+              thresholds: Thresholds, top_groups: tuple[GroupThresholds, ...]) -> tuple[ClusterConfig, ...]:
     """``clusters:``, or the one cluster ``--bootstrap-servers`` names (merged into the
-    file's cluster when the file has exactly one); names unique."""
+    file's cluster when the file has exactly one), each with its thresholds; names unique."""
     clusters_raw = data.get("clusters")
     if overrides.get("bootstrap_servers"):
         clusters_raw = [{"bootstrap_servers": overrides["bootstrap_servers"],
@@ -430,7 +512,8 @@ def _clusters(data: dict[str, Any], overrides: dict[str, Any],
         raise ConfigError("clusters", "no cluster configured: pass --bootstrap-servers or a config file")
     if not isinstance(clusters_raw, list) or not clusters_raw:
         raise ConfigError("clusters", "expected a non-empty list of clusters")
-    clusters = tuple(_cluster(c, f"clusters[{i}]", defaults) for i, c in enumerate(clusters_raw))
+    clusters = tuple(_with_thresholds(_cluster(c, f"clusters[{i}]", defaults), c, f"clusters[{i}]",
+                                      thresholds, top_groups) for i, c in enumerate(clusters_raw))
     names = [c.name for c in clusters]
     for i, n in enumerate(names):
         if names.index(n) != i:

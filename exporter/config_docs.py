@@ -76,7 +76,7 @@ def _settings(cls: type, prefix: str = "") -> Iterator[Setting]:
         default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
         if f.name == "filters":
             yield from _settings(Filters, prefix)
-        elif f.name == "thresholds":
+        elif f.name == "thresholds" and not prefix:  # a cluster's own: one row, an example
             yield from _settings(Thresholds, f"{prefix}thresholds.")
         elif f.name == "clusters":
             yield from _settings(ClusterConfig, f"{prefix}clusters[].")

@@ -14,8 +14,9 @@ committed partition (:func:`_member_owns`, :func:`_spark_owns`), share groups' p
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 
-from exporter.config import Config, Thresholds, default_of
+from exporter.config import Config, GroupThresholds, Thresholds, default_of, thresholds_for
 from exporter.contracts.snapshot import TP, GroupSample, Member, PartitionOffsets, Snapshot
 from exporter.contracts.status import Status
 from exporter.contracts.view import (
@@ -26,6 +27,7 @@ from exporter.contracts.view import (
     PartitionView,
     SparkInfo,
 )
+from exporter.evaluate.cadence import Gaps, learn_commit_gaps, member_allowance, new_gaps
 from exporter.evaluate.constants import REPORT_STALE_INTERVALS, UNREADABLE_GRACE_CYCLES
 from exporter.evaluate.lag import HwHistory, lag_seconds
 from exporter.evaluate.memory import (
@@ -85,9 +87,15 @@ class Evaluator:
 
     def __init__(self, cluster: str, thresholds: Thresholds, interval: float,
                  history_points: int = default_of(Config, "history_points"),
-                 max_group_partitions: int = default_of(Config, "max_group_partitions")) -> None:
+                 max_group_partitions: int = default_of(Config, "max_group_partitions"),
+                 group_thresholds: Sequence[GroupThresholds] = ()) -> None:
         self.cluster = cluster
-        self.th = thresholds
+        # ``th``: the thresholds of the group being judged (the cluster's, or the first
+        # group override matching it), set per group in :meth:`evaluate`.
+        self.th = self.cluster_th = thresholds
+        self.group_thresholds = tuple(group_thresholds)
+        self._th_of: dict[str, Thresholds] = {}
+        self.commit_gaps: dict[str, Gaps] = {}  # groups with members: exporter/evaluate/cadence.py
         self.interval = interval
         self.history_points = history_points
         self.max_group_partitions = max_group_partitions
@@ -121,16 +129,20 @@ class Evaluator:
             # A consumer group of that name with members wins; an empty one is normally the
             # listener's own commit_offsets_to_group mirror of this query.
             if gid not in samples or not samples[gid].members:
-                samples[gid] = _spark_sample(rep, now, self.th)
+                samples[gid] = _spark_sample(rep, now, self._thresholds_of(gid))
         views: dict[str, GroupView] = {}
         for gid, g in samples.items():
+            self.th = self._thresholds_of(gid)
             state = self.groups.setdefault(gid, GroupMemory())
             views[gid] = self._group(g, state, snap.partitions, consumer_reports.get(gid, []),
                                      spark_reports.get(gid) if g.type == "spark" else None,
                                      exact_ts or {}, now)
+        self.th = self.cluster_th
         for gid in list(self.groups):
             if gid not in samples:
                 del self.groups[gid]  # deleted group: its series vanish this cycle
+                self._th_of.pop(gid, None)
+                self.commit_gaps.pop(gid, None)
         views, dropped = self._cap(views)
         view = ClusterView(cluster=self.cluster, up=True, sampled_at=snap.taken_at,
                            sample_duration=snap.duration, partitions=snap.partitions,
@@ -138,6 +150,12 @@ class Evaluator:
                            brokers=snap.brokers, dropped_group_partitions=dropped)
         self.last_good = view
         return view
+
+    def _thresholds_of(self, gid: str) -> Thresholds:
+        th = self._th_of.get(gid)
+        if th is None:
+            th = self._th_of[gid] = thresholds_for(self.cluster_th, self.group_thresholds, gid)
+        return th
 
     def _update_history(self, snap: Snapshot, now: float) -> None:
         for tp, po in snap.partitions.items():
@@ -260,15 +278,34 @@ class Evaluator:
         waited past the allowance, ``stopped``) or ``none``."""
         if g.members or g.type in ("spark", "share"):
             remember_outside(st, False, False, was_empty, False, now)
-            return ("members" if g.members else "none"), 0.0
-        moved = any((mem := st.parts.get(tp)) is not None and prog > mem.committed
-                    for tp, (_consumed, prog) in progress.items())
+            if not g.members:
+                return "none", 0.0
+            return "members", self._member_allowance(g, st, now)
         prev = st.last_view
+        # An empty group that appeared while lagwatch was watching was created by a commit
+        # from outside group membership (a new assign()-mode job's first checkpoint): its
+        # first sample is evidence too, not only the second commit. Not after a cycle with
+        # sampling errors: the group may have been there, unlisted.
+        last = self.last_good
+        created = prev is None and last is not None and not last.last_error
+        moved = created or any((mem := st.parts.get(tp)) is not None and prog > mem.committed
+                               for tp, (_consumed, prog) in progress.items())
         healthy = prev is None or prev.status in (Status.OK, Status.LAGGING)
-        remember_outside(st, moved, True, was_empty, healthy, now)
+        remember_outside(st, moved, True, was_empty or created, healthy, now)
         if st.outside_at is None:
             return "none", 0.0
         return "outside", outside_allowance(st, self.th.stall_after, self.interval)
+
+    def _member_allowance(self, g: GroupSample, st: GroupMemory, now: float) -> float:
+        """The stall allowance of a group with members, from the commit cadence it has
+        shown (exporter/evaluate/cadence.py). Not for share groups, whose progress is
+        acknowledgements, nor Spark queries, which are never `stalled`."""
+        if g.type not in ("classic", "consumer", "streams"):
+            return 0.0
+        gaps = self.commit_gaps.setdefault(g.group_id, new_gaps())
+        learn_commit_gaps(gaps, st.last_view, g.committed, self.hw_history, now, self.interval,
+                          self.th.stall_after)
+        return member_allowance(gaps, self.th.stall_after, self.interval)
 
     def _uncommitted(self, c: _GroupCycle) -> list[PartitionView]:
         """Partitions a member owns without any committed offset, judged all the same: lag
