@@ -43,7 +43,7 @@ KIP848_SESSION_TIMEOUT = 45.0  # broker default group.consumer.session.timeout.m
 CLASSIC_SESSION_TIMEOUT = 10.0  # what the fleet's classic consumers use (session.timeout.ms)
 REPORT_INTERVAL = 5.0  # lagwatch_client's default
 SPARK_HEARTBEAT = 5.0  # spark_metrics.LagListener's default heartbeat_interval
-REWIND_HOLD_CYCLES = 5  # exporter/evaluate/memory.py: a rewind is shown for 5 cycles
+REWIND_HOLD_CYCLES = 5  # exporter/evaluate/constants.py: a rewind is shown for 5 cycles
 
 # The alerts a correct detection should eventually raise (alerts/lagwatch.rules.yml).
 EXPECTED_ALERTS: dict[str, tuple[str, ...]] = {

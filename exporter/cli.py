@@ -13,6 +13,7 @@ import threading
 
 from exporter import __version__, logs
 from exporter.config import _NAME_RE, Config, ConfigError, _bootstrap, build_config, load_yaml, parse_listen
+from exporter.config_docs import CLI_ONLY, cli_flags, cli_help
 from exporter.expose.server import WebConfig, make_server, serve_in_thread
 from exporter.runner import Exporter
 
@@ -29,30 +30,24 @@ class _Parser(argparse.ArgumentParser):
         raise ConfigError("command line", message)
 
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
+def parser() -> argparse.ArgumentParser:
     ap = _Parser(
         prog="lagwatch",
         description="Kafka consumer-lag exporter: lag in offsets and seconds, stalled, stopped "
                     "and livelocked consumers, Spark Structured Streaming queries.")
-    ap.add_argument("--bootstrap-servers", help="HOST:PORT[,HOST:PORT] of one cluster")
-    ap.add_argument("--cluster", help="name of that cluster in labels (default: default)")
-    ap.add_argument("--listen", help="HOST:PORT to serve on (default 0.0.0.0:9308)")
-    ap.add_argument("--interval", help="seconds between sampling cycles (default 30)")
-    ap.add_argument("--stall-after", help="seconds a frozen committed offset with lag > 0 "
-                                          "takes to become 'stalled' (default 300)")
-    ap.add_argument("--livelock-after", help="seconds since a member's last poll before it is "
-                                             "'livelocked' (default 180)")
-    ap.add_argument("--lag-mode", choices=["interpolate", "exact"],
-                    help="how lag seconds are computed (default interpolate)")
-    ap.add_argument("--compat", action="append", choices=["kafka_exporter"],
-                    help="also emit another exporter's metric names")
-    ap.add_argument("--web-config", help="TLS / basic auth file (exporter-toolkit format)")
-    ap.add_argument("--log-level", help="DEBUG, INFO, WARNING or ERROR")
-    ap.add_argument("--record", help="directory: write each cycle's evaluator inputs to "
-                                     "DIR/CLUSTER.jsonl, for replay (docs/recordings.md)")
-    ap.add_argument("--config", help="YAML file: several clusters, client properties, filters")
-    ap.add_argument("--version", action="version", version=f"lagwatch {__version__}")
-    return ap.parse_args(argv)
+    # Help, defaults and choices come from the configuration's fields (exporter/config.py).
+    for flag in cli_flags():
+        ap.add_argument(flag.flag, help=cli_help(flag), metavar=flag.doc["metavar"],
+                        choices=flag.doc["choices"],
+                        action="append" if isinstance(flag.default, frozenset) else None)
+    ap.add_argument("--config", metavar=CLI_ONLY["--config"][0], help=CLI_ONLY["--config"][1])
+    ap.add_argument("--version", action="version", version=f"lagwatch {__version__}",
+                    help=CLI_ONLY["--version"][1])
+    return ap
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    return parser().parse_args(argv)
 
 
 def load(argv: list[str] | None) -> Config:

@@ -3,13 +3,19 @@
 Every problem raises :class:`ConfigError` naming the field (``clusters[1].interval``)
 so the CLI can print one line and exit 2. Values of the form ``${VAR}`` are
 read from the environment, which is where secrets belong.
+
+Each setting is declared once, as a field made by :func:`setting`: its default and its
+documentation. The CLI's ``--help``, the tables of ``docs/configuration.md`` and the
+reference file ``docs/lagwatch.reference.yaml`` are generated from these fields
+(``exporter/config_docs.py``; ``python -m tests.test_config_docs`` rewrites the docs).
 """
 
 from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Sequence
+from dataclasses import MISSING, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -18,12 +24,39 @@ import yaml
 from lagwatch_client.wire import DEFAULT_REPORTS_TOPIC
 
 DEFAULT_LISTEN = ("0.0.0.0", 9308)
+DEFAULT_CLUSTER_NAME = "default"
 LAG_MODES = ("interpolate", "exact")
 COMPAT_MODES = ("kafka_exporter",)
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 _ENV_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 # librdkafka properties whose values must never be printed.
 SECRET_KEY_RE = re.compile(r"(password|secret|token|private|key\.pem|keystore|\.key$|jaas)", re.I)
+
+
+def setting(help: str, default: Any = MISSING, *, factory: Callable[[], Any] | None = None,
+            flag: str | None = None, metavar: str | None = None, key: str | None = None,
+            shown: str | None = None, example: Any = None, choices: tuple[str, ...] | None = None,
+            cluster_default: bool = False, see: str | None = None) -> Any:
+    """A configuration field and its documentation, in one place.
+
+    ``help``: what it does, one line; ``flag`` (and ``metavar``): the command-line flag that
+    sets it; ``key``: its path in the YAML file when that is not the field's name;
+    ``shown``: the default as written in YAML when the value is not (``listen``);
+    ``example``: a value for the reference file when the default is none; ``choices``: the
+    values allowed; ``cluster_default``: also a top-level key, the default of every cluster;
+    ``see``: the page of docs/ (and section) that explains it."""
+    doc = {"help": help, "flag": flag, "metavar": metavar, "key": key, "shown": shown,
+           "example": example, "choices": choices, "cluster_default": cluster_default, "see": see}
+    if factory is not None:
+        return field(default_factory=factory, metadata=doc)
+    return field(default=default, metadata=doc)
+
+
+def default_of(cls: type, name: str) -> Any:
+    """The default of a configuration field, as declared by :func:`setting`."""
+    f = next(f for f in fields(cls) if f.name == name)
+    return f.default_factory() if f.default is MISSING else f.default  # type: ignore[misc]
 
 
 class ConfigError(ValueError):
@@ -38,20 +71,54 @@ class ConfigError(ValueError):
 class Thresholds:
     """When a partition stops being `ok` (all in seconds)."""
 
-    stall_after: float = 300.0
-    livelock_after: float = 180.0
-    lag_seconds: float = 600.0
-    window: float = 600.0
-    report_expiry: float = 900.0
-    report_stale_after: float = 60.0
+    stall_after: float = setting(
+        "how long a committed offset stays frozen, with lag > 0 and new records waiting, before "
+        "the partition is `stalled` (and the rejoin-loop `livelocked`)", 300.0, flag="--stall-after",
+        metavar="SECONDS")
+    livelock_after: float = setting(
+        "how old an instrumented consumer's last poll, or a Spark batch's running time, can get "
+        "before it is `livelocked`", 180.0, flag="--livelock-after", metavar="SECONDS")
+    lag_seconds: float = setting("a lag older than this is `lagging`, growing or not", 600.0)
+    window: float = setting("how far back rejoins count (the rejoin-loop `livelocked`)", 600.0)
+    report_expiry: float = setting(
+        "reports older than this are forgotten, and their series vanish", 900.0)
+    report_stale_after: float = setting(
+        "a reporter (instrumented consumer, Spark driver) silent this long is stale", 60.0)
+
+
+@dataclass(frozen=True)
+class GroupThresholds:
+    """Thresholds of the groups whose id ``match`` finds (``re.search``): the settings in
+    ``changes`` replace the cluster's, the others stay (``group_thresholds:`` in YAML)."""
+
+    match: re.Pattern[str]
+    changes: tuple[tuple[str, float], ...]
+
+    def apply(self, base: Thresholds) -> Thresholds:
+        return replace(base, **dict(self.changes))
+
+
+def thresholds_for(base: Thresholds, overrides: Sequence[GroupThresholds], group: str) -> Thresholds:
+    """A group's thresholds: the first override whose pattern matches it, over ``base``."""
+    for o in overrides:
+        if o.match.search(group):
+            return o.apply(base)
+    return base
 
 
 @dataclass(frozen=True)
 class Filters:
-    group_allow: re.Pattern[str] | None = None
-    group_deny: re.Pattern[str] | None = None
-    topic_allow: re.Pattern[str] | None = None
-    topic_deny: re.Pattern[str] | None = None
+    """Which groups and topics of a cluster are watched (regular expressions, ``re.search``)."""
+
+    group_allow: re.Pattern[str] | None = setting(
+        "watch only the groups whose id this matches", None, key="groups.allow", example=".*")
+    group_deny: re.Pattern[str] | None = setting(
+        "leave out the groups whose id this matches", None, key="groups.deny",
+        example="^(console-consumer|_confluent)")
+    topic_allow: re.Pattern[str] | None = setting(
+        "watch only the topics whose name this matches", None, key="topics.allow", example=".*")
+    topic_deny: re.Pattern[str] | None = setting(
+        "leave out the topics whose name this matches", None, key="topics.deny", example="^__")
 
     def group_ok(self, group: str) -> bool:
         return _allowed(group, self.group_allow, self.group_deny)
@@ -68,15 +135,40 @@ def _allowed(name: str, allow: re.Pattern[str] | None, deny: re.Pattern[str] | N
 
 @dataclass(frozen=True)
 class ClusterConfig:
-    name: str
-    bootstrap_servers: str
-    client: dict[str, str] = field(default_factory=dict)
-    interval: float = 30.0
-    request_timeout: float = 10.0
-    lag_mode: str = "interpolate"
-    filters: Filters = field(default_factory=Filters)
-    reports_topic: str = DEFAULT_REPORTS_TOPIC
-    reports_enabled: bool = True
+    """One Kafka cluster to watch (an entry of ``clusters``)."""
+
+    bootstrap_servers: str = setting(
+        "the cluster's brokers", flag="--bootstrap-servers", metavar="HOST:PORT[,...]",
+        example="kafka-1:9093,kafka-2:9093")
+    name: str = setting("the cluster's name in the `cluster` label", flag="--cluster", metavar="NAME",
+                        shown=DEFAULT_CLUSTER_NAME)
+    client: dict[str, str] = setting(
+        "librdkafka properties (security, SASL, TLS); not group.id, enable.auto.commit or "
+        "bootstrap.servers, which lagwatch sets", factory=dict, see="security.md",
+        example={"security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-512",
+                 "sasl.username": "lagwatch", "sasl.password": "${LAGWATCH_KAFKA_PASSWORD}"})
+    interval: float = setting("seconds between sampling cycles", 30.0, flag="--interval",
+                              metavar="SECONDS", cluster_default=True)
+    request_timeout: float = setting("seconds per Kafka request", 10.0, cluster_default=True)
+    lag_mode: str = setting(
+        "how lag seconds are computed: interpolated from the HW history, or read from the "
+        "record's timestamp", "interpolate", flag="--lag-mode", choices=LAG_MODES,
+        cluster_default=True, see="statuses.md#lag-in-seconds")
+    filters: Filters = setting("which groups and topics are watched", factory=Filters)
+    reports_topic: str = setting(
+        "the topic instrumented consumers and the Spark listener report to",
+        DEFAULT_REPORTS_TOPIC, key="reports.topic", see="instrumentation.md")
+    reports_enabled: bool = setting("read the reports topic", True, key="reports.enabled")
+    thresholds: Thresholds | None = setting(
+        "this cluster's thresholds: any of the top-level `thresholds` but report_expiry, each "
+        "replacing the top-level one", None, example={"stall_after": 120},
+        see="configuration.md#thresholds-per-cluster-and-per-group")
+    # The cluster's own list first, then the top-level one; the first match wins.
+    group_thresholds: tuple[GroupThresholds, ...] = setting(
+        "thresholds of the groups whose id a regular expression finds, over the cluster's: a list "
+        "of {match, thresholds}, before the top-level list; the first match wins", (),
+        example=[{"match": "^payments-", "thresholds": {"stall_after": 30}}],
+        see="configuration.md#thresholds-per-cluster-and-per-group")
 
     def redacted_client(self) -> dict[str, str]:
         return {k: ("***" if SECRET_KEY_RE.search(k) else v) for k, v in self.client.items()}
@@ -88,16 +180,40 @@ class ClusterConfig:
 
 @dataclass(frozen=True)
 class Config:
-    clusters: tuple[ClusterConfig, ...]
-    listen: tuple[str, int] = DEFAULT_LISTEN
-    thresholds: Thresholds = field(default_factory=Thresholds)
-    compat: frozenset[str] = frozenset()
-    max_group_partitions: int = 500_000
-    history_points: int = 120
-    log_level: str = "INFO"
-    web_config: str | None = None
-    # Write each cycle's evaluator inputs to DIR/<cluster>.jsonl (exporter/recording.py).
-    record_dir: str | None = None
+    """Everything lagwatch runs with."""
+
+    clusters: tuple[ClusterConfig, ...] = setting("the clusters to watch")
+    listen: tuple[str, int] = setting(
+        "HTTP address of /metrics, the JSON API and the status page", DEFAULT_LISTEN,
+        flag="--listen", metavar="HOST:PORT", shown="0.0.0.0:9308")
+    thresholds: Thresholds = setting("when a partition stops being `ok` (seconds)", factory=Thresholds,
+                                     see="statuses.md#thresholds")
+    # Merged into every cluster's ``group_thresholds``, after the cluster's own list.
+    group_thresholds: tuple[GroupThresholds, ...] = setting(
+        "thresholds of the groups whose id a regular expression finds, in every cluster: a list of "
+        "{match, thresholds}, after each cluster's own list; the first match wins", (),
+        example=[{"match": "^(reporting|batch)-", "thresholds": {"stall_after": 1200}}],
+        see="configuration.md#thresholds-per-cluster-and-per-group")
+    compat: frozenset[str] = setting(
+        "also serve another exporter's metric names", frozenset(), flag="--compat",
+        choices=COMPAT_MODES, example=["kafka_exporter"], see="metrics.md#kafka_exporter-compatibility")
+    max_group_partitions: int = setting(
+        "cardinality cap on group partitions (a group without partitions counts 1); the worst "
+        "groups are kept", 500_000)
+    history_points: int = setting("(time, HW) points kept per partition for lag in seconds", 120)
+    log_level: str = setting(f"how much to log: {', '.join(LOG_LEVELS[:-1])} or {LOG_LEVELS[-1]}", "INFO",
+                             flag="--log-level", metavar="LEVEL")
+    web_config: str | None = setting(
+        "TLS and basic auth for the HTTP endpoints (exporter-toolkit format)", None,
+        flag="--web-config", metavar="FILE", example="/etc/lagwatch/web.yml", see="security.md")
+    record_dir: str | None = setting(
+        "an existing directory: write each cycle's evaluator inputs to DIR/CLUSTER.jsonl, for "
+        "replay", None, flag="--record", metavar="DIR", example="/var/lib/lagwatch/recordings",
+        see="recordings.md")
+
+    def cluster_thresholds(self, cluster: ClusterConfig) -> Thresholds:
+        """The thresholds a cluster's groups are judged by unless an override matches."""
+        return cluster.thresholds if cluster.thresholds is not None else self.thresholds
 
 
 # -- parsing helpers -----------------------------------------------------------
@@ -182,17 +298,57 @@ def _mapping(value: Any, where: str) -> dict[str, Any]:
 
 _THRESHOLD_KEYS = {"stall_after", "livelock_after", "lag_seconds", "window", "report_expiry",
                    "report_stale_after"}
+# Per cluster and per group: all but report_expiry, which the reports reader applies to
+# every report of a cluster before any group is known.
+_OVERRIDE_KEYS = _THRESHOLD_KEYS - {"report_expiry"}
 _CLUSTER_KEYS = {"name", "bootstrap_servers", "client", "interval", "request_timeout", "lag_mode",
-                 "groups", "topics", "reports_topic", "reports"}
+                 "groups", "topics", "reports_topic", "reports", "thresholds", "group_thresholds"}
 _TOP_KEYS = {"clusters", "listen", "interval", "thresholds", "compat", "max_group_partitions",
              "history_points", "log_level", "lag_mode", "web_config", "request_timeout",
-             "record_dir"}
+             "record_dir", "group_thresholds"}
+
+
+def _threshold_values(raw: Any, where: str, keys: set[str]) -> dict[str, float]:
+    raw = _mapping(raw, where)
+    _check_keys(raw, keys, where)
+    return {k: _positive(v, f"{where}.{k}") for k, v in raw.items()}
 
 
 def _thresholds(raw: Any, base: Thresholds) -> Thresholds:
-    raw = _mapping(raw, "thresholds")
-    _check_keys(raw, _THRESHOLD_KEYS, "thresholds")
-    return replace(base, **{k: _positive(v, f"thresholds.{k}") for k, v in raw.items()})
+    return replace(base, **_threshold_values(raw, "thresholds", _THRESHOLD_KEYS))
+
+
+def _group_thresholds(raw: Any, where: str) -> tuple[GroupThresholds, ...]:
+    """``[{match: REGEX, thresholds: {...}}, ...]``, validated entry by entry."""
+    if raw is None:
+        return ()
+    if not isinstance(raw, list):
+        raise ConfigError(where, f"expected a list of {{match, thresholds}}, got {type(raw).__name__}")
+    out = []
+    for i, entry in enumerate(raw):
+        at = f"{where}[{i}]"
+        entry = _mapping(entry, at)
+        _check_keys(entry, {"match", "thresholds"}, at)
+        for key in ("match", "thresholds"):
+            if entry.get(key) is None:
+                raise ConfigError(f"{at}.{key}", "is required")
+        values = _threshold_values(entry["thresholds"], f"{at}.thresholds", _OVERRIDE_KEYS)
+        if not values:
+            raise ConfigError(f"{at}.thresholds", "expected at least one threshold to override")
+        pattern = _regex(entry["match"], f"{at}.match")
+        assert pattern is not None
+        out.append(GroupThresholds(pattern, tuple(sorted(values.items()))))
+    return tuple(out)
+
+
+def _with_thresholds(c: ClusterConfig, raw: dict[str, Any], where: str, top: Thresholds,
+                     top_groups: tuple[GroupThresholds, ...]) -> ClusterConfig:
+    """The cluster with its own thresholds (over the top-level ones) and group overrides."""
+    own = None
+    if raw.get("thresholds") is not None:
+        own = replace(top, **_threshold_values(raw["thresholds"], f"{where}.thresholds", _OVERRIDE_KEYS))
+    groups = _group_thresholds(raw.get("group_thresholds"), f"{where}.group_thresholds")
+    return replace(c, thresholds=own, group_thresholds=groups + top_groups)
 
 
 def _filters(groups: Any, topics: Any, where: str) -> Filters:
@@ -208,10 +364,20 @@ def _filters(groups: Any, topics: Any, where: str) -> Filters:
     )
 
 
+def _inherited(raw: dict[str, Any], defaults: dict[str, Any], key: str) -> Any:
+    """A cluster's setting: its own, else the top-level default, else the declared one."""
+    return raw.get(key, defaults.get(key, default_of(ClusterConfig, key)))
+
+
+def _top(data: dict[str, Any], key: str) -> Any:
+    """A top-level setting: the file's (or the flag's), else the declared default."""
+    return data.get(key, default_of(Config, key))
+
+
 def _cluster(raw: Any, where: str, defaults: dict[str, Any]) -> ClusterConfig:
     raw = _mapping(raw, where)
     _check_keys(raw, _CLUSTER_KEYS, where)
-    name = raw.get("name", defaults.get("name", "default"))
+    name = raw.get("name", defaults.get("name", DEFAULT_CLUSTER_NAME))
     if not isinstance(name, str) or not _NAME_RE.match(name):
         raise ConfigError(f"{where}.name", f"expected 1-63 characters [A-Za-z0-9._-], got {name!r}")
     if "bootstrap_servers" not in raw:
@@ -225,15 +391,15 @@ def _cluster(raw: Any, where: str, defaults: dict[str, Any]) -> ClusterConfig:
         if forbidden in client_s:
             raise ConfigError(f"{where}.client.{forbidden}",
                               "must not be set: lagwatch manages it (it never joins or commits)")
-    lag_mode = raw.get("lag_mode", defaults.get("lag_mode", "interpolate"))
+    lag_mode = _inherited(raw, defaults, "lag_mode")
     if lag_mode not in LAG_MODES:
         raise ConfigError(f"{where}.lag_mode", f"expected one of {', '.join(LAG_MODES)}, got {lag_mode!r}")
     reports = _mapping(raw.get("reports"), f"{where}.reports")
     _check_keys(reports, {"enabled", "topic"}, f"{where}.reports")
-    enabled = reports.get("enabled", True)
+    enabled = reports.get("enabled", default_of(ClusterConfig, "reports_enabled"))
     if not isinstance(enabled, bool):
         raise ConfigError(f"{where}.reports.enabled", f"expected true or false, got {enabled!r}")
-    topic = reports.get("topic", raw.get("reports_topic", DEFAULT_REPORTS_TOPIC))
+    topic = reports.get("topic", raw.get("reports_topic", default_of(ClusterConfig, "reports_topic")))
     if not isinstance(topic, str) or not re.fullmatch(r"[A-Za-z0-9._-]{1,249}", topic):
         key = "reports.topic" if "topic" in reports else "reports_topic"
         raise ConfigError(f"{where}.{key}", f"not a valid Kafka topic name: {topic!r}")
@@ -241,10 +407,8 @@ def _cluster(raw: Any, where: str, defaults: dict[str, Any]) -> ClusterConfig:
         name=name,
         bootstrap_servers=_bootstrap(raw["bootstrap_servers"], f"{where}.bootstrap_servers"),
         client=client_s,
-        interval=_positive(raw.get("interval", defaults.get("interval", 30.0)), f"{where}.interval",
-                           minimum=0.05),
-        request_timeout=_positive(raw.get("request_timeout", defaults.get("request_timeout", 10.0)),
-                                  f"{where}.request_timeout"),
+        interval=_positive(_inherited(raw, defaults, "interval"), f"{where}.interval", minimum=0.05),
+        request_timeout=_positive(_inherited(raw, defaults, "request_timeout"), f"{where}.request_timeout"),
         lag_mode=lag_mode,
         filters=_filters(raw.get("groups"), raw.get("topics"), where),
         reports_topic=topic,
@@ -273,56 +437,19 @@ def load_yaml(path: str) -> dict[str, Any]:
 
 
 def build_config(file_data: dict[str, Any], overrides: dict[str, Any]) -> Config:
-    """Merge the YAML file with CLI overrides (CLI wins) and validate everything."""
+    """Merge the YAML file with CLI overrides (CLI wins) and validate everything, in the
+    order the settings are listed here (the first problem found is the one reported)."""
     data = _expand_env(dict(file_data), "")
     _check_keys(data, _TOP_KEYS, "")
     for k, v in overrides.items():
         if v is not None and k not in ("bootstrap_servers", "cluster"):
             data[k] = v
-
-    thresholds = _thresholds(data.get("thresholds"), Thresholds())
-    th_over = {k: overrides[k] for k in ("stall_after", "livelock_after") if overrides.get(k) is not None}
-    if th_over:
-        thresholds = replace(thresholds, **{k: _positive(v, f"--{k.replace('_', '-')}")
-                                            for k, v in th_over.items()})
-
-    defaults = {k: data[k] for k in ("interval", "lag_mode", "request_timeout") if k in data}
-    # Validate top-level defaults here so errors name the key the operator wrote.
-    if "interval" in defaults:
-        _positive(defaults["interval"], "interval", minimum=0.05)
-    if "request_timeout" in defaults:
-        _positive(defaults["request_timeout"], "request_timeout")
-    if "lag_mode" in defaults and defaults["lag_mode"] not in LAG_MODES:
-        raise ConfigError("lag_mode", f"expected one of {', '.join(LAG_MODES)}, got {defaults['lag_mode']!r}")
-    clusters_raw = data.get("clusters")
-    if overrides.get("bootstrap_servers"):
-        clusters_raw = [{"bootstrap_servers": overrides["bootstrap_servers"],
-                         "name": overrides.get("cluster") or "default"}]
-        if isinstance(data.get("clusters"), list) and len(data["clusters"]) == 1:
-            merged = dict(_mapping(data["clusters"][0], "clusters[0]"))
-            merged.update(clusters_raw[0])
-            clusters_raw = [merged]
-    if clusters_raw is None:
-        raise ConfigError("clusters", "no cluster configured: pass --bootstrap-servers or a config file")
-    if not isinstance(clusters_raw, list) or not clusters_raw:
-        raise ConfigError("clusters", "expected a non-empty list of clusters")
-    clusters = tuple(_cluster(c, f"clusters[{i}]", defaults) for i, c in enumerate(clusters_raw))
-    names = [c.name for c in clusters]
-    for i, n in enumerate(names):
-        if names.index(n) != i:
-            raise ConfigError(f"clusters[{i}].name", f"duplicate cluster name {n!r}")
-
-    compat_raw = data.get("compat") or []
-    if isinstance(compat_raw, str):
-        compat_raw = [compat_raw]
-    if not isinstance(compat_raw, list):
-        raise ConfigError("compat", "expected a list")
-    for c in compat_raw:
-        if c not in COMPAT_MODES:
-            known = ", ".join(COMPAT_MODES)
-            raise ConfigError("compat", f"unknown compatibility mode {c!r} (known: {known})")
-    log_level = str(data.get("log_level", "INFO")).upper()
-    if log_level not in ("DEBUG", "INFO", "WARNING", "ERROR"):
+    thresholds = _top_thresholds(data, overrides)
+    top_groups = _group_thresholds(data.get("group_thresholds"), "group_thresholds")
+    clusters = _clusters(data, overrides, _cluster_defaults(data), thresholds, top_groups)
+    compat = _compat(data.get("compat"))
+    log_level = str(_top(data, "log_level")).upper()
+    if log_level not in LOG_LEVELS:
         raise ConfigError("log_level", f"expected DEBUG, INFO, WARNING or ERROR, got {log_level!r}")
     web_config = data.get("web_config")
     if web_config is not None and not isinstance(web_config, str):
@@ -334,12 +461,74 @@ def build_config(file_data: dict[str, Any], overrides: dict[str, Any]) -> Config
         clusters=clusters,
         listen=parse_listen(data["listen"]) if "listen" in data else DEFAULT_LISTEN,
         thresholds=thresholds,
-        compat=frozenset(compat_raw),
-        max_group_partitions=int(_positive(data.get("max_group_partitions", 500_000),
-                                           "max_group_partitions", integer=True)),
-        history_points=int(_positive(data.get("history_points", 120), "history_points",
-                                     minimum=2, integer=True)),
+        group_thresholds=top_groups,
+        compat=compat,
+        max_group_partitions=int(_positive(_top(data, "max_group_partitions"), "max_group_partitions",
+                                           integer=True)),
+        history_points=int(_positive(_top(data, "history_points"), "history_points", minimum=2,
+                                     integer=True)),
         log_level=log_level,
         web_config=web_config,
         record_dir=record_dir,
     )
+
+
+def _top_thresholds(data: dict[str, Any], overrides: dict[str, Any]) -> Thresholds:
+    """The file's ``thresholds:``, then the CLI's ``--stall-after`` and ``--livelock-after``."""
+    thresholds = _thresholds(data.get("thresholds"), Thresholds())
+    th_over = {k: overrides[k] for k in ("stall_after", "livelock_after") if overrides.get(k) is not None}
+    if th_over:
+        thresholds = replace(thresholds, **{k: _positive(v, f"--{k.replace('_', '-')}")
+                                            for k, v in th_over.items()})
+    return thresholds
+
+
+def _cluster_defaults(data: dict[str, Any]) -> dict[str, Any]:
+    """Top-level settings every cluster inherits unless it sets its own, validated here so
+    that errors name the key the operator wrote."""
+    defaults = {k: data[k] for k in ("interval", "lag_mode", "request_timeout") if k in data}
+    if "interval" in defaults:
+        _positive(defaults["interval"], "interval", minimum=0.05)
+    if "request_timeout" in defaults:
+        _positive(defaults["request_timeout"], "request_timeout")
+    if "lag_mode" in defaults and defaults["lag_mode"] not in LAG_MODES:
+        raise ConfigError("lag_mode", f"expected one of {', '.join(LAG_MODES)}, got {defaults['lag_mode']!r}")
+    return defaults
+
+
+def _clusters(data: dict[str, Any], overrides: dict[str, Any], defaults: dict[str, Any],
+              thresholds: Thresholds, top_groups: tuple[GroupThresholds, ...]) -> tuple[ClusterConfig, ...]:
+    """``clusters:``, or the one cluster ``--bootstrap-servers`` names (merged into the
+    file's cluster when the file has exactly one), each with its thresholds; names unique."""
+    clusters_raw = data.get("clusters")
+    if overrides.get("bootstrap_servers"):
+        clusters_raw = [{"bootstrap_servers": overrides["bootstrap_servers"],
+                         "name": overrides.get("cluster") or DEFAULT_CLUSTER_NAME}]
+        if isinstance(data.get("clusters"), list) and len(data["clusters"]) == 1:
+            merged = dict(_mapping(data["clusters"][0], "clusters[0]"))
+            merged.update(clusters_raw[0])
+            clusters_raw = [merged]
+    if clusters_raw is None:
+        raise ConfigError("clusters", "no cluster configured: pass --bootstrap-servers or a config file")
+    if not isinstance(clusters_raw, list) or not clusters_raw:
+        raise ConfigError("clusters", "expected a non-empty list of clusters")
+    clusters = tuple(_with_thresholds(_cluster(c, f"clusters[{i}]", defaults), c, f"clusters[{i}]",
+                                      thresholds, top_groups) for i, c in enumerate(clusters_raw))
+    names = [c.name for c in clusters]
+    for i, n in enumerate(names):
+        if names.index(n) != i:
+            raise ConfigError(f"clusters[{i}].name", f"duplicate cluster name {n!r}")
+    return clusters
+
+
+def _compat(raw: Any) -> frozenset[str]:
+    compat_raw = raw or []
+    if isinstance(compat_raw, str):
+        compat_raw = [compat_raw]
+    if not isinstance(compat_raw, list):
+        raise ConfigError("compat", "expected a list")
+    for c in compat_raw:
+        if c not in COMPAT_MODES:
+            known = ", ".join(COMPAT_MODES)
+            raise ConfigError("compat", f"unknown compatibility mode {c!r} (known: {known})")
+    return frozenset(compat_raw)

@@ -9,7 +9,9 @@ any machine at any load: judgement over time is tested on recordings of real run
 Format (version 1), documented in ``docs/recordings.md``: JSON Lines, one object a line.
 
 - line 1, the header: ``{"format": "lagwatch-recording", "version": 1, "cluster": str,
-  "interval": s, "thresholds": {...}, "history_points": int, "max_group_partitions": int}``
+  "interval": s, "thresholds": {...}, "history_points": int, "max_group_partitions": int}``,
+  and ``"group_thresholds": [{"match": regex, "thresholds": {...}}, ...]`` when the cluster
+  has group overrides
 - ``{"k": "cycle", "now": s, "snap": {...}, "consumer": {...}, "spark": {...}, "ts": [...]}``
   per evaluated cycle, in order
 - ``{"k": "mark", "role": str, "group": str, "event": str, "at": s}``: what the harness did
@@ -25,14 +27,15 @@ from __future__ import annotations
 import dataclasses
 import json
 import lzma
+import re
 import types
 import typing
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from exporter.config import Thresholds
+from exporter.config import GroupThresholds, Thresholds
 from exporter.contracts.snapshot import Snapshot
 from exporter.evaluate.evaluator import Evaluator
 from exporter.reports.decode import ConsumerReport, SparkReport
@@ -97,10 +100,14 @@ def _dec(tp: Any, v: Any) -> Any:
 # -- writing ----------------------------------------------------------------------------
 
 def header(cluster: str, thresholds: Thresholds, interval: float, history_points: int,
-           max_group_partitions: int) -> dict[str, Any]:
-    return {"format": FORMAT, "version": VERSION, "cluster": cluster, "interval": interval,
+           max_group_partitions: int, group_thresholds: Sequence[GroupThresholds] = ()) -> dict[str, Any]:
+    head = {"format": FORMAT, "version": VERSION, "cluster": cluster, "interval": interval,
             "thresholds": dataclasses.asdict(thresholds), "history_points": history_points,
             "max_group_partitions": max_group_partitions}
+    if group_thresholds:  # optional: recordings without it have no group overrides
+        head["group_thresholds"] = [{"match": o.match.pattern, "thresholds": dict(o.changes)}
+                                    for o in group_thresholds]
+    return head
 
 
 def cycle_line(snap: Snapshot, consumer: dict[str, list[ConsumerReport]],
@@ -162,6 +169,11 @@ class Recording:
     @property
     def thresholds(self) -> Thresholds:
         return Thresholds(**self.header["thresholds"])
+
+    @property
+    def group_thresholds(self) -> tuple[GroupThresholds, ...]:
+        return tuple(GroupThresholds(re.compile(o["match"]), tuple(sorted(o["thresholds"].items())))
+                     for o in self.header.get("group_thresholds", ()))
 
 
 class RecordingError(ValueError):
@@ -253,7 +265,8 @@ def replay(rec: Recording, thresholds: Thresholds | None = None,
     ``thresholds`` replaces the recorded ones (what a rule change would do to a run)."""
     head = rec.header
     ev = Evaluator(head["cluster"], thresholds or rec.thresholds, rec.interval,
-                   int(head["history_points"]), int(head["max_group_partitions"]))
+                   int(head["history_points"]), int(head["max_group_partitions"]),
+                   rec.group_thresholds)
     want = None if groups is None else set(groups)
     tl = Timeline(times=[], statuses={}, reasons={})
     for i, c in enumerate(rec.cycles):

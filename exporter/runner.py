@@ -35,8 +35,9 @@ class ClusterRunner:
         self.cfg = cfg
         self.store = store
         self.compat = config.compat
-        self.evaluator = Evaluator(cfg.name, config.thresholds, cfg.interval,
-                                   config.history_points, config.max_group_partitions)
+        self.evaluator = Evaluator(cfg.name, config.cluster_thresholds(cfg), cfg.interval,
+                                   config.history_points, config.max_group_partitions,
+                                   cfg.group_thresholds)
         self.worker = KafkaWorker(cfg, config.thresholds, config.log_level)
         self.cycles = 0
         # lagwatch_errors_total: every error is counted here and only here, whether it
@@ -54,8 +55,9 @@ class ClusterRunner:
         self.recorder: Writer | None = None
         if config.record_dir:
             self.recorder = Writer(os.path.join(config.record_dir, f"{cfg.name}.jsonl"),
-                                   header(cfg.name, config.thresholds, cfg.interval,
-                                          config.history_points, config.max_group_partitions))
+                                   header(cfg.name, config.cluster_thresholds(cfg), cfg.interval,
+                                          config.history_points, config.max_group_partitions,
+                                          cfg.group_thresholds))
 
     def start(self) -> None:
         self.thread.start()

@@ -152,6 +152,12 @@ def test_promtool_unit_tests_pass() -> None:
     # group moved past
     ("KafkaConsumerGroupRecordsLost", "(increase(kafka_consumergroup_records_lost_total[15m])) > 0",
      "(kafka_consumergroup_records_lost_total) > 0"),
+    # without the "unless ...unsubscribed" clause a topic the group left pages
+    ("KafkaConsumerGroupNearRetention",
+     "          unless on (cluster, group, topic)\n"
+     "          max by (cluster, group, topic) (kafka_consumergroup_topic_unsubscribed) == 1\n", ""),
+    # without the lower bound the abandoned topic's alert fires forever once records are lost
+    ("KafkaConsumerGroupAbandonedTopicNearRetention", ">= 0 < 0.1", "< 0.1"),
     # the exporter-down alert must carry the cluster of the dead instance
     ("KafkaConsumerLagExporterDown", "max by (cluster, job, instance) (last_over_time",
      "max by (job, instance) (last_over_time"),
@@ -316,6 +322,8 @@ def test_expected_alerts_and_severities() -> None:
     assert sev["KafkaConsumerGroupLagGrowing"] == "warning"
     assert sev["KafkaConsumerGroupRewind"] == "info"
     assert sev["KafkaConsumerGroupRecordsLost"] == "critical"
+    # a topic the group left is a ticket, never a page
+    assert sev["KafkaConsumerGroupAbandonedTopicNearRetention"] == "warning"
     for name in ("KafkaConsumerGroupStalled", "KafkaConsumerGroupStoppedWithLag",
                  "KafkaConsumerGroupNearRetention", "KafkaConsumerSparkQueryLagHigh",
                  "KafkaConsumerSparkQueryLivelocked",

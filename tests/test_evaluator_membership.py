@@ -77,6 +77,29 @@ def test_outside_committer_reading_steadily_behind_is_ok_at_every_sample(every: 
     assert group_doc("c", last)["membership"] == "outside"
 
 
+def test_a_new_outside_job_is_ok_from_its_first_checkpoint() -> None:
+    """A job started while lagwatch watches: its group appears with its first checkpoint's
+    commit and no members. That commit is the evidence (a member would have been seen), so
+    the group is not `stopped` while it waits for its second checkpoint, 60 s later."""
+    ev = Evaluator("c", _th(30), interval=1)
+    ev.evaluate(Snapshot(cluster="c", taken_at=T0, duration=0.01, partitions={NEW: _offsets(0)}, groups={}))
+    views = _checkpointing(ev, 60, behind=4.8, until=300, start=1)
+    bad = [(t, v.status) for t, v in views if v.status != Status.OK]
+    assert not bad, bad[:3]
+    assert all(v.membership == "outside" for _, v in views)
+
+
+def test_an_empty_group_first_listed_after_a_sampling_error_is_not_taken_for_a_new_job() -> None:
+    """The cycle before had errors (a broker's ListGroups failed): the group may have been
+    there all along, unlisted, its consumer long gone. It is `stopped` as any empty group
+    whose offsets do not move, not given an outside client's allowance."""
+    ev = Evaluator("c", _th(30), interval=1)
+    ev.evaluate(Snapshot(cluster="c", taken_at=T0, duration=0.01, partitions={NEW: _offsets(0)}, groups={},
+                         errors=(("list_groups", "broker 2: timed out"),)))
+    views = [_sample(ev, t, {NEW: 0}, {NEW: RATE * t}) for t in range(1, 10)]
+    assert views[-1].status == Status.STOPPED and views[-1].membership == "none"
+
+
 def test_outside_committer_killed_is_stopped_after_its_cadence_and_not_before() -> None:
     """Commits every 5 s, stall_after 8, killed at t=100 while records keep arriving:
     stopped within stall_after + 2 cycles of its last commit, not before stall_after."""
@@ -272,3 +295,71 @@ def test_outside_committer_idle_on_a_quiet_topic_is_still_outside_and_gets_its_a
              for t in range(200, 210)]
     assert {v.status for v in burst} == {Status.OK}
     assert views[-1][1].membership == burst[-1].membership == "outside"
+
+
+def test_a_group_committing_on_some_of_its_partitions_only() -> None:
+    """One member owns two partitions and commits only on the first as it reads; records
+    arrive on both. The second is shown (no committed offset) and `stalled` after
+    stall_after, naming the fact, while the first stays `ok`; the group reads `stalled`."""
+    ev = Evaluator("c", _th(8), interval=1)
+    a, b = ("orders", 0), ("orders", 1)
+    member = Member(member_id="m-1", client_id="half-client", host="/10.0.0.5", assignment=(a, b),
+                    subscribed=("orders",))
+    views = [_sample(ev, t, {a: RATE * t - 2}, {a: RATE * t, b: RATE * t}, (member,)) for t in range(1, 30)]
+    first_bad = next(t for t, v in enumerate(views, start=1) if v.status != Status.OK)
+    assert 8 <= first_bad <= 8 + 2, first_bad
+    last = views[-1]
+    assert last.status == Status.STALLED
+    pa, pb = last.partitions
+    assert (pa.partition, pa.status, pa.committed) == (0, Status.OK, RATE * 29 - 2)
+    assert (pb.partition, pb.status, pb.committed, pb.lag_offsets) == (1, Status.STALLED, None, None)
+    assert "no offset committed since the member was assigned this partition" in pb.reason
+    assert "half-client" in pb.reason
+
+
+MEMBER = Member(member_id="m-1", client_id="batch-client", host="/10.0.0.5", assignment=(NEW,),
+                subscribed=("orders-v2",))
+
+
+def _committing_member(ev: Evaluator, every: int, until: int, stop_at: int = 10**9,
+                       wedged: tuple[int, int] = (0, 0)) -> list[tuple[int, Status]]:
+    """A group member reading a steady producer 5 s behind and committing every ``every``
+    seconds until ``stop_at``, not at all while ``wedged`` (from, to)."""
+    out, committed = [], 0
+    for t in range(until + 1):
+        if t <= stop_at and t % every == 0 and not wedged[0] <= t < wedged[1]:
+            committed = max(committed, RATE * (t - 5))
+        out.append((t, _sample(ev, t, {NEW: committed}, {NEW: RATE * t}, (MEMBER,)).status))
+    return out
+
+
+def test_member_committing_slower_than_stall_after_is_ok_once_its_cadence_is_shown() -> None:
+    """Every 90 s with stall_after 60: `stalled` at most until its first commit gap is seen,
+    then never again, for 15 minutes."""
+    ev = Evaluator("c", _th(60), interval=1)
+    seen = _committing_member(ev, 90, 1000)
+    after_first_gap = {s for t, s in seen if t > 180}
+    assert after_first_gap == {Status.OK}, [(t, s) for t, s in seen if t > 180 and s != Status.OK][:3]
+    assert {s for t, s in seen if t <= 180} <= {Status.OK, Status.STALLED}
+
+
+def test_member_that_stops_committing_is_stalled_within_its_cadence_and_not_before() -> None:
+    """The same consumer stops committing at 900 s (its last commit), records arriving:
+    `stalled` once records waited its learnt cadence (90 s) plus one cycle, within 2 cycles."""
+    ev = Evaluator("c", _th(60), interval=1)
+    seen = _committing_member(ev, 90, 1200, stop_at=900)
+    first = next(t for t, s in seen if t > 900 and s != Status.OK)
+    assert dict(seen)[first] == Status.STALLED
+    # records have waited since before it (it reads 5 s behind): the clock runs from the commit
+    assert 900 + 90 <= first <= 900 + 91 + 2, first
+
+
+def test_one_long_recovered_stall_does_not_lengthen_the_stall_clock() -> None:
+    """A consumer committing every second, wedged 100 s once (stall_after 60) while records
+    arrive, then healthy: wedged again three commits later, it is `stalled` at stall_after,
+    not at the 100 s gap it showed once (still among its last gaps)."""
+    seen = _committing_member(Evaluator("c", _th(60), interval=1), 1, 600, stop_at=203,
+                              wedged=(100, 200))
+    assert {s for t, s in seen if 160 <= t < 200} == {Status.STALLED}
+    first = next(t for t, s in seen if t > 203 and s != Status.OK)
+    assert 203 + 60 <= first <= 203 + 60 + 2, first

@@ -8,6 +8,7 @@ with ``.venv/bin/python -m tests.test_exposition`` and review ``git diff tests/g
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 import threading
@@ -63,8 +64,8 @@ def _progress(consume: float, produce: float, eta: float | None, lost: int) -> G
 
 def hand_built_views() -> list[ClusterView]:
     """Every family and every kind of value: unknown offsets, floats, escapes, Spark, an
-    empty group, a duplicate client id, streams and share groups with epochs, and a second
-    cluster that was never sampled."""
+    empty group, a topic the group no longer subscribes to, a duplicate client id, streams
+    and share groups with epochs, and a second cluster that was never sampled."""
     partitions = {
         ("orders", 0): PartitionOffsets(leader=1, replicas=3, isr=3, log_start=10, hw=1500, lso=1490,
                                         leo=1502),
@@ -77,7 +78,9 @@ def hand_built_views() -> list[ClusterView]:
          _mv("m-2", "billing-7", "/10.0.0.6", 1, 3.0),  # same client id: one series
          _mv("m-3", "", "/10.0.0.7", 0, None)),
         (_pv("orders", 0, 1200, 300, 12.345, "lagging", position=1250, stalled=4.5),
-         _pv("orders", 1, 40, None, None)),
+         _pv("orders", 1, 40, None, None),
+         # a topic no member subscribes to any more: its rows, and left out of the group's lag
+         dataclasses.replace(_pv(ODD, 0, 2, 5, 900.0), unsubscribed=True)),
         progress=_progress(consume=62.5, produce=12.5, eta=6.0, lost=40))
     odd_group = _gv(
         'gr"oup\\1', "consumer", "empty", "stopped", (f"{ODD}[0]: stopped",), (),
@@ -165,14 +168,20 @@ def test_golden_files_hold_what_the_view_says() -> None:
                  partition="0") == 1502
     assert value(m, "kafka_partition_high_watermark_offset", topic="orders", partition="1") is None
     assert value(m, "kafka_partition_high_watermark_offset", topic=ODD, partition="0") == 7
-    assert value(m, "kafka_consumergroup_lag_seconds", group="billing", partition="0") == 12.345
+    assert value(m, "kafka_consumergroup_lag_seconds", group="billing", topic="orders",
+                 partition="0") == 12.345
+    # the topic billing left: shown, marked, and not the group's lag (900 s there)
+    assert value(m, "kafka_consumergroup_lag_seconds", group="billing", topic=ODD) == 900
+    assert value(m, "kafka_consumergroup_topic_unsubscribed", group="billing", topic=ODD) == 1
+    assert value(m, "kafka_consumergroup_topic_unsubscribed", group="billing", topic="orders") is None
+    assert value(m, "kafka_consumergroup_max_lag_seconds", group="billing") == 12.345
     assert value(m, "kafka_consumergroup_status", group='gr"oup\\1', status="stopped") == 1
     assert value(m, "kafka_consumergroup_member_last_poll_age_seconds", group="billing",
                  client_id="billing-7") == 0.75
     assert value(m, "kafka_spark_query_batch_running_seconds", group="spark-etl") == 0
     assert value(m, "kafka_spark_query_processed_rows_per_second", group="spark-etl") is None
     assert value(m, "kafka_consumergroup_members", group="billing", consumergroup="billing") == 3
-    assert value(m, "kafka_consumergroup_lag", consumergroup="billing", partition="0") == 300
+    assert value(m, "kafka_consumergroup_lag", consumergroup="billing", topic="orders", partition="0") == 300
     assert value(m, "kafka_consumergroup_catchup_seconds", group="billing") == 6
     assert value(m, "kafka_consumergroup_catchup_seconds", group="jobs-queue") is None
     assert value(m, "kafka_consumergroup_consumed_records_per_second", group="billing") == 62.5

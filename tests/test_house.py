@@ -54,7 +54,6 @@ def long_functions(root: Path, limit: int = MAX_FUNCTION_LINES) -> list[str]:
     return found
 
 
-@pytest.mark.xfail(strict=True, reason="issue 24: build_config, observe, make_server, decode")
 def test_no_function_in_exporter_over_60_lines() -> None:
     assert long_functions(ROOT_DIR / "exporter") == []
 

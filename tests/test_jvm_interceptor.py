@@ -118,8 +118,9 @@ def jvm_world(kafka: KafkaCluster, exporter: ExporterProcess) -> Iterator[dict[s
     rec = Recorder(exporter)
     rec.start()
     fx = Fixture("jvm-interceptor", [exporter.record])
+    first = Fixture("jvm-first-batch", [exporter.record])  # recorded on its own
     try:
-        for name in [*BLOCKED, "healthy", "streams"]:
+        for name in [*BLOCKED, "healthy", "streams", "first-batch"]:
             groups[name] = unique(f"jvm-{name}")
             feeds[name] = Feed(create_topic(kafka, unique(f"jvm-{name}"), partitions=1), 10)
         work = Workload(kafka, list(feeds.values()))
@@ -131,14 +132,22 @@ def jvm_world(kafka: KafkaCluster, exporter: ExporterProcess) -> Iterator[dict[s
         apps["healthy"] = JvmApp("LagConsumer", "mode=healthy", boot, f"group={groups['healthy']}",
                                  f"topic={feeds['healthy'].topic}", *REPORTING,
                                  f"prop.client.id={HEALTHY_CLIENT_ID}")
+        # wedged on its first record, before any commit (automatic commits, the first one a
+        # minute away): the partition it owns has no committed offset
+        apps["first-batch"] = JvmApp(
+            "LagConsumer", "mode=blocked", boot, f"group={groups['first-batch']}",
+            f"topic={feeds['first-batch'].topic}", "after=1", "precommit=false", *REPORTING,
+            "prop.auto.offset.reset=latest", "prop.enable.auto.commit=true",
+            "prop.auto.commit.interval.ms=60000", "prop.client.id=jvm-first-batch")
         apps["streams"] = JvmApp(
             "StreamsApp", boot, f"app={groups['streams']}", f"topic={feeds['streams'].topic}", "after=40",
             f"prop.main.consumer.interceptor.classes={INTERCEPTOR}",
             "prop.main.consumer.lagwatch.report.interval.ms=1000", streams=True)
         for name, app in apps.items():
-            fx.watch(name, groups[name], app)
+            (first if name == "first-batch" else fx).watch(name, groups[name], app)
         yield {"apps": apps, "groups": groups, "feeds": feeds, "recorder": rec, "exporter": exporter}
         fx.close()
+        first.close()
     finally:
         rec.stop_flag.set()
         if "work" in locals():
@@ -169,6 +178,25 @@ def test_wedged_plain_consumer_is_livelocked_and_named(jvm_world: dict[str, Any]
     assert "last polled" in reason
     # the position the consumer reported is the one it had when it wedged
     assert doc["partitions"][0]["position_offset"] == int(position)
+
+
+def test_consumer_wedged_before_its_first_commit_is_livelocked(jvm_world: dict[str, Any]) -> None:
+    """Owned, never committed, records arriving: livelocked by its own reports (the last
+    poll), named, with the position it reported and no committed offset; never anything
+    but ok before it wedged."""
+    app, rec, group = (jvm_world["apps"]["first-batch"], jvm_world["recorder"],
+                       jvm_world["groups"]["first-batch"])
+    app.event("READY", 120)
+    t_blocked, position = app.event("BLOCKED", 120)
+    n = rec.cycles_to(group, "livelocked", float(t_blocked), 90)
+    assert n <= LIVELOCK_CYCLES, (n, rec.story(group, float(t_blocked) - 5))
+    assert {s for ts, s in rec.statuses(group) if ts < float(t_blocked)} <= {"ok"}
+    doc = _group(jvm_world, "first-batch")
+    assert doc["status"] == "livelocked" and doc["members"][0]["client_id"] == "jvm-first-batch"
+    (row,) = doc["partitions"]
+    assert row["committed_offset"] is None and row["position_offset"] == int(position)
+    assert row["lag_offsets"] is not None and row["lag_offsets"] > 0
+    assert "jvm-first-batch@" in row["reason"] and "last polled" in row["reason"]
 
 
 def test_wedged_kafka_streams_processor_is_livelocked_and_named(jvm_world: dict[str, Any]) -> None:

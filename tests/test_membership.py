@@ -2,12 +2,15 @@
 "Membership models"): a group that moved to a new topic, whose members' subscriptions
 lagwatch reads from the broker, and a client committing outside group membership
 (assign(), as Flink's Kafka source does at each checkpoint). Timing bounds are counted in
-exporter cycles; wall-clock waits are hang guards only."""
+exporter cycles; wall-clock waits are hang guards only. With ``LAGWATCH_RECORD`` set the
+module's run is recorded for the replay tests (tests/recorded.py, tests/test_replay.py)."""
 
 from __future__ import annotations
 
+import re
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -16,7 +19,9 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from devenv.kafka import KafkaCluster
 from exporter.config import ClusterConfig
 from exporter.kafka.sampler import Sampler
+from lagwatch_client import InstrumentedConsumer
 from tests.conftest import (
+    LIVELOCK_AFTER,
     STALL_AFTER,
     commit_offsets,
     create_topic,
@@ -26,8 +31,17 @@ from tests.conftest import (
     unique,
     wait_for,
 )
-from tests.exporter_proc import ExporterProcess
+from tests.exporter_proc import ExporterProcess, parse_metrics, select
+from tests.recorded import Fixture
 from tests.test_exporter_core import PollingConsumer
+
+
+@pytest.fixture(scope="module")
+def fx(exporter: ExporterProcess) -> Iterator[Fixture]:
+    """The module's recording (written only with LAGWATCH_RECORD set)."""
+    f = Fixture("membership", [exporter.record])
+    yield f
+    f.close()
 
 
 class SteadyProducer(threading.Thread):
@@ -79,6 +93,46 @@ class CheckpointingClient(threading.Thread):
         self.join(15)
 
 
+class SlowCommitter(threading.Thread):
+    """A group member polling all the time and committing its position every ``every``
+    seconds (a batch committer); after :meth:`halt`, its next commit is its last
+    (``halted_at``) and it keeps polling: records wait, the offset stays."""
+
+    def __init__(self, bootstrap: str, group: str, topic: str, every: float) -> None:
+        super().__init__(daemon=True)
+        self.c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False,
+                           "auto.offset.reset": "earliest", "client.id": "slow-committer",
+                           "session.timeout.ms": 6000})
+        self.topic, self.every = topic, every
+        self.stop_flag, self.halt_flag = threading.Event(), threading.Event()
+        self.commits, self.halted_at = 0, 0.0
+
+    def run(self) -> None:
+        self.c.subscribe([self.topic])
+        last = time.monotonic()
+        while not self.stop_flag.is_set():
+            self.c.poll(0.1)
+            if self.halted_at or time.monotonic() - last < self.every or not self.c.assignment():
+                continue
+            pos = self.c.position(self.c.assignment())
+            if all(tp.offset >= 0 for tp in pos):
+                self.c.commit(offsets=pos, asynchronous=False)
+                self.commits += 1
+                if self.halt_flag.is_set():
+                    self.halted_at = time.time()
+            last = time.monotonic()
+        self.c.close()
+
+    def halt(self) -> float:
+        self.halt_flag.set()
+        wait_for(lambda: self.halted_at, 2 * self.every + 10, "the slow committer's last commit")
+        return self.halted_at
+
+    def stop(self) -> None:
+        self.stop_flag.set()
+        self.join(15)
+
+
 def _group(exporter: ExporterProcess, gid: str) -> dict[str, Any] | None:
     code, _body, _ = exporter.get(f"/api/v1/clusters/test/groups/{gid}")
     return exporter.api(f"clusters/test/groups/{gid}") if code == 200 else None
@@ -86,8 +140,9 @@ def _group(exporter: ExporterProcess, gid: str) -> dict[str, Any] | None:
 
 @pytest.mark.parametrize("protocol", ["classic", "consumer"])
 def test_group_that_moved_to_a_new_topic_stays_ok(kafka: KafkaCluster, exporter: ExporterProcess,
-                                                   protocol: str) -> None:
+                                                   fx: Fixture, protocol: str) -> None:
     old, new, gid = unique("orders-v1"), unique("orders-v2"), unique("moved")
+    fx.watch(f"moved-{protocol}", gid)
     create_topic(kafka, old, partitions=1)
     create_topic(kafka, new, partitions=1)
     commit_offsets(kafka.bootstrap_servers, gid, old, {0: 0})
@@ -121,6 +176,11 @@ def test_group_that_moved_to_a_new_topic_stays_ok(kafka: KafkaCluster, exporter:
         assert row["committed_offset"] == 0 and row["lag_offsets"] >= 50 and row["status"] == "ok"
         assert f"no member subscribes to {old} any more" in row["reason"]
         assert doc["membership"] == "members" and doc["lag_offsets"] == 0
+        # the metric the alerts tell an abandoned topic by: the old topic only
+        samples = parse_metrics(exporter.get("/metrics")[1].decode())
+        left = select(samples, "kafka_consumergroup_topic_unsubscribed", group=gid)
+        assert [dict(lab)["topic"] for lab in left] == [old] and list(left.values()) == [1.0]
+        fx.end(f"moved-{protocol}")
     finally:
         producer.stop()
         member.stop()
@@ -140,13 +200,21 @@ def _watch(exporter: ExporterProcess, gid: str, seconds: float) -> tuple[set[str
     return seen, doc
 
 
-def test_client_committing_outside_group_membership(kafka: KafkaCluster, exporter: ExporterProcess) -> None:
-    topic, gid = unique("flink-src"), unique("flink-job")
-    create_topic(kafka, topic, partitions=1)
-    producer = SteadyProducer(kafka.bootstrap_servers, topic)
-    producer.start()
-    client = CheckpointingClient(kafka.bootstrap_servers, gid, topic, every=3)
-    client.start()
+def test_client_committing_outside_group_membership(kafka: KafkaCluster, exporter: ExporterProcess,
+                                                    fx: Fixture) -> None:
+    """Two assign()-mode clients committing at each checkpoint, records arriving: one every
+    3 s (shorter than stall_after), one every 12 s (longer: ok by its learnt cadence). The
+    first killed: stopped within stall_after + 3 cycles; the second stays ok throughout."""
+    clients, producers = {}, []
+    for role, every in (("outside", 3.0), ("outside-slow", 12.0)):
+        topic, gid = unique("flink-src"), unique("flink-job")
+        create_topic(kafka, topic, partitions=1)
+        producers.append(SteadyProducer(kafka.bootstrap_servers, topic))
+        producers[-1].start()
+        clients[role] = (gid, CheckpointingClient(kafka.bootstrap_servers, gid, topic, every=every))
+        clients[role][1].start()
+        fx.watch(role, gid)
+    (gid, client), (slow_gid, slow) = clients["outside"], clients["outside-slow"]
     try:
         def outside() -> bool:
             doc = _group(exporter, gid)
@@ -155,23 +223,35 @@ def test_client_committing_outside_group_membership(kafka: KafkaCluster, exporte
         seen, doc = _watch(exporter, gid, STALL_AFTER + 4)
         assert seen == {"ok"}, doc
         client.stop()  # killed; records keep arriving
+        fx.mark("outside", gid, "KILLED")
         n = cycles_until(exporter, lambda: (_group(exporter, gid) or {}).get("status") == "stopped",
                          STALL_AFTER + 10, "stopped once its commits stopped")
         # its allowance is stall_after (its cadence, 3 s, is shorter), plus two cycles
         assert n <= cycles(STALL_AFTER) + 3, n
         doc = _group(exporter, gid)
         assert doc["membership"] == "none" and "last committed" in doc["reasons"][-1]
+        fx.end("outside")
+        # the slow one: three of its commits learnt, then ok at every look over two more
+        wait_for(lambda: slow.commits >= 4, 60, "four checkpoints of the slow client")
+        seen, doc = _watch(exporter, slow_gid, 26)
+        assert seen == {"ok"}, doc
+        assert doc["membership"] == "outside" and re.search(r"every ~1[23] s", doc["reasons"][-1]), doc
+        fx.end("outside-slow")
     finally:
         client.stop()
-        producer.stop()
+        slow.stop()
+        for p in producers:
+            p.stop()
 
 
 def test_consumer_wedged_before_its_first_commit_is_stalled(kafka: KafkaCluster,
-                                                            exporter: ExporterProcess) -> None:
+                                                            exporter: ExporterProcess,
+                                                            fx: Fixture) -> None:
     """A real consumer assigned its partition, wedged before its first commit (it stops
     polling; librdkafka's background thread keeps it in the group), records arriving:
     stalled ("never committed") within stall_after + 3 cycles of the first record."""
     topic, gid = unique("poison"), unique("wedged")
+    fx.watch("never-committed", gid)
     create_topic(kafka, topic, partitions=1)
     c = Consumer({"bootstrap.servers": kafka.bootstrap_servers, "group.id": gid,
                   "auto.offset.reset": "latest", "client.id": "wedged-client"})
@@ -188,6 +268,7 @@ def test_consumer_wedged_before_its_first_commit_is_stalled(kafka: KafkaCluster,
         assert doc["status"] == "ok" and [p["committed_offset"] for p in doc["partitions"]] == [None]
         producer = SteadyProducer(kafka.bootstrap_servers, topic)
         producer.start()
+        fx.mark("never-committed", gid, "RECORDS")
         try:
             n = cycles_until(exporter, lambda: (_group(exporter, gid) or {}).get("status") == "stalled",
                              STALL_AFTER + 10, "stalled, never committed")
@@ -196,7 +277,75 @@ def test_consumer_wedged_before_its_first_commit_is_stalled(kafka: KafkaCluster,
             assert row["committed_offset"] is None and row["lag_offsets"] is None
             assert "no offset committed since the member was assigned this partition" in row["reason"]
             assert "wedged-client" in row["reason"]
+            fx.end("never-committed")
         finally:
             producer.stop()
     finally:
+        c.close()
+
+
+def test_member_committing_slower_than_stall_after(kafka: KafkaCluster, exporter: ExporterProcess,
+                                                   fx: Fixture) -> None:
+    """A member committing every 12 s (stall_after 8) while records arrive: once its cadence
+    is shown (its first gaps), ok at every look over two more cadences; its commits stopped
+    (it keeps polling), stalled within its cadence + 1 cycle + 3 cycles of its last commit."""
+    topic, gid = unique("batchy"), unique("slow-commits")
+    create_topic(kafka, topic, partitions=1)
+    fx.watch("slow-commits", gid)
+    producer = SteadyProducer(kafka.bootstrap_servers, topic)
+    producer.start()
+    member = SlowCommitter(kafka.bootstrap_servers, gid, topic, every=12)
+    member.start()
+    try:
+        wait_for(lambda: member.commits >= 3, 60, "three commits of the slow committer")
+        fx.mark("slow-commits", gid, "LEARNT")
+        seen, doc = _watch(exporter, gid, 26)
+        assert seen == {"ok"}, doc
+        last = member.halt()
+        fx.mark("slow-commits", gid, "HALTED", at=last)
+        n = cycles_until(exporter, lambda: (_group(exporter, gid) or {}).get("status") == "stalled",
+                         40, "stalled once its commits stopped")
+        assert time.time() - last >= 12 - 2, "stalled before its cadence passed"
+        assert n <= cycles(12 + 1) + 3, n
+        fx.end("slow-commits")
+    finally:
+        member.stop()
+        producer.stop()
+
+
+def test_instrumented_consumer_wedged_before_its_first_commit_is_livelocked(
+        kafka: KafkaCluster, exporter: ExporterProcess, fx: Fixture) -> None:
+    """An instrumented consumer that commits by hand, wedged on its very first record (it
+    stops polling; librdkafka keeps it in the group), records arriving: livelocked naming
+    its client within livelock_after + its report interval + 3 cycles, its row without a
+    committed offset."""
+    topic, gid = unique("poison-py"), unique("wedged-py")
+    fx.watch("never-committed-instrumented", gid)
+    create_topic(kafka, topic, partitions=1)
+    c = InstrumentedConsumer({"bootstrap.servers": kafka.bootstrap_servers, "group.id": gid,
+                              "enable.auto.commit": False, "auto.offset.reset": "latest",
+                              "client.id": "py-first-batch"}, report_interval=1.0)
+    c.subscribe([topic])
+    producer = None
+    try:
+        wait_for(lambda: c.poll(0.2) is None and c.assignment(), 30, "the partition assigned")
+        end = time.monotonic() + 3  # a few statistics rounds: its reports know the assignment
+        while time.monotonic() < end:
+            c.poll(0.2)
+        producer = SteadyProducer(kafka.bootstrap_servers, topic)
+        producer.start()
+        wait_for(lambda: (m := c.poll(0.2)) is not None and m.error() is None, 30, "its first record")
+        blocked = time.time()  # wedged: it never polls again
+        fx.mark("never-committed-instrumented", gid, "BLOCKED", at=blocked)
+        n = cycles_until(exporter, lambda: (_group(exporter, gid) or {}).get("status") == "livelocked",
+                         LIVELOCK_AFTER + 20, "livelocked, never committed")
+        assert time.time() - blocked >= LIVELOCK_AFTER - 2, "livelocked before its threshold"
+        assert n <= cycles(LIVELOCK_AFTER) + cycles(1.0) + 3, n
+        (row,) = _group(exporter, gid)["partitions"]
+        assert row["committed_offset"] is None and row["status"] == "livelocked"
+        assert "py-first-batch@" in row["reason"] and "last polled" in row["reason"]
+        fx.end("never-committed-instrumented")
+    finally:
+        if producer is not None:
+            producer.stop()
         c.close()

@@ -254,3 +254,22 @@ def test_judgement_is_untouched_and_an_unreadable_group_keeps_its_figures() -> N
     assert v2.progress is not None and v2.progress.records_lost_total == 40
     ev.evaluate(Snapshot(cluster="c", taken_at=T0 + 3, duration=0.01, partitions={}, groups={}))
     assert "g" not in ev.progress.groups  # deleted group: memory gone
+
+
+def test_a_topic_nobody_subscribes_to_loses_nothing_for_the_group() -> None:
+    # The member subscribes to "t2" only: "t" is a topic the group moved away from.
+    member = Member(member_id="m-1", client_id="c", host="/h", assignment=(("t2", 0),),
+                    subscribed=("t2",))
+
+    def snap(t: float, log_start: int) -> Snapshot:
+        po = {("t", 0): PartitionOffsets(leader=1, replicas=1, isr=1, log_start=log_start, hw=100,
+                                         lso=100, leo=100),
+              ("t2", 0): PartitionOffsets(leader=1, replicas=1, isr=1, log_start=0, hw=10, lso=10, leo=10)}
+        g = GroupSample(group_id="g", type="classic", state="stable", members=(member,), coordinator=1,
+                        committed={("t", 0): 60, ("t2", 0): 10})
+        return Snapshot(cluster="c", taken_at=t, duration=0.01, partitions=po, groups={"g": g})
+    ev = Evaluator("c", TH, interval=1.0)
+    ev.evaluate(snap(T0, 0))
+    v = ev.evaluate(snap(T0 + 1, 100)).groups["g"]
+    assert [p.unsubscribed for p in v.partitions] == [True, False]
+    assert v.progress is not None and v.progress.records_lost_total == 0 and v.progress.notes == ()

@@ -19,7 +19,9 @@ Then, from Prometheus's HTTP API:
   at least execute;
 * the livelock alert is pending/firing for the livelocked group (the real rule
   pending, its ``for: 0s`` copy firing), every rule evaluates without error,
-  and no alert was ever pending or firing for the healthy group;
+  and no alert was ever pending or firing for the healthy group, nor for a group
+  that moved to a new topic while its old one keeps receiving records, nor for an
+  assign()-mode client committing outside group membership (tests/test_membership.py);
 * the two queries of Grafana dashboard 7589 return data, and kafka_exporter's
   ``kafka_consumergroup_lag`` equals lagwatch's ``kafka_consumergroup_lag_offsets``.
 
@@ -56,10 +58,20 @@ from lagwatch_client.wire import (
     ensure_reports_topic,
     report_key,
 )
-from tests.conftest import ROOT_DIR, STALL_AFTER, create_topic, exporter_config, unique, wait_for
+from tests.conftest import (
+    ROOT_DIR,
+    STALL_AFTER,
+    commit_offsets,
+    create_topic,
+    exporter_config,
+    unique,
+    wait_for,
+)
 from tests.exporter_proc import ExporterProcess
 from tests.prometheus_proc import PrometheusProcess, PromQLError, finite, promtool
 from tests.scenarios import Scenario, Workload, spawn
+from tests.test_exporter_core import PollingConsumer
+from tests.test_membership import CheckpointingClient, SteadyProducer
 
 RULES = ROOT_DIR / "alerts" / "lagwatch.rules.yml"
 LIVELOCK = "KafkaConsumerGroupLivelocked"
@@ -141,6 +153,7 @@ class Stack:
     sc: dict[str, Scenario]  # healthy, slow, livelocked, spark
     started: float  # when Prometheus started scraping
     instance: str  # the exporter's scrape target `instance` label
+    models: dict[str, str]  # membership models (docs/statuses.md): role -> group id
 
 
 def fast_livelock_rules() -> dict[str, Any]:
@@ -217,6 +230,7 @@ def stack(kafka: KafkaCluster) -> Iterator[Stack]:
         spark = SparkDriver(kafka, sc["spark"].group, sc["spark"].topic)
         cleanup.callback(_stop_thread, spark, spark.stop_flag)
         spark.start()
+        models = _membership_models(kafka, cleanup)
 
         def scraped() -> str | None:
             t = [t for t in prom.targets() if t["labels"].get("job") == "lagwatch"]
@@ -233,7 +247,29 @@ def stack(kafka: KafkaCluster) -> Iterator[Stack]:
             f'kafka_consumergroup_info{{group="{sc["spark"].group}", type="spark"}}'), 30,
             "Prometheus to see the Spark query")
         assert spark.error is None, spark.error
-        yield Stack(prom, exp, sc, started, instance)
+        yield Stack(prom, exp, sc, started, instance, models)
+
+
+def _membership_models(kafka: KafkaCluster, cleanup: contextlib.ExitStack) -> dict[str, str]:
+    """A healthy group that moved to a new topic while its old one keeps receiving records,
+    and an assign()-mode client committing every 3 s (Flink's Kafka source), both steadily
+    fed: healthy, so no alert may ever be pending for them."""
+    old, new, moved = unique("e2e-orders-v1"), unique("e2e-orders-v2"), unique("e2e-moved")
+    src, job = unique("e2e-flink-src"), unique("e2e-flink-job")
+    for t in (old, new, src):
+        create_topic(kafka, t, partitions=1)
+    commit_offsets(kafka.bootstrap_servers, moved, old, {0: 0})
+    for topic in (old, src):
+        producer = SteadyProducer(kafka.bootstrap_servers, topic)
+        cleanup.callback(producer.stop)
+        producer.start()
+    member = PollingConsumer(kafka.bootstrap_servers, moved, new, {0: 0})
+    cleanup.callback(member.stop)
+    member.start()
+    client = CheckpointingClient(kafka.bootstrap_servers, job, src, every=3)
+    cleanup.callback(client.stop)
+    client.start()
+    return {"moved": moved, "outside": job}
 
 
 # -- (2) alerts ------------------------------------------------------------------------------
@@ -264,9 +300,14 @@ def test_livelock_alert_fires_and_healthy_group_raises_nothing(stack: Stack) -> 
     assert _alerts_for(prom, sc["healthy"].group) == []
     # ALERTS keeps a sample for every evaluation an alert was pending or firing.
     now = time.time()
-    for name in ("healthy", "spark"):
-        hist = prom.query_range(f'ALERTS{{group="{sc[name].group}"}}', stack.started, now)
+    groups = {**{name: sc[name].group for name in ("healthy", "spark")}, **stack.models}
+    for name, group in groups.items():
+        hist = prom.query_range(f'ALERTS{{group="{group}"}}', stack.started, now)
         assert hist == [], f"{name} group raised alerts: {[h['metric'] for h in hist]}"
+    # ...while the group that moved still holds its old topic's offset, with lag
+    moved_lag = prom.query(f'kafka_consumergroup_lag_offsets{{group="{stack.models["moved"]}"}} > 0')
+    left = prom.query(f'kafka_consumergroup_topic_unsubscribed{{group="{stack.models["moved"]}"}}')
+    assert moved_lag and [r["metric"]["topic"] for r in left] == [moved_lag[0]["metric"]["topic"]], left
     slow_ll = prom.query_range(f'ALERTS{{alertname="{LIVELOCK}", group="{sc["slow"].group}"}}',
                                stack.started, now)
     assert slow_ll == [], "a lagging (but consuming) group must not be called livelocked"

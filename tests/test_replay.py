@@ -89,6 +89,16 @@ STORIES = [
     *(Story("jvm-interceptor", role, ("ok", "livelocked"))
       for role in ("clients-4.2.1", "clients-4.2.1-kip848", "clients-3.9.2", "streams")),
     Story("jvm-interceptor", "healthy", ("ok",), "READY"),
+    Story("jvm-first-batch", "first-batch", ("ok", "livelocked")),
+    # tests/test_membership.py: each group judged by its evidence, whatever its model
+    Story("membership", "moved-classic", ("ok",)),
+    Story("membership", "moved-consumer", ("ok",)),
+    Story("membership", "outside", ("ok",), until="KILLED"),
+    Story("membership", "outside", ("ok", "stopped")),
+    Story("membership", "outside-slow", ("ok",)),
+    Story("membership", "never-committed", ("ok", "stalled")),
+    Story("membership", "slow-commits", ("ok", "stalled"), "LEARNT"),
+    Story("membership", "never-committed-instrumented", ("ok", "livelocked")),
     *(s for v in SPARK for s in (
         Story("spark", f"healthy-pyspark-{v}", ("ok",)),
         Story("spark", f"idle-pyspark-{v}", ("ok",)),
@@ -126,6 +136,21 @@ DETECTIONS = [
       for role in ("clients-4.2.1", "clients-4.2.1-kip848", "clients-3.9.2")),
     Detection("jvm-interceptor", "streams", "Kafka Streams thread wedged, interceptor loaded", "BLOCKED",
               "livelocked", "livelock_after", 2, "the first cycle past the threshold"),
+    Detection("jvm-first-batch", "first-batch", "JVM consumer wedged on its first record, never "
+              "committed, interceptor loaded", "BLOCKED", "livelocked", "livelock_after", 2,
+              "the first cycle past the threshold"),
+    Detection("membership", "never-committed", "consumer wedged before its first commit (owned, "
+              "never committed)", "RECORDS", "stalled", "stall_after", 2,
+              "the first records' sample, then the first cycle past the threshold"),
+    Detection("membership", "never-committed-instrumented", "instrumented Python consumer wedged on "
+              "its first record, never committed", "BLOCKED", "livelocked", "livelock_after", 3,
+              "its report interval (1 s), then the first cycle past the threshold"),
+    Detection("membership", "slow-commits", "group member committing every 12 s (stall_after 8 s), "
+              "commits stopped", "HALTED", "stalled", 13.0, 2,
+              "past its learnt cadence + one interval (13 s), the first cycle past it"),
+    Detection("membership", "outside", "assign()-mode client committing every 3 s, killed",
+              "KILLED", "stopped", "stall_after", 2,
+              "the first cycle past its allowance (stall_after: its cadence is shorter)"),
     *(d for v in SPARK for d in (
         Detection("spark", f"hung-pyspark-{v}", f"Spark {v} query, batch hung", "HUNG", "livelocked",
                   "livelock_after", 3, "the trigger that starts the batch, then the first cycle past "

@@ -16,7 +16,9 @@ import org.apache.kafka.common.serialization.ByteArrayDeserializer;
  *       topic=T [after=N] [count=N] [linger=S] [prop.interceptor.classes=...] [prop.K=V ...]
  *
  * Modes: healthy (consume, commit every batch), blocked (after `after` records the handler
- * wedges while the consumer's heartbeat thread keeps it in the group), drain (consume `count`
+ * wedges while the consumer's heartbeat thread keeps it in the group; it commits what it read
+ * first unless `precommit=false`: a consumer wedged on its very first batch commits nothing),
+ * drain (consume `count`
  * records as fast as possible, then keep polling for `linger` seconds).
  * Prints READY once assigned, BLOCKED epoch position, STAT epoch records errors sent every
  * half second, DRAINED seconds records cpu-seconds (measured from `warmup` seconds after the
@@ -63,6 +65,7 @@ public final class LagConsumer {
         long count = Long.parseLong(a.getOrDefault("count", "0"));
         double linger = Double.parseDouble(a.getOrDefault("linger", "0"));
         double warmup = Double.parseDouble(a.getOrDefault("warmup", "0"));
+        boolean precommit = Boolean.parseBoolean(a.getOrDefault("precommit", "true"));
         p.putIfAbsent("bootstrap.servers", a.get("bootstrap"));
         p.putIfAbsent("group.id", a.get("group"));
         p.putIfAbsent("auto.offset.reset", "earliest");
@@ -94,7 +97,9 @@ public final class LagConsumer {
             for (ConsumerRecord<byte[], byte[]> r : batch) {
                 records++;
                 if (mode.equals("blocked") && records >= after) {
-                    c.commitSync();
+                    if (precommit) {
+                        c.commitSync();
+                    }
                     TopicPartition tp = new TopicPartition(r.topic(), r.partition());
                     say("BLOCKED " + now() + " " + c.position(tp));
                     while (true) {

@@ -1,17 +1,22 @@
 """Snapshot + reports + memory of earlier cycles -> statuses, lag seconds, reasons.
 
 Per partition, each cycle: lag in offsets and seconds against the *current* HW,
-then :func:`exporter.evaluate.memory.observe` (pure), :func:`exporter.evaluate.rules.classify`
-(the status rules, one predicate each, see ``exporter/evaluate/rules.py``) and
-:func:`exporter.evaluate.memory.remember` (the only place memory changes). A group's
-status is its worst partition's.
-"""
+then :func:`exporter.evaluate.memory.observe` (pure, one step per concern),
+:func:`exporter.evaluate.rules.classify` (the status rules, one predicate each, see
+``exporter/evaluate/rules.py``) and :func:`exporter.evaluate.memory.remember` (the
+partition's next memory, which replaces the old one). A group's status is its worst
+partition's. What differs between group types is named in one place each: who owns a
+committed partition (:func:`_member_owns`, :func:`_spark_owns`), share groups' progress
+(:func:`_share_progress`, :func:`_share_dates`), partitions owned and never committed
+(member groups only, :meth:`Evaluator._uncommitted`), the group's status
+(:func:`_group_status`)."""
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 
-from exporter.config import Thresholds
+from exporter.config import Config, GroupThresholds, Thresholds, default_of, thresholds_for
 from exporter.contracts.snapshot import TP, GroupSample, Member, PartitionOffsets, Snapshot
 from exporter.contracts.status import Status
 from exporter.contracts.view import (
@@ -22,10 +27,14 @@ from exporter.contracts.view import (
     PartitionView,
     SparkInfo,
 )
+from exporter.evaluate.cadence import Gaps, learn_commit_gaps, member_allowance, new_gaps
+from exporter.evaluate.constants import REPORT_STALE_INTERVALS, UNREADABLE_GRACE_CYCLES
 from exporter.evaluate.lag import HwHistory, lag_seconds
 from exporter.evaluate.memory import (
     GroupMemory,
     PartitionMemory,
+    Sample,
+    Tuning,
     forget_uncommitted,
     joins_since,
     observe,
@@ -42,8 +51,6 @@ from exporter.reports.decode import ConsumerReport, SparkReport
 from exporter.reports.match import match_reports
 
 MAX_REASONS = 5
-# Cycles a group may be unreadable before its status turns `error`.
-UNREADABLE_GRACE_CYCLES = 4
 # States in which a coordinator-driven group moves partitions between members.
 IN_FLIGHT_STATES = frozenset({"assigning", "reconciling", "unknown"})
 
@@ -54,13 +61,42 @@ def _member_label(m: Member | None) -> str:
     return f"{m.client_id or '?'}@{m.host or '?'} ({m.member_id})"
 
 
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class _GroupCycle:
+    """One group in one cycle: what each of its partitions is judged with."""
+
+    g: GroupSample
+    st: GroupMemory
+    partitions: dict[TP, PartitionOffsets]
+    spark: SparkReport | None  # the query's last report (Spark queries only)
+    exact_ts: dict[tuple[str, int, int], float]
+    now: float
+    owner_of: dict[TP, Member]  # current assignments
+    incoming: frozenset[TP]  # target assignments (KIP-848, streams)
+    assignment_known: bool  # :func:`_assignment_known`
+    report_of: dict[TP, ConsumerReport]  # the latest open report naming the partition
+    report_by_member: dict[str, ConsumerReport]  # the open report matching each member
+    progress: dict[TP, tuple[int, int]]  # (where the lag starts, what the memory follows)
+    share_dates: dict[TP, tuple[float | None, float | None]]  # share groups: :func:`_share_dates`
+    membership: str  # members, outside or none (:meth:`Evaluator._membership`)
+    allowance: float  # stall allowance of a client outside group membership
+    left: frozenset[str]  # topics no member subscribes to any more
+
+
 class Evaluator:
     """Keeps per-partition memory for one cluster; call :meth:`evaluate` once per cycle."""
 
     def __init__(self, cluster: str, thresholds: Thresholds, interval: float,
-                 history_points: int = 120, max_group_partitions: int = 500_000) -> None:
+                 history_points: int = default_of(Config, "history_points"),
+                 max_group_partitions: int = default_of(Config, "max_group_partitions"),
+                 group_thresholds: Sequence[GroupThresholds] = ()) -> None:
         self.cluster = cluster
-        self.th = thresholds
+        # ``th``: the thresholds of the group being judged (the cluster's, or the first
+        # group override matching it), set per group in :meth:`evaluate`.
+        self.th = self.cluster_th = thresholds
+        self.group_thresholds = tuple(group_thresholds)
+        self._th_of: dict[str, Thresholds] = {}
+        self.commit_gaps: dict[str, Gaps] = {}  # groups with members: exporter/evaluate/cadence.py
         self.interval = interval
         self.history_points = history_points
         self.max_group_partitions = max_group_partitions
@@ -96,16 +132,20 @@ class Evaluator:
             # A consumer group of that name with members wins; an empty one is normally the
             # listener's own commit_offsets_to_group mirror of this query.
             if gid not in samples or not samples[gid].members:
-                samples[gid] = _spark_sample(rep, now, self.th)
+                samples[gid] = _spark_sample(rep, now, self._thresholds_of(gid))
         views: dict[str, GroupView] = {}
         for gid, g in samples.items():
+            self.th = self._thresholds_of(gid)
             state = self.groups.setdefault(gid, GroupMemory())
             views[gid] = self._group(g, state, snap.partitions, consumer_reports.get(gid, []),
                                      spark_reports.get(gid) if g.type == "spark" else None,
                                      exact_ts or {}, now)
+        self.th = self.cluster_th
         for gid in list(self.groups):
             if gid not in samples:
                 del self.groups[gid]  # deleted group: its series vanish this cycle
+                self._th_of.pop(gid, None)
+                self.commit_gaps.pop(gid, None)
         views = self.progress.annotate(views, samples, snap.partitions, now)
         views, dropped = self._cap(views)
         view = ClusterView(cluster=self.cluster, up=True, sampled_at=snap.taken_at,
@@ -114,6 +154,12 @@ class Evaluator:
                            brokers=snap.brokers, dropped_group_partitions=dropped)
         self.last_good = view
         return view
+
+    def _thresholds_of(self, gid: str) -> Thresholds:
+        th = self._th_of.get(gid)
+        if th is None:
+            th = self._th_of[gid] = thresholds_for(self.cluster_th, self.group_thresholds, gid)
+        return th
 
     def _update_history(self, snap: Snapshot, now: float) -> None:
         for tp, po in snap.partitions.items():
@@ -166,62 +212,49 @@ class Evaluator:
     def _group(self, g: GroupSample, st: GroupMemory, partitions: dict[TP, PartitionOffsets],
                reports: list[ConsumerReport], spark: SparkReport | None,
                exact_ts: dict[tuple[str, int, int], float], now: float) -> GroupView:
+        """One readable group: its committed partitions, then (member groups) those owned
+        and never committed, then the group's status, reasons and members."""
         if g.error is not None:
             return self._unreadable(g, st, now)
         st.unreadable_since = None
         was_empty = st.seen_once and not st.members
         remember_members(st, {m.member_id for m in g.members}, now, self.th.window, g.epoch)
-        owner_of: dict[TP, Member] = {m_tp: m for m in g.members for m_tp in m.assignment}
-        # A partition moving between members of a KIP-848 or streams group is in nobody's
-        # current assignment until its new owner's next heartbeat (5 s by default), but in
-        # its target assignment: owned, not stopped.
-        incoming = {m_tp for m in g.members for m_tp in m.target}
-        assignment_known = _assignment_known(g)
-        report_of, report_by_member = _reports_of(g, reports)
-        progress, share_dates = _progress(g, st, partitions, now)
-        membership, allowance = self._membership(g, st, progress, was_empty, now)
-        left = _unsubscribed_topics(g, assignment_known)
-
-        parts: list[PartitionView] = []
-        for tp in sorted(g.committed):
-            owner = owner_of.get(tp)
-            rep = report_of.get(tp)
-            if owner is not None and owner.member_id in report_by_member:
-                rep = report_by_member[owner.member_id]
-            if g.type == "spark":
-                owned = spark is not None and not spark.terminated and bool(g.members)
-            else:
-                owned = owner is not None or tp in incoming or (bool(g.members) and not assignment_known)
-            parts.append(self._partition(g, tp, st, partitions.get(tp), progress[tp], owner, owned,
-                                         rep, spark, exact_ts, now, allowance, tp[0] in left))
-            if tp in share_dates:
-                _remember_share(st.parts[tp], *share_dates[tp])
+        c = self._cycle_of(g, st, partitions, reports, spark, exact_ts, was_empty, now)
+        parts = [self._partition(c, tp) for tp in sorted(g.committed)]
         for tp in [tp for tp in st.parts if tp not in g.committed]:
             del st.parts[tp]
-        fresh = self._uncommitted(g, st, owner_of, assignment_known, partitions, report_of,
-                                  report_by_member, exact_ts, now)
+        fresh = self._uncommitted(c)
         if fresh:
             parts = sorted((*parts, *fresh), key=lambda p: (p.topic, p.partition))
-
-        worst = max((p.status for p in parts), key=SEVERITY.__getitem__, default=Status.OK)
-        if g.type == "spark" and spark is not None and spark.terminated:
-            worst = Status.STOPPED
-        if membership == "outside" and worst == Status.STOPPED:
-            membership = "none"  # the client outside group membership is gone
-        reasons = _group_reasons(g, st, parts, spark, membership, now)
-        members = tuple(
-            MemberView(member_id=m.member_id, client_id=m.client_id, host=m.host,
-                       partitions=len(m.assignment),
-                       last_poll_age=report_by_member[m.member_id].poll_age(now)
-                       if m.member_id in report_by_member else None,
-                       epoch=m.epoch, process_id=m.process_id)
-            for m in g.members)
+        worst, membership = _group_status(g, parts, spark, c.membership)
         view = GroupView(group=g.group_id, type=g.type, state=g.state, status=worst,
-                         reasons=tuple(reasons), members=members, partitions=tuple(parts),
+                         reasons=tuple(_group_reasons(g, st, parts, spark, membership, now)),
+                         members=_member_views(g, c.report_by_member, now), partitions=tuple(parts),
                          spark=_spark_info(spark, now) if spark else None, epoch=g.epoch,
                          membership=membership)
         st.last_view = view
         return view
+
+    def _cycle_of(self, g: GroupSample, st: GroupMemory, partitions: dict[TP, PartitionOffsets],
+                  reports: list[ConsumerReport], spark: SparkReport | None,
+                  exact_ts: dict[tuple[str, int, int], float], was_empty: bool,
+                  now: float) -> _GroupCycle:
+        """What every partition of the group is judged with this cycle, computed once."""
+        assignment_known = _assignment_known(g)
+        report_of, report_by_member = _reports_of(g, reports)
+        progress, share_dates = _progress(g, st, partitions, now)
+        membership, allowance = self._membership(g, st, progress, was_empty, now)
+        return _GroupCycle(
+            g=g, st=st, partitions=partitions, spark=spark, exact_ts=exact_ts, now=now,
+            owner_of={m_tp: m for m in g.members for m_tp in m.assignment},
+            # A partition moving between members of a KIP-848 or streams group is in nobody's
+            # current assignment until its new owner's next heartbeat (5 s by default), but in
+            # its target assignment: owned, not stopped.
+            incoming=frozenset(m_tp for m in g.members for m_tp in m.target),
+            assignment_known=assignment_known, report_of=report_of,
+            report_by_member=report_by_member, progress=progress, share_dates=share_dates,
+            membership=membership, allowance=allowance,
+            left=_unsubscribed_topics(g, assignment_known))
 
     def _unreadable(self, g: GroupSample, st: GroupMemory, now: float) -> GroupView:
         """A group that could not be read this cycle."""
@@ -249,83 +282,105 @@ class Evaluator:
         waited past the allowance, ``stopped``) or ``none``."""
         if g.members or g.type in ("spark", "share"):
             remember_outside(st, False, False, was_empty, False, now)
-            return ("members" if g.members else "none"), 0.0
-        moved = any((mem := st.parts.get(tp)) is not None and prog > mem.committed
-                    for tp, (_consumed, prog) in progress.items())
+            if not g.members:
+                return "none", 0.0
+            return "members", self._member_allowance(g, st, now)
         prev = st.last_view
+        # An empty group that appeared while lagwatch was watching was created by a commit
+        # from outside group membership (a new assign()-mode job's first checkpoint): its
+        # first sample is evidence too, not only the second commit. Not after a cycle with
+        # sampling errors: the group may have been there, unlisted.
+        last = self.last_good
+        created = prev is None and last is not None and not last.last_error
+        moved = created or any((mem := st.parts.get(tp)) is not None and prog > mem.committed
+                               for tp, (_consumed, prog) in progress.items())
         healthy = prev is None or prev.status in (Status.OK, Status.LAGGING)
-        remember_outside(st, moved, True, was_empty, healthy, now)
+        remember_outside(st, moved, True, was_empty or created, healthy, now)
         if st.outside_at is None:
             return "none", 0.0
         return "outside", outside_allowance(st, self.th.stall_after, self.interval)
 
-    def _uncommitted(self, g: GroupSample, st: GroupMemory, owner_of: dict[TP, Member],
-                     assignment_known: bool, partitions: dict[TP, PartitionOffsets],
-                     report_of: dict[TP, ConsumerReport], report_by_member: dict[str, ConsumerReport],
-                     exact_ts: dict[tuple[str, int, int], float], now: float) -> list[PartitionView]:
+    def _member_allowance(self, g: GroupSample, st: GroupMemory, now: float) -> float:
+        """The stall allowance of a group with members, from the commit cadence it has
+        shown (exporter/evaluate/cadence.py). Not for share groups, whose progress is
+        acknowledgements, nor Spark queries, which are never `stalled`."""
+        if g.type not in ("classic", "consumer", "streams"):
+            return 0.0
+        gaps = self.commit_gaps.setdefault(g.group_id, new_gaps())
+        learn_commit_gaps(gaps, st.last_view, g.committed, self.hw_history, now, self.interval,
+                          self.th.stall_after)
+        return member_allowance(gaps, self.th.stall_after, self.interval)
+
+    def _uncommitted(self, c: _GroupCycle) -> list[PartitionView]:
         """Partitions a member owns without any committed offset, judged all the same: lag
         from the member's reported position when instrumented (else unknown), its last
         poll, and how long it has owned the partition without committing while records
-        arrived. Not while an assignment is in progress: it is judged once it settles."""
-        if g.type not in ("classic", "consumer", "streams") or not assignment_known:
+        arrived. Only in member groups (classic, consumer, streams), and not while an
+        assignment is in progress: it is judged once it settles."""
+        g, st = c.g, c.st
+        if g.type not in ("classic", "consumer", "streams") or not c.assignment_known:
             forget_uncommitted(st, set())
             return []
-        tps = sorted(tp for tp in owner_of if tp not in g.committed)
+        tps = sorted(tp for tp in c.owner_of if tp not in g.committed)
         forget_uncommitted(st, set(tps))
-        out = []
-        for tp in tps:
-            owner = owner_of[tp]
-            rep = report_by_member.get(owner.member_id, report_of.get(tp))
-            po = partitions.get(tp)
-            hw = po.hw if po else None
-            position = rep.positions.get(tp) if rep else None
-            lag_off = None if hw is None or position is None else max(0, hw - position)
-            lag_s = (self._lag_seconds(tp, position, hw, lag_off, exact_ts, now)
-                     if lag_off is not None and position is not None and hw is not None else None)
-            owned_s, new_data_s = remember_uncommitted(st, tp, owner.member_id, hw, now)
-            facts = PartitionFacts(
-                topic=tp[0], partition=tp[1], committed=None, hw=hw, lag_offsets=lag_off,
-                lag_seconds=lag_s, stalled_seconds=owned_s, frozen_seconds=owned_s,
-                new_data_seconds=new_data_s, lagging=False, rewinding=False, owned=True,
-                unowned_confirmed=False, owner=_member_label(owner), group_state=g.state,
-                rejoins=joins_since(st, now - owned_s), never_committed=True,
-                **_report_facts(rep, now, self.th))
-            status, rule = classify(facts, self.th)
-            out.append(PartitionView(topic=tp[0], partition=tp[1], committed=None, position=position,
-                                     lag_offsets=lag_off, lag_seconds=lag_s,
-                                     stalled_seconds=owned_s if new_data_s is not None else 0.0,
-                                     status=status, reason=reason(rule, facts, self.th),
-                                     owner=facts.owner))
-        return out
+        return [self._owned_uncommitted(c, tp) for tp in tps]
 
-    def _partition(self, g: GroupSample, tp: TP, st: GroupMemory, po: PartitionOffsets | None,
-                   consumed_progress: tuple[int, int], owner: Member | None, owned: bool,
-                   rep: ConsumerReport | None, spark: SparkReport | None,
-                   exact_ts: dict[tuple[str, int, int], float], now: float,
-                   allowance: float = 0.0, unsubscribed: bool = False) -> PartitionView:
-        committed = g.committed[tp]
+    def _owned_uncommitted(self, c: _GroupCycle, tp: TP) -> PartitionView:
+        """One partition owned and never committed (:meth:`_uncommitted`)."""
+        owner, now = c.owner_of[tp], c.now
+        rep = c.report_by_member.get(owner.member_id, c.report_of.get(tp))
+        po = c.partitions.get(tp)
         hw = po.hw if po else None
+        position = rep.positions.get(tp) if rep else None
+        lag_off = None if hw is None or position is None else max(0, hw - position)
+        lag_s = (self._lag_seconds(tp, position, hw, lag_off, c.exact_ts, now)
+                 if lag_off is not None and position is not None and hw is not None else None)
+        owned_s, new_data_s = remember_uncommitted(c.st, tp, owner.member_id, hw, now)
+        facts = PartitionFacts(
+            topic=tp[0], partition=tp[1], committed=None, hw=hw, lag_offsets=lag_off,
+            lag_seconds=lag_s, stalled_seconds=owned_s, frozen_seconds=owned_s,
+            new_data_seconds=new_data_s, lagging=False, rewinding=False, owned=True,
+            unowned_confirmed=False, owner=_member_label(owner), group_state=c.g.state,
+            rejoins=joins_since(c.st, now - owned_s), never_committed=True,
+            **_report_facts(rep, now, self.th))
+        status, rule = classify(facts, self.th)
+        return PartitionView(topic=tp[0], partition=tp[1], committed=None, position=position,
+                             lag_offsets=lag_off, lag_seconds=lag_s,
+                             stalled_seconds=owned_s if new_data_s is not None else 0.0,
+                             status=status, reason=reason(rule, facts, self.th), owner=facts.owner)
+
+    def _partition(self, c: _GroupCycle, tp: TP) -> PartitionView:
+        """One committed partition: observe, classify, remember."""
+        g, st, now, spark = c.g, c.st, c.now, c.spark
+        committed = g.committed[tp]
+        po = c.partitions.get(tp)
+        hw = po.hw if po else None
+        owner = c.owner_of.get(tp)
+        rep = _report_for(c, tp, owner)
+        consumed, progress = c.progress[tp]
         mem = st.parts.get(tp)
-        consumed, progress = consumed_progress
         if mem is None:
-            mem = st.parts[tp] = PartitionMemory(progress, now)
+            mem = PartitionMemory.first(progress, now)
         lag_off = None if hw is None else max(0, hw - consumed)
-        lag_s = None if lag_off is None else self._lag_seconds(tp, consumed, hw, lag_off, exact_ts, now)
-        obs = observe(mem, progress, hw, lag_off, lag_s, owned, now, self.interval, self.th.lag_seconds,
-                      self.th.stall_after, st.queue_progress_at if g.type == "share" else None,
-                      owner.member_id if owner is not None else None)
+        lag_s = None if lag_off is None else self._lag_seconds(tp, consumed, hw, lag_off, c.exact_ts, now)
+        owned = _spark_owns(g, spark) if g.type == "spark" else _member_owns(c, tp)
+        sample = Sample(progress, hw, lag_off, lag_s, owned, now,
+                        owner.member_id if owner is not None else None,
+                        st.queue_progress_at if g.type == "share" else None)
+        obs = observe(mem, sample, Tuning(self.interval, self.th.lag_seconds, self.th.stall_after))
+        unsubscribed = tp[0] in c.left
         facts = PartitionFacts(
             topic=tp[0], partition=tp[1], committed=committed, hw=hw, lag_offsets=lag_off,
             lag_seconds=lag_s, stalled_seconds=obs.stalled_seconds,
             frozen_seconds=obs.frozen_seconds, new_data_seconds=obs.new_data_seconds,
             lagging=obs.lagging, rewinding=obs.rewinding, rewind_pending=obs.rewind_pending,
             owned=owned, unowned_confirmed=obs.unowned_confirmed, owner=_member_label(owner),
-            group_state=g.state, rejoins=joins_since(st, obs.next_changed_at),
-            outside=st.outside_at is not None, stall_allowance=allowance, unsubscribed=unsubscribed,
+            group_state=g.state, rejoins=joins_since(st, obs.after.changed_at),
+            outside=st.outside_at is not None, stall_allowance=c.allowance, unsubscribed=unsubscribed,
             **_report_facts(rep, now, self.th),
             **_spark_facts(spark, now))
         status, rule = classify(facts, self.th)
-        remember(mem, progress, obs, status)
+        st.parts[tp] = remember(obs, status, c.share_dates.get(tp))
         position = rep.positions.get(tp) if rep and spark is None else None
         return PartitionView(topic=tp[0], partition=tp[1], committed=committed, position=position,
                              lag_offsets=lag_off, lag_seconds=lag_s,
@@ -346,6 +401,52 @@ class Evaluator:
         self._lag_memo[key] = lag_s
         return lag_s
 
+
+
+# -- per group type: who owns a committed partition, what the group's status is ----------
+
+def _member_owns(c: _GroupCycle, tp: TP) -> bool:
+    """Consumer, classic, streams and share groups: a member owns the partition, or will at
+    its next heartbeat (target assignment), or the assignment is unknown while members are
+    there (a classic group rebalancing publishes none)."""
+    return tp in c.owner_of or tp in c.incoming or (bool(c.g.members) and not c.assignment_known)
+
+
+def _spark_owns(g: GroupSample, spark: SparkReport | None) -> bool:
+    """Spark queries: a live driver (its heartbeats are fresh) of a query not terminated owns
+    every partition the query reads (:func:`_spark_sample`)."""
+    return spark is not None and not spark.terminated and bool(g.members)
+
+
+def _report_for(c: _GroupCycle, tp: TP, owner: Member | None) -> ConsumerReport | None:
+    """The report that speaks for a partition: its owner's, else the latest naming it."""
+    if owner is not None and owner.member_id in c.report_by_member:
+        return c.report_by_member[owner.member_id]
+    return c.report_of.get(tp)
+
+
+def _group_status(g: GroupSample, parts: list[PartitionView], spark: SparkReport | None,
+                  membership: str) -> tuple[Status, str]:
+    """(the group's status: its worst partition's, a terminated Spark query's ``stopped``
+    even with nothing left to read; the membership model, ``none`` once the client outside
+    group membership is gone)."""
+    worst = max((p.status for p in parts), key=SEVERITY.__getitem__, default=Status.OK)
+    if g.type == "spark" and spark is not None and spark.terminated:
+        worst = Status.STOPPED
+    if membership == "outside" and worst == Status.STOPPED:
+        membership = "none"  # the client outside group membership is gone
+    return worst, membership
+
+
+def _member_views(g: GroupSample, report_by_member: dict[str, ConsumerReport],
+                  now: float) -> tuple[MemberView, ...]:
+    return tuple(
+        MemberView(member_id=m.member_id, client_id=m.client_id, host=m.host,
+                   partitions=len(m.assignment),
+                   last_poll_age=report_by_member[m.member_id].poll_age(now)
+                   if m.member_id in report_by_member else None,
+                   epoch=m.epoch, process_id=m.process_id)
+        for m in g.members)
 
 def _reports_of(g: GroupSample, reports: list[ConsumerReport]
                 ) -> tuple[dict[TP, ConsumerReport], dict[str, ConsumerReport]]:
@@ -456,7 +557,7 @@ def _share_progress(start: int, hw: int | None, reported_lag: int | None,
     consumed = max(start, hw - lag)
     if mem is None:
         return consumed, consumed
-    before = mem.freeze_hw if mem.freeze_hw is not None else hw  # the HW at the last sample
+    before = mem.data.freeze_hw if mem.data.freeze_hw is not None else hw  # the HW at the last sample
     return consumed, consumed if max(start, before - lag) > mem.committed else mem.committed
 
 
@@ -477,19 +578,12 @@ def _share_dates(mem: PartitionMemory, consumed: int, progress: int, now: float
     return None, None
 
 
-def _remember_share(mem: PartitionMemory, moved_at: float | None, above_from: float | None) -> None:
-    """After :func:`exporter.evaluate.memory.remember`: the share memory's dating (``_share_dates``)."""
-    if moved_at is not None:
-        mem.changed_at = moved_at
-    mem.above_from = above_from
-
-
 def _report_facts(rep: ConsumerReport | None, now: float, th: Thresholds) -> dict:
     if rep is None:
         return {}
     silent = now - rep.received_at
     return {"has_report": True, "poll_age": rep.poll_age(now), "report_silent_seconds": silent,
-            "report_stale": silent > max(th.report_stale_after, 3 * rep.interval),
+            "report_stale": silent > max(th.report_stale_after, REPORT_STALE_INTERVALS * rep.interval),
             "reporter": f"{rep.client_id}@{rep.host} ({rep.member_id})"}
 
 
@@ -506,7 +600,7 @@ def _spark_facts(spark: SparkReport | None, now: float) -> dict:
 
 def _spark_alive(rep: SparkReport, now: float, th: Thresholds) -> bool:
     return (not rep.terminated and
-            now - rep.received_at <= max(th.report_stale_after, 3 * rep.interval))
+            now - rep.received_at <= max(th.report_stale_after, REPORT_STALE_INTERVALS * rep.interval))
 
 
 def _spark_sample(rep: SparkReport, now: float, th: Thresholds) -> GroupSample:

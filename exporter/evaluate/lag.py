@@ -16,13 +16,15 @@ read the record's own timestamp (``exporter.kafka.timestamps``, in the Kafka wor
 
 from __future__ import annotations
 
+from exporter.config import Config, default_of
+
 
 class HwHistory:
     """Monotonic (time, HW) points of one partition, oldest first."""
 
     __slots__ = ("points", "limit")
 
-    def __init__(self, limit: int = 120) -> None:
+    def __init__(self, limit: int = default_of(Config, "history_points")) -> None:
         self.points: list[tuple[float, int]] = []
         self.limit = limit
 

@@ -1,37 +1,75 @@
 """What the evaluator remembers between cycles, and the one place where it changes.
 
 A cycle runs in three steps per partition: :func:`observe` (pure) derives this
-cycle's values from the memory and the new sample, the rules classify them,
-and :func:`remember` (the only function that mutates a :class:`PartitionMemory`)
-keeps what the next cycle needs. Group-level memory (members seen, join times)
-changes only in :func:`remember_members`.
+cycle's evidence from the memory and the new :class:`Sample`, the rules classify it,
+and :func:`remember` returns the partition's next memory, a new frozen
+:class:`PartitionMemory` that replaces the old one whole. :func:`observe` is the
+composition of one pure step per concern, each with its own table test in
+``tests/test_memory_steps.py``:
+
+=====================  ===========================  ====================================
+concern                step                         rules that read it
+=====================  ===========================  ====================================
+new-data evidence      :func:`new_data`             ``stalled``, ``rejoin_loop``
+late-commit floor      :func:`late_commit_floor`,   ``rewind`` (and ``unowned``, which
+                       :func:`late_commit`,         yields to a rewind)
+                       :func:`rewind_evidence`
+stall clock            :func:`stall_clock`          ``stalled``, ``reports_stopped``,
+                                                    ``rejoin_loop``, ``unowned``
+commit-run trend       :func:`commit_trend`         ``lag_growing``
+ownership              :func:`ownership`            ``unowned``
+=====================  ===========================  ====================================
+
+Group-level memory (:class:`GroupMemory`) changes in the ``remember_*`` functions at the
+end of this module (members and joins, partitions owned and never committed, commits from
+outside group membership) and, for a share group's queue-wide progress, in
+``evaluator._progress``.
 """
 
 from __future__ import annotations
 
 import bisect
 import collections
+import dataclasses
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from exporter.contracts.status import Status
 from exporter.contracts.view import GroupView
+from exporter.evaluate.constants import (
+    LATE_COMMIT_WINDOW,
+    MAX_JOINS,
+    OUTSIDE_CADENCE_BOUND,
+    OUTSIDE_GAPS,
+    QUIET_FRACTION,
+    REWIND_HOLD_CYCLES,
+    STOPPED_AFTER_CYCLES,
+    TREND_GROWTH_RATIO,
+    TREND_MIN_COMMITS,
+)
 
-REWIND_HOLD_CYCLES = 5  # a rewind is reported this many cycles so that scrapes see it
-# How late a member's commit can land: a client retries a commit for up to its request
-# timeout, 60 s by default in librdkafka (socket.timeout.ms) and in the Java client
-# (default.api.timeout.ms). A backward move within that is a late commit, not a rewind.
-LATE_COMMIT_WINDOW = 60.0
-STOPPED_AFTER_CYCLES = 2  # a coordinator failover can show a group empty for one cycle
-MAX_JOINS = 64
-# A client outside group membership (assign(): Flink's Kafka source, Spark committing to a
-# group) commits at its own cadence, every checkpoint. Its stall allowance is the widest
-# gap seen between its commits while healthy, plus one cycle, never less than
-# ``stall_after`` and never more than this many times ``stall_after``: a consumer that slows
-# down is still caught, by this bound and by the lag rules. Until a gap is seen the bound
-# applies (one commit says nothing about the next).
-OUTSIDE_CADENCE_BOUND = 4
-OUTSIDE_GAPS = 8  # the last gaps between outside commits that the cadence is learnt from
+
+class Sample(NamedTuple):
+    """One partition in one cycle, as the memory step sees it."""
+
+    committed: int  # what the memory follows: the committed offset (share groups: evaluator._share_progress)
+    hw: int | None  # high watermark now; None when it could not be read
+    lag_off: int | None  # lag in offsets; None with an unknown HW
+    lag_s: float | None  # lag in seconds (oldest unconsumed record's age); None when unknown
+    owned: bool  # a member (or a live Spark driver) owns the partition
+    now: float  # the cycle's clock
+    owner: str | None = None  # member id of the owner, when known
+    # Share groups: when the group last progressed on any partition (GroupMemory.queue_progress_at)
+    queue_progress_at: float | None = None
+
+
+class Tuning(NamedTuple):
+    """The thresholds the memory step needs (seconds)."""
+
+    interval: float  # the sampling interval
+    lag_threshold: float  # thresholds.lag_seconds
+    stall_after: float  # thresholds.stall_after
+
 
 class Run(NamedTuple):
     """A run of commits at each of which lag seconds grew while records arrived. A named
@@ -47,68 +85,192 @@ class Run(NamedTuple):
     hw: int | None  # HW at the last
 
 
+class NewData(NamedTuple):
+    """Evidence that records arrived after the committed offset froze (:func:`new_data`)."""
+
+    freeze_hw: int | None  # the last known HW (the last sample's, with a HW)
+    quiet_at: float  # last sample at which HW was still freeze_hw
+    flow_at: float  # last sample at which records had arrived since the one before
+    tail_from: float | None  # records arrived right after the freeze, since
+    new_data_at: float | None  # records arrived after the freeze, from then on
+    arrived_at: float  # last sample whose HW was above the one before
+
+
+class Floor(NamedTuple):
+    """What a late commit of a member can land on (:func:`late_commit_floor`): the committed
+    offset one to two LATE_COMMIT_WINDOWs ago (``low``), and the one a window ago
+    (``next``) that becomes it at ``at`` + LATE_COMMIT_WINDOW. In the first window anything
+    can (-1): a commit made before lagwatch first saw the partition can still land."""
+
+    low: int
+    next: int
+    at: float
+
+
+class Rewind(NamedTuple):
+    """A backward move of the committed offset (:func:`rewind_evidence`)."""
+
+    until: float  # reported as ``rewind`` until then
+    pending: int | None  # committed before a backward move not yet confirmed
+
+
+class Trend(NamedTuple):
+    """The lag trend judged at commits (:func:`commit_trend`)."""
+
+    run: Run | None  # the current run of commits with growing lag
+    lagging: bool  # the trend said lagging (kept only while the status is ok or lagging)
+
+
+class Ownership(NamedTuple):
+    """Who owns the partition (:func:`ownership`)."""
+
+    owner: str | None  # member id of the last known owner
+    unowned: int  # consecutive cycles nobody owned the partition
+
+
+@dataclass(frozen=True, slots=True)
 class PartitionMemory:
-    """Per partition of a group. Slotted and tuple-based: 100k of these must stay small."""
+    """Per partition of a group, one concern per field. Frozen: :func:`remember` replaces
+    it whole. Slotted and tuple-based: 100k of these must stay small."""
 
-    __slots__ = ("committed", "changed_at", "freeze_hw", "tail_from", "quiet_at", "flow_at", "new_data_at",
-                 "lag_since", "run", "lagging", "rewind_until", "rewind_from", "unowned",
-                 "floor", "owner", "arrived_at", "above_from")
+    committed: int  # as the memory follows it (:class:`Sample`)
+    changed_at: float  # when it last moved
+    data: NewData
+    floor: Floor
+    rewind: Rewind
+    lag_since: float | None  # the stall clock (:func:`stall_clock`)
+    trend: Trend
+    ownership: Ownership
+    # Share groups: the first sample of the current run whose estimate of what was
+    # acknowledged (HW - the broker's lag) stood above ``committed`` (evaluator._share_dates).
+    above_from: float | None = None
 
-    def __init__(self, committed: int, now: float) -> None:
-        self.committed = committed
-        self.changed_at = now
-        self.freeze_hw: int | None = None  # the last known HW (the last sample's, with a HW)
-        self.tail_from: float | None = None  # records arrived right after the freeze, since
-        self.quiet_at = now  # last sample at which HW was still freeze_hw
-        self.flow_at = now  # last sample at which records had arrived since the one before
-        self.new_data_at: float | None = None  # records arrived after the freeze, from then on
-        self.lag_since: float | None = None
-        self.run: Run | None = None  # the current run of commits with growing lag
-        self.lagging = False
-        self.rewind_until = 0.0
-        self.rewind_from: int | None = None  # committed before a backward move not yet confirmed
-        self.unowned = 0  # consecutive cycles nobody owned the partition
-        # (floor, next, at): the committed offset one to two LATE_COMMIT_WINDOWs ago, and the
-        # one a window ago that becomes it at ``at`` + LATE_COMMIT_WINDOW: what a late commit
-        # of a member can land on. In the first window anything can (-1): a commit made
-        # before lagwatch first saw the partition can still land.
-        self.floor: tuple[int, int, float] = (-1, committed, now)
-        self.owner: str | None = None  # member id of the last known owner
-        self.arrived_at = now  # last sample whose HW was above the one before
-        # Share groups: the first sample of the current run whose estimate of what was
-        # acknowledged (HW - the broker's lag) stood above ``committed`` (see evaluator).
-        self.above_from: float | None = None
+    @classmethod
+    def first(cls, committed: int, now: float) -> PartitionMemory:
+        """The memory of a partition seen for the first time."""
+        return cls(committed=committed, changed_at=now,
+                   data=NewData(freeze_hw=None, quiet_at=now, flow_at=now, tail_from=None,
+                                new_data_at=None, arrived_at=now),
+                   floor=Floor(-1, committed, now), rewind=Rewind(0.0, None), lag_since=None,
+                   trend=Trend(None, False), ownership=Ownership(None, 0))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Observation:
-    """This cycle's values for one partition, derived from memory plus the new sample.
+    """This cycle's evidence for one partition, and the memory the next cycle needs
+    (``after``: :func:`remember` keeps it, with the lag trend ended by a severe status)."""
 
-    ``next_*`` fields are what :func:`remember` stores."""
+    rewinding: bool  # :func:`rewind_evidence`: a confirmed rewind is being reported
+    rewind_pending: bool  # :func:`rewind_evidence`: it moved backwards, confirmed or not next cycle
+    stalled_seconds: float  # :func:`stall_clock`
+    frozen_seconds: float  # committed unchanged (whether or not there was lag)
+    new_data_seconds: float | None  # :func:`new_data`: since records first arrived after the freeze
+    unowned_confirmed: bool  # :func:`ownership`: nobody owned it STOPPED_AFTER_CYCLES in a row
+    lagging: bool  # :func:`commit_trend`
+    after: PartitionMemory
 
-    rewinding: bool
-    rewind_pending: bool
-    stalled_seconds: float
-    frozen_seconds: float
-    new_data_seconds: float | None
-    unowned_confirmed: bool
-    lagging: bool
-    next_changed_at: float
-    next_freeze_hw: int | None
-    next_quiet_at: float
-    next_flow_at: float
-    next_tail_from: float | None
-    next_new_data_at: float | None
-    next_lag_since: float | None
-    next_run: Run | None
-    next_lagging: bool
-    next_rewind_until: float
-    next_rewind_from: int | None
-    next_unowned: int
-    next_floor: tuple[int, int, float]  # floor, floor_next, floor_at
-    next_owner: str | None
-    next_arrived_at: float
 
+# -- new-data evidence -------------------------------------------------------------------
+
+def _arrived(before: int | None, hw: int | None, unknown: bool = False) -> bool:
+    """Records arrived since ``before`` (the later HW higher); ``unknown`` when either HW
+    is: a run extends only on proof, a lagging trend is not ended without it."""
+    if before is None or hw is None:
+        return unknown
+    return hw > before
+
+
+def new_data(before: NewData, moved: bool, changed_at: float, hw: int | None, now: float,
+             stall_after: float) -> NewData:
+    """Did records arrive after the committed offset stopped moving (at ``changed_at``)?
+    Without that, a frozen offset with lag may be a tail the consumer read but commits only
+    with the next records.
+
+    Records arriving after the freeze may be the end of a burst the consumer read and will
+    commit with the next records (it commits only when records arrive): they are evidence
+    once they keep arriving for ``stall_after`` (and then date from the first of them, so a
+    consumer stuck in steady traffic is stalled as early as without this allowance), or
+    arrive again after a pause: a burst ended and the next began. A pause shorter than half
+    of ``stall_after`` within records that were already arriving is a producer's hiccup, not
+    the end of a burst: it leaves the evidence dated from the first records (else one quiet
+    second under a steady producer delays ``stalled`` by up to ``stall_after``); a healthy
+    consumer that commits when records arrive is at most that pause plus its commit gap
+    behind when they resume, well within ``stall_after``."""
+    arrived_at = now if _arrived(before.freeze_hw, hw) else before.arrived_at
+    if moved or before.freeze_hw is None:
+        # Records were arriving as the consumer committed: more of them after a short
+        # pause (a clumpy producer) are the same burst's tail, not fresh records.
+        tail_from = now if moved and _arrived(before.freeze_hw, hw) else None
+        return NewData(hw, now, now, tail_from, None, arrived_at)
+    _, quiet_at, flow_at, tail_from, new_data_at, _ = before
+    if new_data_at is None and hw is not None:
+        if hw > before.freeze_hw:
+            paused = quiet_at > changed_at and (
+                tail_from is None or quiet_at - flow_at >= QUIET_FRACTION * stall_after)
+            if paused:  # fresh records after a pause
+                new_data_at = quiet_at
+            elif now - changed_at >= stall_after:  # still flowing: no tail
+                new_data_at = tail_from if tail_from is not None else quiet_at
+            elif tail_from is None:
+                tail_from = quiet_at
+            flow_at = now
+        elif hw == before.freeze_hw:
+            quiet_at = now
+    freeze_hw = before.freeze_hw if hw is None else hw
+    return NewData(freeze_hw, quiet_at, flow_at, tail_from, new_data_at, arrived_at)
+
+
+# -- late-commit floor and rewind --------------------------------------------------------
+
+def late_commit_floor(before: Floor, committed_before: int, now: float) -> Floor:
+    """The floor a window on: every LATE_COMMIT_WINDOW the offset a window ago becomes the
+    floor and the committed offset before this sample the next one."""
+    if now - before.at >= LATE_COMMIT_WINDOW:
+        return Floor(before.next, committed_before, now)
+    return before
+
+
+def late_commit(floor: Floor, committed_before: int, committed: int, owned: bool) -> bool:
+    """A backward move that is a commit retried after a newer one succeeded: a member owns
+    the partition and the offset lands no lower than it stood a LATE_COMMIT_WINDOW or more
+    ago (KIP-848 groups under a slow coordinator acknowledge an older retried commit after a
+    newer one, and no record is delivered again). An offset reset needs an empty group (the
+    tools refuse otherwise) and a consumer seeking back goes further than a minute."""
+    return committed < committed_before and owned and committed >= floor.low
+
+
+def rewind_evidence(before: Rewind, committed_before: int, committed: int, late: bool,
+                    now: float, interval: float) -> Rewind:
+    """A backward move is a rewind once the next sample is still below where it was: when
+    a partition moves between members, a commit of the old owner can land after the new
+    owner's (KIP-848 scale-out) and the next commit jumps past it; an offset reset stays.
+    A confirmed rewind is reported for REWIND_HOLD_CYCLES so that scrapes see it. The
+    ``rewind`` rule reads ``now < until``."""
+    if committed < committed_before and not late:
+        return Rewind(before.until, max(committed_before, before.pending or committed_before))
+    if before.pending is not None and committed < before.pending:
+        return Rewind(now + REWIND_HOLD_CYCLES * interval, None)
+    return Rewind(before.until, None)
+
+
+# -- stall clock -------------------------------------------------------------------------
+
+def stall_clock(lag_since: float | None, lag_off: int | None, lag_s: float | None,
+                changed_at: float, queue_progress_at: float | None,
+                now: float) -> tuple[float | None, float]:
+    """(since when the partition has had lag, seconds stalled): the time since the latest of
+    the committed offset's last move, the lag's start and (share groups) the group's last
+    progress. Lag that appeared since the last sample dates from the arrival of the oldest
+    record not yet consumed (its lag seconds), not from the sample that saw it: a consumer
+    that stops committing just after a sample at which it was caught up is stalled
+    ``stall_after`` after that, not one interval later. No lag: no clock."""
+    if not lag_off:
+        return None, 0.0
+    since = lag_since if lag_since is not None else now - max(lag_s or 0.0, 0.0)
+    return since, now - max(changed_at, since, queue_progress_at or changed_at)
+
+
+# -- commit-run trend --------------------------------------------------------------------
 
 def extend_run(run: Run | None, now: float, committed: int, lag_s: float | None,
                hw: int | None) -> Run:
@@ -122,14 +284,6 @@ def extend_run(run: Run | None, now: float, committed: int, lag_s: float | None,
     return Run(now, lag_s, 1, 0.0, now, committed, lag_s, hw)
 
 
-def _arrived(before: int | None, hw: int | None, unknown: bool = False) -> bool:
-    """Records arrived since ``before`` (the later HW higher); ``unknown`` when either HW
-    is: a run extends only on proof, a lagging trend is not ended without it."""
-    if before is None or hw is None:
-        return unknown
-    return hw > before
-
-
 def lag_trend(was_lagging: bool, run: Run, prev: Run | None, lag_s: float,
               lag_threshold: float, interval: float, quiet: bool = False) -> bool:
     """Lagging when lag seconds exceed the threshold, or when lag seconds grew at each of
@@ -138,7 +292,7 @@ def lag_trend(was_lagging: bool, run: Run, prev: Run | None, lag_s: float,
     a quarter of the time elapsed or more *and* by more than the noise of a consumer
     keeping up: lag seconds read at commits wander by up to one commit gap plus one
     sampling interval (the interpolation's resolution), so growth within that is no
-    evidence. A partition that changed owner starts a new run (see :func:`observe`).
+    evidence. A partition that changed owner starts a new run (see :func:`commit_trend`).
 
     Once lagging it stays so until, from one commit to the next, the lag shrinks in
     seconds *and* in offsets (catching up shrinks both), until no record has arrived for
@@ -155,10 +309,10 @@ def lag_trend(was_lagging: bool, run: Run, prev: Run | None, lag_s: float,
             return False
         return prev is None or prev.lag_s is None or not (
             lag_s < prev.lag_s and _behind(run) < _behind(prev))
-    if run.n < 3 or run.l0 is None or run.lag_s is None:
+    if run.n < TREND_MIN_COMMITS or run.l0 is None or run.lag_s is None:
         return False
     growth = run.lag_s - run.l0
-    return growth >= 0.25 * (run.t_last - run.t0) and growth > run.gap + interval
+    return growth >= TREND_GROWTH_RATIO * (run.t_last - run.t0) and growth > run.gap + interval
 
 
 def _behind(run: Run) -> float:
@@ -167,138 +321,83 @@ def _behind(run: Run) -> float:
     return float("inf") if run.hw is None else run.hw - run.committed
 
 
-def observe(mem: PartitionMemory, committed: int, hw: int | None, lag_off: int | None,
-            lag_s: float | None, owned: bool, now: float, interval: float,
-            lag_threshold: float, stall_after: float,
-            queue_progress_at: float | None = None, owner: str | None = None) -> Observation:
-    """Pure: this cycle's derived values and the memory the next cycle will need.
-    ``queue_progress_at`` (share groups): when the group last progressed on any partition,
-    which restarts this partition's stall clock too (see ``GroupMemory.queue_progress_at``).
-    ``owner``: the member id owning the partition, when known."""
-    rewound = committed < mem.committed
-    moved = committed != mem.committed
-    changed_at = now if moved else mem.changed_at
-    # Did records arrive after the committed offset stopped moving? Without that, a frozen
-    # offset with lag may be a tail the consumer read but commits only with the next records.
-    # Records arriving after the freeze may be the end of a burst the consumer read and
-    # will commit with the next records (it commits only when records arrive): they are
-    # evidence once they keep arriving for ``stall_after`` (and then date from the first of
-    # them, so a consumer stuck in steady traffic is stalled as early as without this
-    # allowance), or arrive again after a pause: a burst ended and the next began. A pause
-    # shorter than half of ``stall_after`` within records that were already arriving is a
-    # producer's hiccup, not the end of a burst: it leaves the evidence dated from the first
-    # records (else one quiet second under a steady producer delays ``stalled`` by up to
-    # ``stall_after``); a healthy consumer that commits when records arrive is at most that
-    # pause plus its commit gap behind when they resume, well within ``stall_after``.
-    if moved or mem.freeze_hw is None:
-        freeze_hw, quiet_at, flow_at, tail_from, new_data_at = hw, now, now, None, None
-        if moved and _arrived(mem.freeze_hw, hw):
-            # Records were arriving as the consumer committed: more of them after a short
-            # pause (a clumpy producer) are the same burst's tail, not fresh records.
-            tail_from = now
-    else:
-        freeze_hw, quiet_at, flow_at, tail_from, new_data_at = (
-            mem.freeze_hw, mem.quiet_at, mem.flow_at, mem.tail_from, mem.new_data_at)
-        if new_data_at is None and hw is not None:
-            if hw > freeze_hw:
-                paused = quiet_at > changed_at and (
-                    tail_from is None or quiet_at - flow_at >= stall_after / 2)
-                if paused:  # fresh records after a pause
-                    new_data_at = quiet_at
-                elif now - changed_at >= stall_after:  # still flowing: no tail
-                    new_data_at = tail_from if tail_from is not None else quiet_at
-                elif tail_from is None:
-                    tail_from = quiet_at
-                flow_at = now
-            elif hw == freeze_hw:
-                quiet_at = now
-        if hw is not None:
-            freeze_hw = hw
-    # A backward move is a rewind once the next sample is still below where it was: when a
-    # partition moves between members, a commit of the old owner can land after the new
-    # owner's (KIP-848 scale-out) and the next commit jumps past it; an offset reset stays.
-    # Nor is it one when a member owns the partition and the offset lands no lower than it
-    # stood a LATE_COMMIT_WINDOW or more ago: a commit retried after a newer one succeeded
-    # (KIP-848 groups under a slow coordinator: the broker acknowledged 227, then 177, and
-    # no record was delivered again). An offset reset needs an empty group (the tools
-    # refuse otherwise) and a consumer seeking back goes further than a minute.
-    floor, floor_next, floor_at = mem.floor
-    if now - floor_at >= LATE_COMMIT_WINDOW:
-        floor, floor_next, floor_at = floor_next, mem.committed, now
-    late_commit = rewound and owned and committed >= floor
-    rewind_until, rewind_from = mem.rewind_until, None
-    if rewound and not late_commit:
-        rewind_from = max(mem.committed, mem.rewind_from or mem.committed)
-    elif mem.rewind_from is not None and committed < mem.rewind_from:
-        rewind_until = now + REWIND_HOLD_CYCLES * interval
-    has_lag = bool(lag_off)
-    # Lag that appeared since the last sample dates from the arrival of the oldest record not
-    # yet consumed (its lag seconds), not from the sample that saw it: a consumer that stops
-    # committing just after a sample at which it was caught up is stalled ``stall_after``
-    # after that, not one interval later.
-    if has_lag:
-        lag_since = mem.lag_since if mem.lag_since is not None else now - max(lag_s or 0.0, 0.0)
-    else:
-        lag_since = None
-    stalled_s = (now - max(changed_at, lag_since, queue_progress_at or changed_at)
-                 if lag_since is not None else 0.0)
-    # The lag trend is judged at commits: a consumer that commits every few cycles (in
-    # batches, or a share group acknowledging in steps) is compared commit to commit, and
-    # by one owner: a partition's new owner re-reads what the old one read but had not
-    # committed, and its first commits carry that tail's age (a group scaling in, on a
-    # quiet topic, read `lagging` for a cycle): it is catching up, not falling behind.
-    new_owner = owner is not None and mem.owner is not None and owner != mem.owner
-    arrived_at = now if _arrived(mem.freeze_hw, hw) else mem.arrived_at
-    quiet = now - arrived_at >= stall_after / 2
-    prev_run = None if new_owner else mem.run
-    run = extend_run(prev_run, now, committed, lag_s, hw) if moved or prev_run is None else prev_run
-    unowned = 0 if owned else mem.unowned + 1
-
-    was_lagging = mem.lagging and not rewound
-    if lag_off is None:  # unknown HW: nothing to judge, keep the trend as it was
-        now_lagging, next_lagging = False, was_lagging
-    elif lag_off == 0 or lag_s is None:
-        now_lagging = False
-        next_lagging = False if lag_off == 0 else was_lagging
-    elif moved or prev_run is None or lag_s > lag_threshold:
-        now_lagging = next_lagging = lag_trend(was_lagging, run, prev_run, lag_s, lag_threshold,
-                                               interval, quiet)
+def commit_trend(before: Trend, committed_before: int, s: Sample, new_owner: bool, quiet: bool,
+                 tu: Tuning) -> tuple[bool, Trend]:
+    """(lagging now, the trend to keep). The trend is judged at commits (:func:`lag_trend`):
+    a consumer that commits every few cycles (in batches, or a share group acknowledging in
+    steps) is compared commit to commit, and by one owner: a partition's new owner re-reads
+    what the old one read but had not committed, and its first commits carry that tail's
+    age: it is catching up, not falling behind. ``quiet``: no record arrived for half of
+    ``stall_after``. A rewind ends the trend; an unknown HW keeps it as it was."""
+    moved = s.committed != committed_before
+    prev_run = None if new_owner else before.run
+    run = extend_run(prev_run, s.now, s.committed, s.lag_s, s.hw) if moved or prev_run is None else prev_run
+    was_lagging = before.lagging and s.committed >= committed_before
+    if s.lag_off is None:  # unknown HW: nothing to judge, keep the trend as it was
+        return False, Trend(run, was_lagging)
+    if s.lag_off == 0 or s.lag_s is None:
+        return False, Trend(run, False if s.lag_off == 0 else was_lagging)
+    if moved or prev_run is None or s.lag_s > tu.lag_threshold:
+        lagging = lag_trend(was_lagging, run, prev_run, s.lag_s, tu.lag_threshold, tu.interval, quiet)
     else:  # no commit this cycle: the trend stands until the next one, unless no record
         # arrived for a while (a lag that only ages is not growing)
-        now_lagging = next_lagging = was_lagging and not quiet
+        lagging = was_lagging and not quiet
+    return lagging, Trend(run, lagging)
+
+
+# -- ownership ---------------------------------------------------------------------------
+
+def ownership(before: Ownership, owned: bool, owner: str | None) -> tuple[Ownership, bool, bool]:
+    """(ownership to keep, the owner changed, nobody owned the partition for
+    STOPPED_AFTER_CYCLES cycles in a row: one empty cycle may be a rebalance or a
+    coordinator failover, read by the ``unowned`` rule). ``owner``: the owning member's id
+    when known; an unknown owner keeps the last known one."""
+    new_owner = owner is not None and before.owner is not None and owner != before.owner
+    unowned = 0 if owned else before.unowned + 1
+    after = Ownership(owner if owner is not None else before.owner, unowned)
+    return after, new_owner, unowned >= STOPPED_AFTER_CYCLES
+
+
+# -- the step ----------------------------------------------------------------------------
+
+def observe(mem: PartitionMemory, s: Sample, tu: Tuning) -> Observation:
+    """Pure: this cycle's evidence for one partition and the memory the next cycle will
+    need, one step per concern."""
+    moved = s.committed != mem.committed
+    changed_at = s.now if moved else mem.changed_at
+    data = new_data(mem.data, moved, mem.changed_at, s.hw, s.now, tu.stall_after)
+    floor = late_commit_floor(mem.floor, mem.committed, s.now)
+    late = late_commit(floor, mem.committed, s.committed, s.owned)
+    rewind = rewind_evidence(mem.rewind, mem.committed, s.committed, late, s.now, tu.interval)
+    lag_since, stalled_s = stall_clock(mem.lag_since, s.lag_off, s.lag_s, changed_at,
+                                       s.queue_progress_at, s.now)
+    owners, new_owner, unowned_confirmed = ownership(mem.ownership, s.owned, s.owner)
+    quiet = s.now - data.arrived_at >= QUIET_FRACTION * tu.stall_after
+    lagging, trend = commit_trend(mem.trend, mem.committed, s, new_owner, quiet, tu)
+    after = PartitionMemory(committed=s.committed, changed_at=changed_at, data=data, floor=floor,
+                            rewind=rewind, lag_since=lag_since, trend=trend, ownership=owners,
+                            above_from=mem.above_from)
     return Observation(
-        rewinding=now < rewind_until, rewind_pending=rewind_from is not None, stalled_seconds=stalled_s,
-        frozen_seconds=now - changed_at,
-        new_data_seconds=None if new_data_at is None else now - new_data_at,
-        unowned_confirmed=unowned >= STOPPED_AFTER_CYCLES,
-        lagging=now_lagging, next_changed_at=changed_at, next_freeze_hw=freeze_hw,
-        next_quiet_at=quiet_at, next_flow_at=flow_at, next_tail_from=tail_from, next_new_data_at=new_data_at,
-        next_lag_since=lag_since,
-        next_run=run, next_lagging=next_lagging, next_rewind_until=rewind_until, next_rewind_from=rewind_from,
-        next_unowned=unowned, next_floor=(floor, floor_next, floor_at),
-        next_owner=owner if owner is not None else mem.owner, next_arrived_at=arrived_at)
+        rewinding=s.now < rewind.until, rewind_pending=rewind.pending is not None,
+        stalled_seconds=stalled_s, frozen_seconds=s.now - changed_at,
+        new_data_seconds=None if data.new_data_at is None else s.now - data.new_data_at,
+        unowned_confirmed=unowned_confirmed, lagging=lagging, after=after)
 
 
-def remember(mem: PartitionMemory, committed: int, obs: Observation, status: Status) -> None:
-    """The only place a partition's memory changes. The lag trend ends when a more
-    severe status took over, so a consumer recovering from a stall starts afresh."""
-    mem.committed = committed
-    mem.changed_at = obs.next_changed_at
-    mem.freeze_hw = obs.next_freeze_hw
-    mem.quiet_at = obs.next_quiet_at
-    mem.flow_at = obs.next_flow_at
-    mem.tail_from = obs.next_tail_from
-    mem.new_data_at = obs.next_new_data_at
-    mem.lag_since = obs.next_lag_since
-    mem.run = obs.next_run
-    mem.rewind_until = obs.next_rewind_until
-    mem.rewind_from = obs.next_rewind_from
-    mem.unowned = obs.next_unowned
-    mem.floor = obs.next_floor
-    mem.owner = obs.next_owner
-    mem.arrived_at = obs.next_arrived_at
-    mem.lagging = obs.next_lagging and status in (Status.OK, Status.LAGGING)
-
+def remember(obs: Observation, status: Status, share: tuple[float | None, float | None] | None = None
+             ) -> PartitionMemory:
+    """The partition's next memory, replacing the old one whole. The lag trend ends when a
+    more severe status took over, so a consumer recovering from a stall starts afresh.
+    ``share`` (share groups): (when certain progress happened, the next ``above_from``),
+    from evaluator._share_dates: the progress is dated then, not at this sample."""
+    after = obs.after
+    lagging = after.trend.lagging and status in (Status.OK, Status.LAGGING)
+    changed_at, above_from = after.changed_at, after.above_from
+    if share is not None:
+        moved_at, above_from = share
+        changed_at = changed_at if moved_at is None else moved_at
+    return dataclasses.replace(after, changed_at=changed_at, above_from=above_from,
+                               trend=after.trend._replace(lagging=lagging))
 
 @dataclass
 class GroupMemory:

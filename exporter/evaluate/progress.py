@@ -119,7 +119,11 @@ class ProgressTracker:
         if pm is None:
             pm = memo.parts[tp] = PartMemory()
         if po.log_start is not None:
-            new, pm.counted_to = lost_step(consumed, po.log_start, pm.counted_to, first)
+            # A topic no member subscribes to any more is read by nobody: what retention
+            # deletes there moves the baseline, it is not this group's loss (the
+            # abandoned-topic alert warns about it before).
+            new, pm.counted_to = lost_step(consumed, po.log_start, pm.counted_to,
+                                           first or p.unsubscribed)
             memo.lost[tp] = memo.lost.get(tp, 0) + new
             memo.lost_total += new
         add_point(pm.points, (now, consumed, po.hw), self.window)

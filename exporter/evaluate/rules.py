@@ -33,14 +33,15 @@ class PartitionFacts:
     hw: int | None
     lag_offsets: int | None
     lag_seconds: float | None
-    stalled_seconds: float  # committed frozen while lag > 0, from the later of the two
+    # Evidence the memory step keeps (exporter/evaluate/memory.py, one function each):
+    stalled_seconds: float  # committed frozen while lag > 0, from the later of the two: stall_clock
     frozen_seconds: float  # committed unchanged (whether or not there was lag)
-    new_data_seconds: float | None = None  # since records first arrived after the freeze
-    lagging: bool  # the lag trend of :func:`exporter.evaluate.memory.lag_trend`
-    rewinding: bool  # the committed offset moved backwards recently (confirmed)
+    new_data_seconds: float | None = None  # since records first arrived after the freeze: new_data
+    lagging: bool  # the lag trend at commits: commit_trend, lag_trend
+    rewinding: bool  # the committed offset moved backwards recently (confirmed): rewind_evidence
     rewind_pending: bool = False  # it moved backwards this cycle; confirmed or not at the next
     owned: bool  # a member (or a live Spark driver) owns the partition
-    unowned_confirmed: bool  # nobody owned it for enough cycles in a row
+    unowned_confirmed: bool  # nobody owned it for enough cycles in a row: ownership
     owner: str = ""  # "client@host (member)" of the owning member, "" when unknown
     # An empty group whose committed offsets move: a client outside group membership
     # (assign()) consumes it, and may wait ``stall_allowance`` (its learnt commit cadence,
@@ -97,7 +98,8 @@ def unowned(f: PartitionFacts, th: Thresholds) -> bool:
     rebalance or a coordinator failover). It yields to an offset reset, which needs an
     empty group, to a rejoin loop, which empties the group between rejoins, and to a
     client outside group membership whose commits still move (records waited for less
-    than its allowance): nobody consuming is what ``stopped`` means, not no members."""
+    than its allowance): nobody consuming is what ``stopped`` means, not no members.
+    The count of cycles: :func:`exporter.evaluate.memory.ownership`."""
     return (f.unowned_confirmed and not f.rewinding and not f.rewind_pending
             and not (f.outside and f.stalled_seconds < stall_limit(f, th))
             and not _any_livelock(f, th))
@@ -120,7 +122,8 @@ def not_polling(f: PartitionFacts, th: Thresholds) -> bool:
 
 def reports_stopped(f: PartitionFacts, th: Thresholds) -> bool:
     """The owner is still a member but its reports went silent while the committed offset
-    stayed frozen for ``livelock_after``: its process is wedged, reporter thread included."""
+    stayed frozen for ``livelock_after``: its process is wedged, reporter thread included.
+    The frozen time: :func:`exporter.evaluate.memory.stall_clock`."""
     return (bool(f.owner) and f.has_report and f.report_stale
             and f.stalled_seconds >= th.livelock_after)
 
@@ -162,7 +165,10 @@ def stalled(f: PartitionFacts, th: Thresholds) -> bool:
     runs the query works on the waiting records (past ``livelock_after``: ``batch_hung``);
     between batches it waits for its trigger by design (a 60 s trigger leaves records
     waiting for up to a minute), or its last batch's progress event is still on Spark's
-    asynchronous listener bus. A query falling behind is ``lagging`` by its lag."""
+    asynchronous listener bus. A query falling behind is ``lagging`` by its lag.
+
+    The two clocks are kept in memory: :func:`exporter.evaluate.memory.stall_clock` and
+    :func:`exporter.evaluate.memory.new_data`."""
     limit = stall_limit(f, th)
     return (f.stalled_seconds >= limit and f.new_data_seconds is not None
             and f.new_data_seconds >= limit and not f.rewinding and not f.spark)
@@ -172,14 +178,17 @@ def never_committed(f: PartitionFacts, th: Thresholds) -> bool:
     """A member has owned the partition for ``stall_after`` without committing any offset
     for it while records arrived for ``stall_after``: a consumer wedged on its first batch
     (poison pill at start), or one that never commits. Its lag may be unknown (no committed
-    offset, no reported position): the evidence is the assignment's age and the records."""
+    offset, no reported position): the evidence is the assignment's age and the records,
+    kept in memory by :func:`exporter.evaluate.memory.remember_uncommitted`."""
     return (f.never_committed and f.stalled_seconds >= th.stall_after and f.new_data_seconds is not None
             and f.new_data_seconds >= th.stall_after)
 
 
 def rewind(f: PartitionFacts, th: Thresholds) -> bool:
     """The committed offset moved backwards (an offset reset); held for a few cycles so
-    that scrapes see it."""
+    that scrapes see it. Decided in memory: :func:`exporter.evaluate.memory.rewind_evidence`
+    (confirmed at the next sample, a member's late commit excepted:
+    :func:`exporter.evaluate.memory.late_commit`)."""
     return f.rewinding
 
 
@@ -191,7 +200,8 @@ def lag_above_threshold(f: PartitionFacts, th: Thresholds) -> bool:
 def lag_growing(f: PartitionFacts, th: Thresholds) -> bool:
     """Lag seconds grew at each of the last two commits or more, by a quarter of the time
     elapsed and by more than a consumer keeping up wanders (one commit gap plus one
-    interval); sticky until the lag shrinks: :func:`exporter.evaluate.memory.lag_trend`."""
+    interval); sticky until the lag shrinks. Decided in memory, at commits:
+    :func:`exporter.evaluate.memory.commit_trend` and :func:`exporter.evaluate.memory.lag_trend`."""
     return f.lagging
 
 

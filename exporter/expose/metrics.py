@@ -59,6 +59,9 @@ FAMILIES: tuple[FamilyDoc, ...] = (
     FamilyDoc("kafka_consumergroup_stalled_seconds", "gauge",
               ("cluster", "group", "topic", "partition"),
               "How long the committed offset has not moved while lag > 0; 0 otherwise."),
+    FamilyDoc("kafka_consumergroup_topic_unsubscribed", "gauge", ("cluster", "group", "topic"),
+              "1 for a topic on which the group holds committed offsets but which no member "
+              "subscribes to any more (a group that moved to another topic); absent otherwise."),
     FamilyDoc("kafka_consumergroup_epoch", "gauge", ("cluster", "group"),
               "Group epoch of consumer (KIP-848), streams and share groups: the coordinator bumps it "
               "at every membership or assignment change, so its rate is the group's churn."),

@@ -142,6 +142,16 @@ def render_progress(v: ClusterView, fam: dict[str, Lines]) -> None:
         lost.add(gl, pr.records_lost_total)
 
 
+def render_unsubscribed(v: ClusterView, fam: dict[str, Lines]) -> None:
+    """kafka_consumergroup_topic_unsubscribed: one series per topic a group holds offsets on
+    but no member subscribes to, so that alerts can tell an abandoned topic from a consumed
+    one (its partitions' own series are served as for any other)."""
+    out = fam["kafka_consumergroup_topic_unsubscribed"]
+    for g in v.groups.values():
+        for topic in sorted({p.topic for p in g.partitions if p.unsubscribed}):
+            out.add(f'{_group_labels(v, g.group)},topic="{escape_label(topic)}"', 1)
+
+
 def render_spark(v: ClusterView, fam: dict[str, Lines]) -> None:
     """kafka_spark_query_*: progress of the Spark queries shown as groups."""
     for g in v.groups.values():
@@ -163,6 +173,7 @@ def render_cluster(v: ClusterView, compat: frozenset[str] = frozenset()) -> Expo
     render_partitions(v, fam)
     render_groups(v, fam, compat)
     render_progress(v, fam)
+    render_unsubscribed(v, fam)
     render_spark(v, fam)
     out = list(fam.values())
     if "kafka_exporter" in compat:

@@ -166,18 +166,7 @@ def _offset_map(raw: Any, key: str) -> dict[TP, int]:
 
 def decode(raw: bytes | None, cluster: str, received_at: float) -> Report:
     """Validate one report read from ``cluster``'s reports topic."""
-    if raw is None:
-        raise ReportError("malformed", "empty value")
-    if len(raw) > MAX_REPORT_BYTES:
-        raise ReportError("oversized", f"{len(raw)} bytes")
-    try:
-        d = json.loads(raw)
-    except (ValueError, UnicodeDecodeError):
-        raise ReportError("malformed", "not JSON") from None
-    except RecursionError:  # "[[[[..." well under the size limit still overflows the parser
-        raise ReportError("malformed", "nested too deeply") from None
-    if not isinstance(d, dict):
-        raise ReportError("malformed", "not a JSON object")
+    d = _json_object(raw)
     if d.get("v") != VERSION:
         raise ReportError("bad_version", f"v={d.get('v')!r}")
     rc = d.get("cluster")
@@ -190,55 +179,88 @@ def decode(raw: bytes | None, cluster: str, received_at: float) -> Report:
     assert sent_at is not None
     interval = _num(d, "interval", required=False, lo=0.01, hi=86400) or 5.0
     if kind == "consumer":
-        parts = d.get("partitions", [])
-        if not isinstance(parts, list):
-            raise ReportError("wrong_type", "partitions must be a list")
-        if len(parts) > MAX_PARTITIONS:
-            raise ReportError("too_many_partitions")
-        positions: dict[TP, int] = {}
-        committed: dict[TP, int] = {}
-        for item in parts:
-            if not isinstance(item, dict):
-                raise ReportError("wrong_type", "partition entry must be an object")
-            topic = _str(item, "topic")
-            assert topic is not None
-            tp = (topic, _partition(item.get("partition"), "partition"))
-            if item.get("position") is not None:
-                positions[tp] = _offset(item["position"], "position")
-            if item.get("committed") is not None:
-                committed[tp] = _offset(item["committed"], "committed")
-        closed = d.get("closed", False)
-        if not isinstance(closed, bool):
-            raise ReportError("wrong_type", "closed must be a boolean")
-        last_poll = _num(d, "last_poll", lo=1e9, hi=1e11)
-        assert last_poll is not None
-        return ConsumerReport(
-            group=group, client_id=_str(d, "client_id", empty=True) or "",
-            member_id=_str(d, "member_id", empty=True) or "", host=_str(d, "host", empty=True) or "",
-            sent_at=sent_at, last_poll=last_poll, interval=interval,
-            positions=positions, committed=committed, closed=closed, received_at=received_at)
+        return _consumer(d, group, sent_at, interval, received_at)
     if kind == "spark":
-        event = d.get("event")
-        if event not in ("started", "progress", "idle", "heartbeat", "terminated"):
-            raise ReportError("wrong_type", f"unknown spark event {event!r}")
-        batch_id = d.get("batch_id")
-        if batch_id is not None:
-            batch_id = _offset(batch_id, "batch_id")
-        exc = d.get("exception")
-        if exc is not None and not isinstance(exc, str):
-            raise ReportError("wrong_type", "exception must be a string")
-        return SparkReport(
-            group=group, query_id=_str(d, "query_id") or "", run_id=_str(d, "run_id") or "",
-            name=_str(d, "name", required=False), sent_at=sent_at, event=event,
-            batch_id=batch_id,
-            batch_started=_num(d, "batch_started", required=False, lo=1e9, hi=1e11),
-            last_progress=_num(d, "last_progress", required=False, lo=1e9, hi=1e11),
-            batch_duration_ms=_num(d, "batch_duration_ms", required=False),
-            input_rows_per_second=_num(d, "input_rows_per_second", required=False),
-            processed_rows_per_second=_num(d, "processed_rows_per_second", required=False),
-            interval=interval,
-            end_offsets=_offset_map(d.get("end_offsets"), "end_offsets"),
-            latest_offsets=_offset_map(d.get("latest_offsets"), "latest_offsets"),
-            exception=(exc[:2000] if exc else None), received_at=received_at)
+        return _spark(d, group, sent_at, interval, received_at)
     raise ReportError("wrong_type", f"unknown kind {kind!r}")
 
+
+def _json_object(raw: bytes | None) -> dict[str, Any]:
+    """The report's JSON object, within the size limit."""
+    if raw is None:
+        raise ReportError("malformed", "empty value")
+    if len(raw) > MAX_REPORT_BYTES:
+        raise ReportError("oversized", f"{len(raw)} bytes")
+    try:
+        d = json.loads(raw)
+    except (ValueError, UnicodeDecodeError):
+        raise ReportError("malformed", "not JSON") from None
+    except RecursionError:  # "[[[[..." well under the size limit still overflows the parser
+        raise ReportError("malformed", "nested too deeply") from None
+    if not isinstance(d, dict):
+        raise ReportError("malformed", "not a JSON object")
+    return d
+
+
+def _consumer(d: dict[str, Any], group: str, sent_at: float, interval: float,
+              received_at: float) -> ConsumerReport:
+    """A consumer's report (``kind: consumer``): its partitions' positions and commits."""
+    positions, committed = _consumer_partitions(d.get("partitions", []))
+    closed = d.get("closed", False)
+    if not isinstance(closed, bool):
+        raise ReportError("wrong_type", "closed must be a boolean")
+    last_poll = _num(d, "last_poll", lo=1e9, hi=1e11)
+    assert last_poll is not None
+    return ConsumerReport(
+        group=group, client_id=_str(d, "client_id", empty=True) or "",
+        member_id=_str(d, "member_id", empty=True) or "", host=_str(d, "host", empty=True) or "",
+        sent_at=sent_at, last_poll=last_poll, interval=interval,
+        positions=positions, committed=committed, closed=closed, received_at=received_at)
+
+
+def _consumer_partitions(parts: Any) -> tuple[dict[TP, int], dict[TP, int]]:
+    """(positions, committed offsets) from a consumer report's ``partitions`` list."""
+    if not isinstance(parts, list):
+        raise ReportError("wrong_type", "partitions must be a list")
+    if len(parts) > MAX_PARTITIONS:
+        raise ReportError("too_many_partitions")
+    positions: dict[TP, int] = {}
+    committed: dict[TP, int] = {}
+    for item in parts:
+        if not isinstance(item, dict):
+            raise ReportError("wrong_type", "partition entry must be an object")
+        topic = _str(item, "topic")
+        assert topic is not None
+        tp = (topic, _partition(item.get("partition"), "partition"))
+        if item.get("position") is not None:
+            positions[tp] = _offset(item["position"], "position")
+        if item.get("committed") is not None:
+            committed[tp] = _offset(item["committed"], "committed")
+    return positions, committed
+
+
+def _spark(d: dict[str, Any], group: str, sent_at: float, interval: float,
+           received_at: float) -> SparkReport:
+    """A Spark listener's report (``kind: spark``): one query's progress or liveness."""
+    event = d.get("event")
+    if event not in ("started", "progress", "idle", "heartbeat", "terminated"):
+        raise ReportError("wrong_type", f"unknown spark event {event!r}")
+    batch_id = d.get("batch_id")
+    if batch_id is not None:
+        batch_id = _offset(batch_id, "batch_id")
+    exc = d.get("exception")
+    if exc is not None and not isinstance(exc, str):
+        raise ReportError("wrong_type", "exception must be a string")
+    return SparkReport(
+        group=group, query_id=_str(d, "query_id") or "", run_id=_str(d, "run_id") or "",
+        name=_str(d, "name", required=False), sent_at=sent_at, event=event,
+        batch_id=batch_id,
+        batch_started=_num(d, "batch_started", required=False, lo=1e9, hi=1e11),
+        last_progress=_num(d, "last_progress", required=False, lo=1e9, hi=1e11),
+        batch_duration_ms=_num(d, "batch_duration_ms", required=False),
+        input_rows_per_second=_num(d, "input_rows_per_second", required=False),
+        processed_rows_per_second=_num(d, "processed_rows_per_second", required=False),
+        interval=interval,
+        end_offsets=_offset_map(d.get("end_offsets"), "end_offsets"),
+        latest_offsets=_offset_map(d.get("latest_offsets"), "latest_offsets"),
+        exception=(exc[:2000] if exc else None), received_at=received_at)

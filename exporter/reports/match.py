@@ -32,11 +32,10 @@ import ipaddress
 from collections.abc import Iterable
 
 from exporter.contracts.snapshot import Member
+from exporter.evaluate.constants import GONE_AFTER_INTERVALS
 from exporter.reports.decode import ConsumerReport
 
 IpAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
-# A report this many of its intervals older than its sibling's is from a gone process.
-GONE_AFTER_INTERVALS = 3
 
 
 def host_address(host: str) -> IpAddress | None:
