@@ -46,6 +46,8 @@ _OPTIONAL_FAMILIES = {
     "lagwatch_reports_received_total": "only once reports are read from the reports topic",
     "kafka_consumergroup_position_offset": "only from instrumented consumers or the Spark listener",
     "kafka_consumergroup_member_last_poll_age_seconds": "only from instrumented consumers",
+    "kafka_consumergroup_catchup_seconds": "only while a group with a backlog consumes faster than "
+                                           "it is produced to",
 }
 
 _VAR_RE = re.compile(r"\$\{(\w+)(?::(\w+))?\}|\$(\w+)|\[\[(\w+)\]\]")

@@ -79,7 +79,8 @@ class Thresholds:
         "how old an instrumented consumer's last poll, or a Spark batch's running time, can get "
         "before it is `livelocked`", 180.0, flag="--livelock-after", metavar="SECONDS")
     lag_seconds: float = setting("a lag older than this is `lagging`, growing or not", 600.0)
-    window: float = setting("how far back rejoins count (the rejoin-loop `livelocked`)", 600.0)
+    window: float = setting("how far back rejoins count (the rejoin-loop `livelocked`), and the span "
+                            "consume and produce rates and the time to catch up are measured over", 600.0)
     report_expiry: float = setting(
         "reports older than this are forgotten, and their series vanish", 900.0)
     report_stale_after: float = setting(

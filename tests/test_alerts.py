@@ -141,6 +141,17 @@ def test_promtool_unit_tests_pass() -> None:
      "max_over_time(kafka_consumergroup_max_lag_seconds[1h])) > 1800"),
     # dropping the "unless ...stalled" clause makes lag growth fire for a stuck group
     ("KafkaConsumerGroupLagGrowing", 'status=~"stalled|livelocked|stopped|error"', 'status="none"'),
+    # without the estimate, a group caught up within the window pages anyway
+    ("KafkaConsumerGroupLagHigh", "kafka_consumergroup_catchup_seconds) < 600\n",
+     "kafka_consumergroup_catchup_seconds) < 0\n"),
+    ("KafkaConsumerGroupLagCritical", "kafka_consumergroup_catchup_seconds) < 300\n        labels:\n"
+     "          severity: critical\n        annotations:\n          summary: Kafka consumer group has",
+     "kafka_consumergroup_catchup_seconds) < 0\n        labels:\n"
+     "          severity: critical\n        annotations:\n          summary: Kafka consumer group has"),
+    # a gauge of what is below the log start now would fire long after, and miss a loss the
+    # group moved past
+    ("KafkaConsumerGroupRecordsLost", "(increase(kafka_consumergroup_records_lost_total[15m])) > 0",
+     "(kafka_consumergroup_records_lost_total) > 0"),
     # without the "unless ...unsubscribed" clause a topic the group left pages
     ("KafkaConsumerGroupNearRetention",
      "          unless on (cluster, group, topic)\n"
@@ -310,6 +321,7 @@ def test_expected_alerts_and_severities() -> None:
     assert sev["KafkaConsumerGroupLagHigh"] == "warning"
     assert sev["KafkaConsumerGroupLagGrowing"] == "warning"
     assert sev["KafkaConsumerGroupRewind"] == "info"
+    assert sev["KafkaConsumerGroupRecordsLost"] == "critical"
     # a topic the group left is a ticket, never a page
     assert sev["KafkaConsumerGroupAbandonedTopicNearRetention"] == "warning"
     for name in ("KafkaConsumerGroupStalled", "KafkaConsumerGroupStoppedWithLag",

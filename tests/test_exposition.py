@@ -17,7 +17,14 @@ from pathlib import Path
 import pytest
 
 from exporter.contracts.snapshot import PartitionOffsets
-from exporter.contracts.view import ClusterView, GroupView, MemberView, PartitionView, SparkInfo
+from exporter.contracts.view import (
+    ClusterView,
+    GroupProgress,
+    GroupView,
+    MemberView,
+    PartitionView,
+    SparkInfo,
+)
 from exporter.expose.render import render_cluster, scrape
 from exporter.store import ClusterRecord, SelfStats, Store, frozen_counts, initial_record
 from tests.exporter_proc import parse_metrics, value
@@ -49,6 +56,12 @@ def _gv(group: str, type_: str, state: str, status: str, reasons: tuple[str, ...
                      members=members, partitions=partitions, **kw)
 
 
+def _progress(consume: float, produce: float, eta: float | None, lost: int) -> GroupProgress:
+    return GroupProgress(window_seconds=600.0, consume_rate=consume, produce_rate=produce,
+                         catchup_seconds=eta, falling_behind=eta is None, records_lost_total=lost,
+                         below_log_start=0, notes=(), partitions={})
+
+
 def hand_built_views() -> list[ClusterView]:
     """Every family and every kind of value: unknown offsets, floats, escapes, Spark, an
     empty group, a topic the group no longer subscribes to, a duplicate client id, streams
@@ -67,7 +80,8 @@ def hand_built_views() -> list[ClusterView]:
         (_pv("orders", 0, 1200, 300, 12.345, "lagging", position=1250, stalled=4.5),
          _pv("orders", 1, 40, None, None),
          # a topic no member subscribes to any more: its rows, and left out of the group's lag
-         dataclasses.replace(_pv(ODD, 0, 2, 5, 900.0), unsubscribed=True)))
+         dataclasses.replace(_pv(ODD, 0, 2, 5, 900.0), unsubscribed=True)),
+        progress=_progress(consume=62.5, produce=12.5, eta=6.0, lost=40))
     odd_group = _gv(
         'gr"oup\\1', "consumer", "empty", "stopped", (f"{ODD}[0]: stopped",), (),
         (_pv(ODD, 0, 5, 2, 600.0, "stopped", stalled=61.0),))
@@ -86,7 +100,8 @@ def hand_built_views() -> list[ClusterView]:
     share = _gv(
         "jobs-queue", "share", "stable", "stalled", ("orders[0]: stalled",),
         (_mv("q-1", "worker-1", "/10.0.0.9", 1, None, epoch=3),),
-        (_pv("orders", 0, 900, 550, 30.0, "stalled", stalled=40.0),), epoch=3)
+        (_pv("orders", 0, 900, 550, 30.0, "stalled", stalled=40.0),), epoch=3,
+        progress=_progress(consume=0.0, produce=12.5, eta=None, lost=0))
     prod = ClusterView(cluster="prod-eu", up=True, sampled_at=SAMPLED_AT, sample_duration=0.125,
                        partitions=partitions,
                        groups={g.group: g for g in (billing, odd_group, spark, idle, streams, share)},
@@ -167,6 +182,13 @@ def test_golden_files_hold_what_the_view_says() -> None:
     assert value(m, "kafka_spark_query_processed_rows_per_second", group="spark-etl") is None
     assert value(m, "kafka_consumergroup_members", group="billing", consumergroup="billing") == 3
     assert value(m, "kafka_consumergroup_lag", consumergroup="billing", topic="orders", partition="0") == 300
+    assert value(m, "kafka_consumergroup_catchup_seconds", group="billing") == 6
+    assert value(m, "kafka_consumergroup_catchup_seconds", group="jobs-queue") is None
+    assert value(m, "kafka_consumergroup_consumed_records_per_second", group="billing") == 62.5
+    assert value(m, "kafka_consumergroup_produced_records_per_second", group="jobs-queue") == 12.5
+    assert value(m, "kafka_consumergroup_records_lost_total", group="billing") == 40
+    assert value(m, "kafka_consumergroup_records_lost_total", group="jobs-queue") == 0
+    assert value(m, "kafka_consumergroup_records_lost_total", group="idle") is None  # no progress
     assert value(m, "lagwatch_data_age_seconds", cluster="prod-eu") == 2.5
     assert value(m, "lagwatch_data_age_seconds", cluster="dr") is None
     assert value(m, "lagwatch_errors_total", cluster="prod-eu", stage="worker_crash") == 1

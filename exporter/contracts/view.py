@@ -58,6 +58,35 @@ class SparkInfo:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class PartitionProgress:
+    """Pace of one group-partition (exporter/evaluate/progress.py); None when unknown."""
+
+    consume_rate: float | None  # records/s the consumed offset advanced over the window
+    produce_rate: float | None  # records/s the high watermark advanced over the window
+    catchup_seconds: float | None  # lag / (consume - produce); None unless catching up
+    lost_total: int  # records deleted before the group read them, counted while watched
+    below_log_start: int  # records between the consumed offset and the log start now
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GroupProgress:
+    """How fast a group consumes against production, when it catches up, what it lost.
+
+    Kept apart from the judgement (status and reasons): it explains and forecasts,
+    it does not judge."""
+
+    window_seconds: float  # span the group's rates were measured over (0: no rates yet)
+    consume_rate: float | None
+    produce_rate: float | None
+    catchup_seconds: float | None
+    falling_behind: bool  # some partition with a backlog consumes no faster than it is produced
+    records_lost_total: int
+    below_log_start: int
+    notes: tuple[str, ...]  # human-readable: "caught up in about 4 min at current rates", ...
+    partitions: dict[TP, PartitionProgress]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class GroupView:
     group: str
     type: str
@@ -70,6 +99,7 @@ class GroupView:
     epoch: int | None = None  # group epoch (KIP-848 consumer, streams and share groups)
     # members | outside (no members; a client outside group membership commits) | none
     membership: str = "members"
+    progress: GroupProgress | None = None  # rates, time to catch up, records lost
 
     @property
     def max_lag_seconds(self) -> float | None:

@@ -45,6 +45,7 @@ from exporter.evaluate.memory import (
     remember_outside,
     remember_uncommitted,
 )
+from exporter.evaluate.progress import ProgressTracker
 from exporter.evaluate.rules import PartitionFacts, classify, fmt_seconds, note, reason
 from exporter.reports.decode import ConsumerReport, SparkReport
 from exporter.reports.match import match_reports
@@ -103,6 +104,8 @@ class Evaluator:
         self.groups: dict[str, GroupMemory] = {}
         self.last_good: ClusterView | None = None
         self._lag_memo: dict[tuple[str, int, int], float | None] = {}
+        # Rates, time to catch up, records lost (exporter/evaluate/progress.py).
+        self.progress = ProgressTracker(thresholds.window, interval)
 
     # -- entry point ---------------------------------------------------------
     def evaluate(self, snap: Snapshot,
@@ -143,6 +146,7 @@ class Evaluator:
                 del self.groups[gid]  # deleted group: its series vanish this cycle
                 self._th_of.pop(gid, None)
                 self.commit_gaps.pop(gid, None)
+        views = self.progress.annotate(views, samples, snap.partitions, now)
         views, dropped = self._cap(views)
         view = ClusterView(cluster=self.cluster, up=True, sampled_at=snap.taken_at,
                            sample_duration=snap.duration, partitions=snap.partitions,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from exporter.contracts.view import ClusterView, GroupView
+from exporter.contracts.view import ClusterView, GroupProgress, GroupView
 
 
 def _round(v: float | None, nd: int = 3) -> float | None:
@@ -36,10 +36,25 @@ def group_summary(g: GroupView) -> dict[str, Any]:
         "type": g.type,
         "state": g.state,
         "status": g.status,
-        "reasons": list(g.reasons),
+        # The judgement's reasons, then the progress notes (time to catch up, records lost).
+        "reasons": list(g.reasons) + (list(g.progress.notes) if g.progress else []),
         "members": len(g.members),
         "lag_offsets": g.total_lag,
         "max_lag_seconds": _round(g.max_lag_seconds),
+        **progress_summary(g.progress),
+    }
+
+
+def progress_summary(pr: GroupProgress | None) -> dict[str, Any]:
+    """Rates, time to catch up and records lost of a group (null when not known yet)."""
+    return {
+        "consumed_records_per_second": _round(pr.consume_rate) if pr else None,
+        "produced_records_per_second": _round(pr.produce_rate) if pr else None,
+        "rate_window_seconds": _round(pr.window_seconds) if pr and pr.window_seconds else None,
+        "catchup_seconds": _round(pr.catchup_seconds) if pr else None,
+        "falling_behind": pr.falling_behind if pr else False,
+        "records_lost_total": pr.records_lost_total if pr else 0,
+        "records_below_log_start": pr.below_log_start if pr else 0,
     }
 
 
@@ -59,7 +74,7 @@ def group_doc(cluster: str, g: GroupView) -> dict[str, Any]:
          "position_offset": p.position, "lag_offsets": p.lag_offsets,
          "lag_seconds": _round(p.lag_seconds), "stalled_seconds": _round(p.stalled_seconds),
          "status": p.status, "reason": p.reason or None, "owner": p.owner or None,
-         "subscribed": not p.unsubscribed}
+         "subscribed": not p.unsubscribed, **_partition_progress(g, p.topic, p.partition)}
         for p in g.partitions
     ]
     if g.spark is not None:
@@ -74,6 +89,17 @@ def group_doc(cluster: str, g: GroupView) -> dict[str, Any]:
             "active": s.active,
         }
     return doc
+
+
+def _partition_progress(g: GroupView, topic: str, partition: int) -> dict[str, Any]:
+    pp = g.progress.partitions.get((topic, partition)) if g.progress else None
+    return {
+        "consumed_records_per_second": _round(pp.consume_rate) if pp else None,
+        "produced_records_per_second": _round(pp.produce_rate) if pp else None,
+        "catchup_seconds": _round(pp.catchup_seconds) if pp else None,
+        "records_lost_total": pp.lost_total if pp else 0,
+        "records_below_log_start": pp.below_log_start if pp else 0,
+    }
 
 
 def partitions_doc(v: ClusterView) -> list[dict[str, Any]]:

@@ -71,6 +71,21 @@ FAMILIES: tuple[FamilyDoc, ...] = (
               "Largest lag_seconds over the group's partitions."),
     FamilyDoc("kafka_consumergroup_lag_offsets_sum", "gauge", ("cluster", "group"),
               "Sum of lag_offsets over the group's partitions."),
+    FamilyDoc("kafka_consumergroup_consumed_records_per_second", "gauge", ("cluster", "group"),
+              "How fast the group's committed offsets advance, summed over its partitions, over "
+              "the judgement window (thresholds.window); absent until a quarter of it is sampled."),
+    FamilyDoc("kafka_consumergroup_produced_records_per_second", "gauge", ("cluster", "group"),
+              "How fast the high watermarks of the group's partitions advance, over the same "
+              "window; consumed below produced with a backlog means the group falls behind."),
+    FamilyDoc("kafka_consumergroup_catchup_seconds", "gauge", ("cluster", "group"),
+              "Estimated time until the group's lag is gone at current rates: total lag / "
+              "(consumed - produced records per second), per member owning partitions with a "
+              "backlog, the slowest one. Absent when caught up and when a member with a backlog "
+              "consumes no faster than its partitions are produced to (the group falls behind)."),
+    FamilyDoc("kafka_consumergroup_records_lost_total", "counter", ("cluster", "group"),
+              "Records deleted (retention, delete_records) below the log start offset before the "
+              "group consumed them, counted as the log start passes its committed offset; 0 from "
+              "the group's first sample (losses older than that are not counted)."),
     FamilyDoc("kafka_consumergroup_member_last_poll_age_seconds", "gauge",
               ("cluster", "group", "client_id"),
               "Seconds since an instrumented member last polled (from its reports)."),

@@ -124,6 +124,24 @@ def render_groups(v: ClusterView, fam: dict[str, Lines], compat: frozenset[str])
             stalled.add(pl, p.stalled_seconds)
 
 
+def render_progress(v: ClusterView, fam: dict[str, Lines]) -> None:
+    """Rates, time to catch up and records lost per group (exporter/evaluate/progress.py)."""
+    consumed, produced = (fam["kafka_consumergroup_consumed_records_per_second"],
+                          fam["kafka_consumergroup_produced_records_per_second"])
+    eta, lost = fam["kafka_consumergroup_catchup_seconds"], fam["kafka_consumergroup_records_lost_total"]
+    for g in v.groups.values():
+        pr = g.progress
+        if pr is None:
+            continue
+        gl = _group_labels(v, g.group)
+        if finite(pr.consume_rate) and finite(pr.produce_rate):
+            consumed.add(gl, pr.consume_rate)  # type: ignore[arg-type]
+            produced.add(gl, pr.produce_rate)  # type: ignore[arg-type]
+        if finite(pr.catchup_seconds):
+            eta.add(gl, pr.catchup_seconds)  # type: ignore[arg-type]
+        lost.add(gl, pr.records_lost_total)
+
+
 def render_unsubscribed(v: ClusterView, fam: dict[str, Lines]) -> None:
     """kafka_consumergroup_topic_unsubscribed: one series per topic a group holds offsets on
     but no member subscribes to, so that alerts can tell an abandoned topic from a consumed
@@ -151,9 +169,10 @@ def render_spark(v: ClusterView, fam: dict[str, Lines]) -> None:
 
 def render_cluster(v: ClusterView, compat: frozenset[str] = frozenset()) -> Exposition:
     """The view families of one cluster's view, encoded once, in the contract's order."""
-    fam = {f.name: Lines(f.name, f.help) for f in FAMILIES if f.name.startswith("kafka_")}
+    fam = {f.name: Lines(f.name, f.help, f.kind) for f in FAMILIES if f.name.startswith("kafka_")}
     render_partitions(v, fam)
     render_groups(v, fam, compat)
+    render_progress(v, fam)
     render_unsubscribed(v, fam)
     render_spark(v, fam)
     out = list(fam.values())

@@ -8,7 +8,8 @@ from __future__ import annotations
 import html
 import time
 
-from exporter.contracts.view import SEVERITY, ClusterView
+from exporter.contracts.view import SEVERITY, ClusterView, GroupView
+from exporter.evaluate.rates import fmt_duration
 
 _CSS = """
 body{font-family:system-ui,sans-serif;margin:1.5em;color:#222}
@@ -36,6 +37,23 @@ def _num(v: float | int | None, unit: str = "") -> str:
     return f"{v:,}{unit}"
 
 
+def _eta(g: GroupView) -> str:
+    """Time to catch up at current rates; "falling behind" when it never will."""
+    pr = g.progress
+    if pr is None or pr.consume_rate is None:
+        return "&ndash;"
+    if pr.catchup_seconds is not None:
+        return _e(f"~{fmt_duration(pr.catchup_seconds)}")
+    return "<span class='down'>falling behind</span>" if pr.falling_behind else "&ndash;"
+
+
+def _lost(g: GroupView) -> str:
+    pr = g.progress
+    if pr is None or not pr.records_lost_total:
+        return _num(0 if pr else None)
+    return f"<span class='down'>{_num(pr.records_lost_total)}</span>"
+
+
 def render(views: list[ClusterView], refresh_seconds: int = 10, now: float | None = None) -> str:
     now = time.time() if now is None else now
     out = [
@@ -51,22 +69,24 @@ def render(views: list[ClusterView], refresh_seconds: int = 10, now: float | Non
                    f"</small>{state}</h2>")
         out.append("<table><thead><tr><th>group / query</th><th>type</th><th>status</th>"
                    "<th>lag (offsets)</th><th>lag (seconds)</th><th>members</th>"
-                   "<th>reason</th></tr></thead><tbody>")
+                   "<th>reason</th><th>catch-up</th><th>records lost</th></tr></thead><tbody>")
         groups = sorted(v.groups.values(), key=lambda g: (-SEVERITY[g.status], g.group))
         if not groups:
-            out.append("<tr><td colspan='7'>no consumer groups seen</td></tr>")
+            out.append("<tr><td colspan='9'>no consumer groups seen</td></tr>")
         for g in groups:
             members = ", ".join(f"{m.client_id}@{m.host}" for m in g.members[:5])
             if len(g.members) > 5:
                 members += f" (+{len(g.members) - 5})"
-            reason = "<br>".join(_e(r) for r in g.reasons)
+            notes = g.progress.notes if g.progress else ()
+            reason = "<br>".join(_e(r) for r in (*g.reasons, *notes))
             out.append(
                 f"<tr class='group' data-status='{_e(g.status)}'><td>{_e(g.group)}</td>"
                 f"<td>{_e(g.type)}</td><td><span class='st {_e(g.status)}'>{_e(g.status)}</span>"
                 f"</td><td class='num'>{_num(g.total_lag)}</td>"
                 f"<td class='num'>{_num(g.max_lag_seconds)}</td>"
                 f"<td>{len(g.members)} <span class='reason'>{_e(members)}</span></td>"
-                f"<td class='reason'>{reason}</td></tr>")
+                f"<td class='reason'>{reason}</td>"
+                f"<td class='num'>{_eta(g)}</td><td class='num'>{_lost(g)}</td></tr>")
         out.append("</tbody></table>")
     out.append(f"<p class='reason'>refreshes every {int(refresh_seconds)}s &middot; "
                "<a href='/metrics'>/metrics</a> &middot; <a href='/api/v1/clusters'>API</a></p>")

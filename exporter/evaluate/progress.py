@@ -1,0 +1,222 @@
+"""Per group, each cycle: consume and produce rates, time to catch up, records lost to
+retention (:class:`GroupProgress`), added to the evaluated views.
+
+It runs after the judgement and never changes a status or a judgement reason: it reads
+the group views and the snapshot's partition offsets, keeps its own memory (a few
+points per group-partition, see :mod:`exporter.evaluate.rates`, and the loss counters
+of :mod:`exporter.evaluate.retention`) and attaches a :class:`GroupProgress` to each view.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+from exporter.contracts.snapshot import TP, GroupSample, PartitionOffsets
+from exporter.contracts.view import GroupProgress, GroupView, PartitionProgress, PartitionView
+from exporter.evaluate.rates import (
+    Point,
+    Rates,
+    add_point,
+    catchup_seconds,
+    caught_up,
+    common_rates,
+    fmt_duration,
+    fmt_rate,
+    min_span,
+    rates,
+)
+from exporter.evaluate.retention import below_log_start, lost_step
+
+# Partitions named in the notes about records lost, at most.
+MAX_LOST_NOTES = 3
+
+
+@dataclass(slots=True)
+class PartMemory:
+    points: list[Point] = field(default_factory=list)
+    counted_to: int | None = None  # see exporter.evaluate.retention
+
+
+@dataclass(slots=True)
+class GroupMemo:
+    parts: dict[TP, PartMemory] = field(default_factory=dict)
+    lost: dict[TP, int] = field(default_factory=dict)  # per partition, never decreases
+    lost_total: int = 0  # kept when a partition goes away: a counter never decreases
+    last: GroupProgress | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class _Row:
+    """One judged group-partition this cycle."""
+
+    tp: TP
+    lag: int
+    consumed: int
+    log_start: int | None
+    rates: Rates | None  # this partition's own, over its own span
+    owner: str  # the member that owns it ("" for none): its partitions share its time
+    points: list[Point]  # its samples (exporter/evaluate/rates.py)
+
+
+@dataclass(frozen=True, slots=True)
+class _Pool:
+    """The backlogged partitions of one owner: what it must get through, how fast it gains."""
+
+    owner: str
+    rows: tuple[_Row, ...]
+    rates: Rates | None  # summed over a span common to its partitions; None: not known yet
+    eta: float | None  # None: not gaining, or rates unknown
+
+
+class ProgressTracker:
+    """The memory behind :class:`GroupProgress` for one cluster; :meth:`annotate` each cycle."""
+
+    def __init__(self, window: float, interval: float) -> None:
+        self.window = window
+        self.min_span = min_span(window, interval)
+        # A partition whose lag is what its consumer gets through in this long is caught
+        # up: records between two commits (or two Spark triggers), not a backlog.
+        self.settle = max(interval, window / 10)
+        self.groups: dict[str, GroupMemo] = {}
+
+    def annotate(self, views: dict[str, GroupView], samples: dict[str, GroupSample],
+                 partitions: dict[TP, PartitionOffsets], now: float) -> dict[str, GroupView]:
+        out: dict[str, GroupView] = {}
+        for gid, v in views.items():
+            memo = self.groups.setdefault(gid, GroupMemo())
+            sample = samples.get(gid)
+            if sample is None or sample.error is None:
+                memo.last = self._group(memo, v, partitions, now)
+            # An unreadable group keeps its last figures, like its last judgement.
+            out[gid] = dataclasses.replace(v, progress=memo.last) if memo.last else v
+        for gid in [g for g in self.groups if g not in views]:
+            del self.groups[gid]  # deleted group: its series vanish with it
+        return out
+
+    def _group(self, memo: GroupMemo, v: GroupView, partitions: dict[TP, PartitionOffsets],
+               now: float) -> GroupProgress:
+        rows: list[_Row] = []
+        for p in v.partitions:
+            row = self._observe(memo, p, partitions.get((p.topic, p.partition)), now)
+            if row is not None and not p.unsubscribed:
+                rows.append(row)
+        seen = {(p.topic, p.partition) for p in v.partitions}
+        for tp in [tp for tp in memo.parts if tp not in seen]:
+            del memo.parts[tp]
+            memo.lost.pop(tp, None)
+        return summarize(rows, memo, self.settle, self.min_span)
+
+    def _observe(self, memo: GroupMemo, p: PartitionView, po: PartitionOffsets | None,
+                 now: float) -> _Row | None:
+        """Remember this cycle's consumed offset and HW of one partition; count losses."""
+        if p.committed is None or p.lag_offsets is None or po is None or po.hw is None:
+            return None
+        tp = (p.topic, p.partition)
+        consumed = po.hw - p.lag_offsets  # the committed offset (share groups: HW - lag)
+        pm = memo.parts.get(tp)
+        first = pm is None
+        if pm is None:
+            pm = memo.parts[tp] = PartMemory()
+        if po.log_start is not None:
+            # A topic no member subscribes to any more is read by nobody: what retention
+            # deletes there moves the baseline, it is not this group's loss (the
+            # abandoned-topic alert warns about it before).
+            new, pm.counted_to = lost_step(consumed, po.log_start, pm.counted_to,
+                                           first or p.unsubscribed)
+            memo.lost[tp] = memo.lost.get(tp, 0) + new
+            memo.lost_total += new
+        add_point(pm.points, (now, consumed, po.hw), self.window)
+        return _Row(tp, p.lag_offsets, consumed, po.log_start, rates(pm.points, self.min_span), p.owner,
+                    pm.points)
+
+
+def summarize(rows: list[_Row], memo: GroupMemo, settle: float, span_min: float) -> GroupProgress:
+    """The group's rates, time to catch up and notes.
+
+    The partitions are pooled by owner: one consumer's partitions share its time
+    (librdkafka may drain one partition's backlog before the next's), so a pool is
+    caught up when its lag is what it consumes in ``settle`` seconds
+    (:func:`caught_up`), and otherwise catches up in ``pool lag / (pool consume rate -
+    pool produce rate)``; partitions without an owner form one pool. The group catches
+    up when its slowest pool does; a pool that does not gain means no estimate: the
+    group falls behind there."""
+    group = common_rates([r.points for r in rows], span_min)
+    pools = _pools(rows, settle, span_min)
+    losing = [p for p in pools if p.rates is not None and p.eta is None]
+    eta = None
+    if pools and not losing and all(p.rates is not None for p in pools):
+        eta = max(p.eta for p in pools if p.eta is not None)
+    parts = {r.tp: _partition(r, memo, pools) for r in rows}
+    notes = _pace_notes(eta, group, losing, len(pools)) + _lost_notes(rows)
+    return GroupProgress(
+        window_seconds=group.span if group else 0.0, consume_rate=group.consume if group else None,
+        produce_rate=group.produce if group else None, catchup_seconds=eta,
+        falling_behind=bool(losing), records_lost_total=memo.lost_total,
+        below_log_start=sum(p.below_log_start for p in parts.values()), notes=tuple(notes),
+        partitions=parts)
+
+
+def _pools(rows: list[_Row], settle: float, span_min: float) -> list[_Pool]:
+    """The pools (by owner) with a backlog."""
+    by_owner: dict[str, list[_Row]] = {}
+    for r in rows:
+        by_owner.setdefault(r.owner, []).append(r)
+    out = []
+    for owner, rs in sorted(by_owner.items()):
+        lag = sum(r.lag for r in rs)
+        pr = common_rates([r.points for r in rs], span_min)
+        if caught_up(lag, pr.consume if pr else None, settle):
+            continue
+        eta = catchup_seconds(lag, pr.consume, pr.produce) if pr else None
+        out.append(_Pool(owner, tuple(rs), pr, eta))
+    return out
+
+
+def _partition(r: _Row, memo: GroupMemo, pools: list[_Pool]) -> PartitionProgress:
+    """A partition's figures; its time to catch up is its owner's (they share its time)."""
+    pool = next((p for p in pools if p.owner == r.owner), None)
+    return PartitionProgress(
+        consume_rate=r.rates.consume if r.rates else None,
+        produce_rate=r.rates.produce if r.rates else None,
+        catchup_seconds=pool.eta if pool is not None and r.lag > 0 else None,
+        lost_total=memo.lost.get(r.tp, 0),
+        below_log_start=below_log_start(r.consumed, r.log_start) if r.log_start is not None else 0)
+
+
+def _pace_notes(eta: float | None, group: Rates | None, losing: list[_Pool], pools: int) -> list[str]:
+    if group is None:
+        return []
+    if eta is not None:
+        return [f"caught up in about {fmt_duration(eta)} at current rates "
+                f"(consumes {fmt_rate(group.consume)} records/s, {fmt_rate(group.produce)}/s produced)"]
+    if not losing:
+        return []
+    if pools == 1 and len(losing) == 1 and group.consume <= group.produce:
+        return [_behind("", group.consume, group.produce, group.span)]  # one consumer
+    # Name the pool that loses most: its owner, or its partitions when nobody owns them.
+    worst = max(losing, key=lambda p: p.rates.produce - p.rates.consume if p.rates else 0.0)
+    assert worst.rates is not None
+    where = worst.owner or ", ".join(f"{t}[{n}]" for t, n in (r.tp for r in worst.rows[:3]))
+    more = f" (and {len(losing) - 1} more owner(s))" if len(losing) > 1 else ""
+    return [_behind(f"{where}: ", worst.rates.consume, worst.rates.produce, worst.rates.span) + more]
+
+
+def _behind(where: str, consume: float, produce: float, span: float) -> str:
+    if consume <= 0 and produce <= 0:
+        return f"{where}not catching up: nothing consumed over the last {fmt_duration(span)}"
+    if consume >= produce:
+        return (f"{where}not catching up: consumes {fmt_rate(consume)} records/s, "
+                f"only as fast as they are produced")
+    return (f"{where}falling behind by {fmt_rate(produce - consume)} records/s "
+            f"(consumes {fmt_rate(consume)}/s, {fmt_rate(produce)}/s produced)")
+
+
+def _lost_notes(rows: list[_Row]) -> list[str]:
+    gone = [(r, below_log_start(r.consumed, r.log_start)) for r in rows if r.log_start is not None
+            and r.consumed < r.log_start]
+    notes = [f"{r.tp[0]}[{r.tp[1]}]: {n} records deleted by retention before the group read them "
+             f"(committed {r.consumed} < log start {r.log_start})" for r, n in gone[:MAX_LOST_NOTES]]
+    if len(gone) > MAX_LOST_NOTES:
+        notes.append(f"... and {len(gone) - MAX_LOST_NOTES} more partition(s) below the log start")
+    return notes

@@ -1,0 +1,145 @@
+"""Consume and produce rates and the time to catch up: pure functions.
+
+A group's consume rate is how fast its consumed offset (the committed offset; for a
+share group, HW minus the lag the broker reports) advances; the produce rate is how
+fast the partition's high watermark advances. Both are read over the same window
+from the same samples, so their difference is exactly how fast the lag shrinks:
+``lag(t) = HW(t) - consumed(t)``.
+
+The window is the evaluator's judgement window (``thresholds.window``, 600 s by
+default): it spans many commits of an auto-committing consumer (every 5 s) and many
+triggers of a Spark query, so commit steps average out, yet a change of pace shows
+within minutes; and it is the window the ``lagging`` rule judges lag growth over, so
+the estimate and the status speak of the same period. Rates are shown once the
+samples span a quarter of it (at least three cycles): fewer commits than that make
+a rate out of one step.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+# (sample time, consumed offset, high watermark) of one group-partition.
+Point = tuple[float, int, int]
+
+# Points kept per group-partition: one per tenth of the window plus the newest, so
+# memory does not grow with the sampling rate or the window (rates span 90 to 100 % of it).
+POINTS_PER_WINDOW = 10
+
+
+@dataclass(frozen=True, slots=True)
+class Rates:
+    consume: float  # records per second
+    produce: float  # records per second
+    span: float  # seconds the rates were measured over
+
+
+def add_point(points: list[Point], p: Point, window: float) -> None:
+    """Append a sample, keeping points at least a tenth of the window apart (the last one
+    is always the newest sample) and none older than the window.
+
+    A consumed offset or a high watermark that moved backwards (a rewind, an offset
+    reset, a topic recreated) makes the older points meaningless: they are dropped."""
+    if points and (p[1] < points[-1][1] or p[2] < points[-1][2]):
+        points.clear()
+    spacing = window / POINTS_PER_WINDOW
+    if len(points) >= 2 and p[0] - points[-2][0] < spacing:
+        points[-1] = p
+    else:
+        points.append(p)
+    while len(points) > 2 and points[0][0] < p[0] - window:
+        del points[0]
+
+
+def rates(points: list[Point], min_span: float) -> Rates | None:
+    """Consume and produce rates between the oldest and the newest point; None until
+    the points span ``min_span`` seconds."""
+    if len(points) < 2:
+        return None
+    (t0, c0, h0), (t1, c1, h1) = points[0], points[-1]
+    span = t1 - t0
+    if not span >= min_span or span <= 0:
+        return None
+    return Rates(consume=(c1 - c0) / span, produce=(h1 - h0) / span, span=span)
+
+
+def common_rates(series: list[list[Point]], min_span: float) -> Rates | None:
+    """Summed rates of several partitions over the span they were all sampled in.
+
+    Summing each partition's own rate would mix spans: a consumer that drained one
+    partition, then turned to another first committed only later, looks as if it
+    consumed at both paces at once. So each partition's offsets are read (interpolated
+    between its points) at the same two times: the newest sample, and the oldest time
+    every partition has a point at or before. None until that span is ``min_span`` long."""
+    if not series or any(len(pts) < 2 for pts in series):
+        return None
+    t0 = max(pts[0][0] for pts in series)
+    t1 = min(pts[-1][0] for pts in series)
+    span = t1 - t0
+    if not span >= min_span or span <= 0:
+        return None
+    consumed = produced = 0.0
+    for pts in series:
+        # Partitions sampled together keep points at the same times: interpolate only
+        # for one whose history started later or ends earlier.
+        first, last = pts[0], pts[-1]
+        c0, h0 = (first[1], first[2]) if first[0] == t0 else _at(pts, t0)
+        c1, h1 = (last[1], last[2]) if last[0] == t1 else _at(pts, t1)
+        consumed += c1 - c0
+        produced += h1 - h0
+    return Rates(consume=consumed / span, produce=produced / span, span=span)
+
+
+def _at(points: list[Point], t: float) -> tuple[float, float]:
+    """Consumed offset and HW at ``t`` (within the points' span), linearly interpolated."""
+    for (ta, ca, ha), (tb, cb, hb) in zip(points, points[1:], strict=False):
+        if ta <= t <= tb:
+            f = 0.0 if tb == ta else (t - ta) / (tb - ta)
+            return ca + f * (cb - ca), ha + f * (hb - ha)
+    last = points[-1]
+    return float(last[1]), float(last[2])
+
+
+def min_span(window: float, interval: float) -> float:
+    """The shortest span rates are shown for: a quarter of the window, at least three
+    sampling cycles (never more than the window)."""
+    return min(window, max(window / 4, 3 * interval))
+
+
+def caught_up(lag: int, consume: float | None, settle: float) -> bool:
+    """No lag, or no more than the consumer gets through in ``settle`` seconds: records
+    in flight between two commits, not a backlog."""
+    return lag <= 0 or (consume is not None and consume > 0 and lag <= consume * settle)
+
+
+def catchup_seconds(lag: int, consume: float, produce: float) -> float | None:
+    """Seconds until ``lag`` is gone at these rates; None when consumption is not faster
+    than production (it never catches up at this pace) or the result is not finite."""
+    net = consume - produce
+    if lag <= 0:
+        return 0.0
+    if net <= 0:
+        return None
+    eta = lag / net
+    return eta if math.isfinite(eta) else None
+
+
+def fmt_duration(seconds: float) -> str:
+    """A rounded human duration: "12 s", "4 min", "2.5 h", "3 days"."""
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 90 * 60:
+        return f"{seconds / 60:.0f} min"
+    if seconds < 48 * 3600:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 86400:.0f} days"
+
+
+def fmt_rate(v: float) -> str:
+    """Records per second with the precision a reader needs: "120", "3.5", "0.04"."""
+    if v >= 100:
+        return f"{v:,.0f}"
+    if v >= 1:
+        return f"{v:.1f}"
+    return f"{v:.2g}"
