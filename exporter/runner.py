@@ -45,6 +45,8 @@ class ClusterRunner:
         self.errors: collections.Counter[str] = collections.Counter()
         self.requests = 0  # Kafka requests over all worker lifetimes
         self._worker_requests = 0  # the current worker's own (cumulative) count
+        self.reports_requests = 0  # the reports tail's, over all worker lifetimes
+        self._worker_reports_requests = 0
         self._worker_gen = 0
         self.reports_received: Mapping[str, int] = {}
         self.reports_dropped: Mapping[str, int] = {}
@@ -153,6 +155,7 @@ class ClusterRunner:
 
     def _stats(self, t0: float) -> SelfStats:
         return SelfStats(cycles=self.cycles, requests=self.requests,
+                         reports_requests=self.reports_requests,
                          cycle_duration=time.monotonic() - t0, errors=frozen_counts(self.errors),
                          reports_received=self.reports_received, reports_dropped=self.reports_dropped)
 
@@ -161,8 +164,11 @@ class ClusterRunner:
         A restarted worker counts requests from 0 again: the total stays monotonic."""
         if self._worker_gen != self.worker.restarts:  # a new worker process
             self._worker_gen, self._worker_requests = self.worker.restarts, 0
+            self._worker_reports_requests = 0
         self.requests += res.requests_total - self._worker_requests
         self._worker_requests = res.requests_total
+        self.reports_requests += max(0, res.reports_requests - self._worker_reports_requests)
+        self._worker_reports_requests = res.reports_requests
         self.reports_received = frozen_counts(res.reports_received)
         self.reports_dropped = frozen_counts(res.reports_dropped)
 

@@ -102,6 +102,7 @@ class Sampler:
         self._group_topics: dict[str, set[str]] = {}
         self._weight: dict[str, int] = {}  # per group: array elements of its last OffsetFetch
         self._unsupported = ""
+        self._new_types: bool | None = None  # streams/share APIs, known at the first listing
         self.extra: BrokerRequests | None
         try:
             self.extra = BrokerRequests(cfg.client, cfg.bootstrap_servers, cfg.request_timeout,
@@ -240,6 +241,12 @@ class Sampler:
             got, failures = {}, [_err_text(e)]
         listed = {g: lg for g, lg in got.items() if self.cfg.filters.group_ok(g)}
         errors.extend(("list_groups", f) for f in failures)
+        if self._new_types is None and not failures:
+            self._new_types = self.extra.new_group_types()  # from the version answer: no request
+            if not self._new_types:
+                log.info("cluster %s: the brokers have no streams or share group APIs (before "
+                         "Kafka 4.x); those group types cannot exist there and are not listed",
+                         self.cfg.name)
         self.extra.learn_coordinators({g: lg.coordinator for g, lg in listed.items()
                                        if lg.coordinator is not None})
         if failures and not got:

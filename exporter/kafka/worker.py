@@ -55,6 +55,7 @@ class SampleResult:
     requests_total: int
     reports_received: dict[str, int]
     reports_dropped: dict[str, int]
+    reports_requests: int = 0  # Kafka requests of the reports tail, cumulative in this worker
 
 
 class _Pipe:
@@ -112,7 +113,7 @@ def _serve(conn: _Pipe, cfg: ClusterConfig, thresholds: Thresholds, log_level: s
         while not reports.caught_up.wait(0.1) and time.monotonic() < deadline:
             if sampler.credential_error():
                 break
-    counts: tuple[int, dict[str, int], dict[str, int]] = (0, {}, {})
+    counts: tuple[int, dict[str, int], dict[str, int], int] = (0, {}, {}, 0)
     while True:
         try:
             kind, arg = conn.recv()
@@ -121,7 +122,8 @@ def _serve(conn: _Pipe, cfg: ClusterConfig, thresholds: Thresholds, log_level: s
         if kind == "sample":
             try:
                 reply = _sample(sampler, reports)
-                counts = reply.requests_total, reply.reports_received, reply.reports_dropped
+                counts = (reply.requests_total, reply.reports_received, reply.reports_dropped,
+                          reply.reports_requests)
             except Exception as e:  # noqa: BLE001 - a bug must cost one cycle, not the worker
                 log.exception("cluster %s: sampling raised an exception (a bug in lagwatch; the "
                               "Kafka worker keeps running)", cfg.name)
@@ -148,10 +150,11 @@ def _sample(sampler: Sampler, reports: ReportReader | None) -> SampleResult:
     snap = sampler.sample(extra_topics=spark_topics)
     return SampleResult(snap, consumer_reports, spark_reports, sampler.requests_total,
                         dict(reports.received) if reports else {},
-                        dict(reports.dropped) if reports else {})
+                        dict(reports.dropped) if reports else {},
+                        reports.requests if reports else 0)
 
 
-def _failed(cluster: str, counts: tuple[int, dict[str, int], dict[str, int]], error: str
+def _failed(cluster: str, counts: tuple[int, dict[str, int], dict[str, int], int], error: str
             ) -> SampleResult:
     """A cycle whose sampling raised: no data, one sample_exception error; the counters
     are the last ones known (they must never go back)."""
