@@ -22,6 +22,7 @@ Everything here is read-only: list, describe and ListOffsets requests only.
 
 from __future__ import annotations
 
+import collections
 import logging
 import os
 import ssl
@@ -35,7 +36,6 @@ from typing import Any
 from kafka.errors import (
     IncompatibleBrokerVersion,
     KafkaConnectionError,
-    NodeNotReadyError,
     RequestTimedOutError,
     UnknownBrokerIdError,
     for_code,
@@ -63,6 +63,9 @@ NEW_GROUP_TYPES = ("streams", "share")
 # error_code of a group whose request failed as a whole (timeout, broker silent): the
 # failure is reported once per request (BrokerRequests.take_failures), not once per group.
 REQUEST_FAILED = -1
+# Requests of ours outstanding per broker connection: kafka-python refuses a sixth
+# (max_in_flight_requests_per_connection, 5) with NodeNotReadyError instead of queueing it.
+IN_FLIGHT = 4
 
 
 class Unsupported(Exception):
@@ -295,27 +298,47 @@ class BrokerRequests:
             return e
 
     def _gather(self, calls: Sequence[tuple[int, Any]], first: bool = False) -> list[Any]:
-        """Send every (node, request) at once; each result is a response or an exception.
-        With ``first`` the wait ends at the first answer (one question to every broker)."""
+        """Send every (node, request), at most IN_FLIGHT at a time per broker (kafka-python
+        refuses more per connection); each result is a response or an exception. With
+        ``first`` the wait ends at the first answer (one question to every broker)."""
         client = self._connected()
-        futures = [self._send(client, node, req) for node, req in calls]
-        pending = [f for f in futures if not isinstance(f, BaseException)]
+        results: list[Any] = [None] * len(calls)
+        queued = collections.deque(range(len(calls)))
         deadline = time.monotonic() + self.timeout
-        while not all(f.is_done for f in pending):
+        while True:
+            self._pump(client, calls, results, queued)
+            pending = [f for f in results if f is not None and not isinstance(f, BaseException)]
+            answered = first and any(f.succeeded() for f in pending)
             left = deadline - time.monotonic()
-            if left <= 0 or (first and any(f.succeeded() for f in pending)):
+            if answered or left <= 0 or (not queued and all(f.is_done for f in pending)):
                 break
             client.poll(timeout_ms=min(100, int(left * 1000) + 1))
-        answered = first and any(f.succeeded() for f in pending)
-        for (node, _), f in zip(calls, futures, strict=True):
-            if isinstance(f, BaseException):
-                continue
-            if (not f.is_done and not answered) or isinstance(
-                    f.exception, (RequestTimedOutError, NodeNotReadyError, KafkaConnectionError)):
+        for i, (node, _) in enumerate(calls):
+            f = results[i]
+            if f is None:
+                results[i] = TimeoutError("request timed out before it could be sent")
+            elif not isinstance(f, BaseException) and (
+                    (not f.is_done and not answered)
+                    or isinstance(f.exception, (RequestTimedOutError, KafkaConnectionError))):
                 self.silent.add(node)
         return [f if isinstance(f, BaseException) else
                 f.value if f.succeeded() else (f.exception or TimeoutError("request timed out"))
-                for f in futures]
+                for f in results]
+
+    def _pump(self, client: KafkaNetClient, calls: Sequence[tuple[int, Any]], results: list[Any],
+              queued: collections.deque[int]) -> None:
+        """Send the queued calls whose broker has fewer than IN_FLIGHT of ours outstanding."""
+        busy: collections.Counter[int] = collections.Counter(
+            calls[i][0] for i, f in enumerate(results)
+            if f is not None and not isinstance(f, BaseException) and not f.is_done)
+        for _ in range(len(queued)):
+            i = queued.popleft()
+            node, req = calls[i]
+            if busy[node] >= IN_FLIGHT and node not in self.silent:
+                queued.append(i)
+                continue
+            results[i] = self._send(client, node, req)
+            busy[node] += 1
 
     def _any_node(self) -> int:
         """kafka-python's least loaded broker, unless it is silent this cycle."""
