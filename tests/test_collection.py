@@ -5,6 +5,7 @@ with the same values."""
 
 from __future__ import annotations
 
+import pickle
 import re
 
 import pytest
@@ -12,6 +13,8 @@ from kafka.protocol.consumer import OffsetFetchResponse
 
 from devenv.kafka import KafkaCluster
 from exporter.config import ClusterConfig, Filters
+from exporter.contracts.errors import ErrorRecord, ErrorStage
+from exporter.expose.metrics import ERROR_STAGES
 from exporter.kafka.broker_requests import (
     MAX_ELEMENTS,
     UNKNOWN_WEIGHT,
@@ -62,7 +65,7 @@ def test_one_groups_error_never_costs_another_its_offsets() -> None:
     req.learn_coordinators({"moved": 1, "orders": 1})
     req._forget_moved("moved", NOT_COORDINATOR)
     req._forget_moved("orders", 0)
-    assert req._coordinators == {"orders": 1}
+    assert req.coordinators == {"orders": 1}
 
 
 def _cycle(kafka: KafkaCluster, groups: list[str], **cap: int) -> tuple[dict, int]:
@@ -98,3 +101,13 @@ def test_requests_per_cycle_do_not_grow_with_groups_and_pre_kip709_brokers_match
     old, old_requests = _cycle(kafka, groups, offset_fetch_max_version=7)
     assert old == expected
     assert old_requests == 8 - 1 + len(groups)
+
+
+@pytest.mark.unit
+def test_error_records_are_typed_and_cross_the_worker_pipe() -> None:
+    assert tuple(ErrorStage) == ERROR_STAGES  # the label values of lagwatch_errors_total
+    e = pickle.loads(pickle.dumps(ErrorRecord("describe_group", "orders: NotCoordinator", "orders")))
+    assert e == ("describe_group", "orders: NotCoordinator")  # still a (stage, message) pair
+    assert (e.stage, e.group) == (ErrorStage.DESCRIBE_GROUP, "orders")
+    with pytest.raises(ValueError):
+        ErrorRecord("descibe_group", "a typo is no new label value")

@@ -46,6 +46,7 @@ from kafka.protocol.consumer import ListOffsetsRequest, OffsetFetchRequest
 from kafka.protocol.consumer.metadata import ConsumerProtocolAssignment, ConsumerProtocolSubscription
 from kafka.protocol.metadata import FindCoordinatorRequest, MetadataRequest
 
+from exporter.contracts.sampling import ListedGroup
 from exporter.kafka.messages import (
     ConsumerGroupDescribeRequest,
     DescribeShareGroupOffsetsRequest,
@@ -170,15 +171,6 @@ def ssl_context(props: dict[str, str]) -> ssl.SSLContext:
 # -- what the describes return ---------------------------------------------------------
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class ListedGroup:
-    group_id: str
-    type: str  # classic | consumer | streams | share (ListGroups v5; classic before)
-    state: str
-    coordinator: int | None = None  # the broker that listed it
-    protocol_type: str = ""
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
 class DescribedMember:
     member_id: str
     member_epoch: int
@@ -242,7 +234,8 @@ class BrokerRequests:
         self.config = kafka_python_config(props, bootstrap, timeout, client_id)
         self.timeout = timeout
         self._client: KafkaNetClient | None = None
-        self._coordinators: dict[str, int] = {}
+        # Per group its coordinator; the sampler hands in the map the runner keeps.
+        self.coordinators: dict[str, int] = {}
         self._lock = threading.Lock()
         self.requests = 0
         self.silent: set[int] = set()
@@ -416,12 +409,12 @@ class BrokerRequests:
     # -- coordinators ----------------------------------------------------------------------
     def learn_coordinators(self, coordinators: dict[str, int]) -> None:
         """Coordinators known without asking (the broker that listed the group)."""
-        self._coordinators.update(coordinators)
+        self.coordinators.update(coordinators)
 
     def _coordinators_of(self, group_ids: Sequence[str]) -> tuple[dict[str, int], dict[str, str]]:
         """Coordinator broker of each group: cached (from the listing, or an earlier lookup)
         until a request says it moved; the unknown ones in one FindCoordinator v4 (KIP-699)."""
-        unknown = [g for g in group_ids if g not in self._coordinators]
+        unknown = [g for g in group_ids if g not in self.coordinators]
         errors: dict[str, str] = {}
         if unknown:
             (res,) = self._gather([(self._any_node(), FindCoordinatorRequest(
@@ -434,15 +427,15 @@ class BrokerRequests:
                     if c.error_code:
                         errors[c.key] = f"find coordinator: {_err(c.error_code, c.error_message)}"
                     else:
-                        self._coordinators[c.key] = c.node_id
-        return {g: self._coordinators[g] for g in group_ids if g in self._coordinators}, errors
+                        self.coordinators[c.key] = c.node_id
+        return {g: self.coordinators[g] for g in group_ids if g in self.coordinators}, errors
 
     def _per_coordinator(self, group_ids: Sequence[str], make: Any,
                          weight: dict[str, int] | None = None) -> tuple[list[Any], dict[str, str]]:
         """One request per coordinator for all its groups (``make(ids)``), split so that no
         response holds more than MAX_ELEMENTS array elements by ``weight`` (a group's
         expected partitions): Kafka 4.4's readers reject arrays over 1,000,000."""
-        coords, errors = self._coordinators_of(group_ids)
+        coords, errors = self.coordinators_of(group_ids)
         by_node: dict[int, list[str]] = {}
         for g, n in coords.items():
             by_node.setdefault(n, []).append(g)
@@ -461,7 +454,7 @@ class BrokerRequests:
 
     def _forget_moved(self, group_id: str, code: int) -> None:
         if code in _COORDINATOR_ERRORS:
-            self._coordinators.pop(group_id, None)
+            self.coordinators.pop(group_id, None)
 
     def describe(self, kind: str, group_ids: Sequence[str]
                  ) -> dict[str, DescribedGroup]:

@@ -33,13 +33,14 @@ from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
 
 from exporter.config import ClusterConfig
+from exporter.contracts.errors import ErrorRecord, ErrorStage
+from exporter.contracts.sampling import ListedGroup, SamplerMemory
 from exporter.contracts.snapshot import TP, GroupSample, Member, PartitionOffsets, Snapshot
 from exporter.kafka.broker_requests import (
     REQUEST_FAILED,
     BrokerRequests,
     Committed,
     DescribedGroup,
-    ListedGroup,
     ShareOffsets,
     Unsupported,
 )
@@ -97,10 +98,9 @@ class Sampler:
         self.admin = AdminClient(client_config(
             cfg, **{"statistics.interval.ms": 1000, "stats_cb": self._on_stats,
                     "error_cb": self._on_error}))
-        self._last_listed: dict[str, Any] = {}
-        self._absent: dict[str, int] = {}  # listed groups missing from the last listings
-        self._group_topics: dict[str, set[str]] = {}
-        self._weight: dict[str, int] = {}  # per group: array elements of its last OffsetFetch
+        # Kept by the runner in the main process and handed in with each cycle (a worker
+        # that crashes forgets nothing); see exporter/contracts/sampling.py.
+        self.memory = SamplerMemory()
         self._unsupported = ""
         self._new_types: bool | None = None  # streams/share APIs, known at the first listing
         self.extra: BrokerRequests | None
@@ -190,21 +190,23 @@ class Sampler:
     def sample(self, extra_topics: Iterable[str] = ()) -> Snapshot:
         t0 = time.monotonic()
         taken_at = time.time()
-        errors: list[tuple[str, str]] = []
+        errors: list[ErrorRecord] = []
 
-        def failed(stage: str, why: str, brokers: int = 0) -> Snapshot:
+        def failed(stage: ErrorStage, why: str, brokers: int = 0) -> Snapshot:
             return Snapshot(cluster=self.cfg.name, taken_at=taken_at, duration=time.monotonic() - t0,
-                            partitions={}, groups={}, errors=((stage, why),), ok=False, brokers=brokers)
+                            partitions={}, groups={}, errors=(ErrorRecord(stage, why),), ok=False,
+                            brokers=brokers)
 
         if self.extra is None:
-            return failed("metadata", f"unsupported client settings: {self._unsupported}")
+            return failed(ErrorStage.METADATA, f"unsupported client settings: {self._unsupported}")
         self.extra.begin_cycle()
+        self.extra.coordinators = self.memory.coordinators
         md, refused = self._cluster_metadata()
         if md is None:
-            return failed("metadata", refused)
+            return failed(ErrorStage.METADATA, refused)
         listed, unlisted = self._list_groups(md, errors)
         if listed is None:
-            return failed("list_groups", unlisted, len(md.brokers))
+            return failed(ErrorStage.LIST_GROUPS, unlisted, len(md.brokers))
         groups = self._drop_gone(self._read_groups(listed, errors), errors)
         topics = self._topics_of(groups, set(extra_topics), md)
         partitions = self._partition_offsets(md, topics, errors)
@@ -230,7 +232,7 @@ class Sampler:
             return ClusterView.of(res), ""
         return self._metadata(self.cfg.request_timeout)
 
-    def _list_groups(self, md: Any, errors: list[tuple[str, str]]
+    def _list_groups(self, md: Any, errors: list[ErrorRecord]
                      ) -> tuple[dict[str, ListedGroup] | None, str]:
         """Every group of every broker (ListGroups to each, all types). The groups of a broker
         that did not answer are kept from the last cycle instead of vanishing."""
@@ -240,7 +242,7 @@ class Sampler:
         except Exception as e:  # noqa: BLE001 - fall back to the last known list of groups
             got, failures = {}, [_err_text(e)]
         listed = {g: lg for g, lg in got.items() if self.cfg.filters.group_ok(g)}
-        errors.extend(("list_groups", f) for f in failures)
+        errors.extend(ErrorRecord(ErrorStage.LIST_GROUPS, f) for f in failures)
         if self._new_types is None and not failures:
             self._new_types = self.extra.new_group_types()  # from the version answer: no request
             if not self._new_types:
@@ -250,13 +252,13 @@ class Sampler:
         self.extra.learn_coordinators({g: lg.coordinator for g, lg in listed.items()
                                        if lg.coordinator is not None})
         if failures and not got:
-            if not self._last_listed:
+            if not self.memory.last_listed:
                 return None, "; ".join(failures)
-            errors.append(("list_groups", "using the groups known last cycle"))
+            errors.append(ErrorRecord(ErrorStage.LIST_GROUPS, "using the groups known last cycle"))
         if failures:
-            listed = {**self._last_listed, **listed}
-        listed = self._bridge(self._last_listed, listed)
-        self._last_listed = listed
+            listed = {**self.memory.last_listed, **listed}
+        listed = self._bridge(self.memory.last_listed, listed)
+        self.memory.last_listed = listed
         return listed, ""
 
     def _topics_of(self, groups: dict[str, GroupSample], extra: set[str], md: Any) -> set[str]:
@@ -266,27 +268,27 @@ class Sampler:
         # topics sampled: the partitions' offsets must not vanish with it.
         for gid, g in groups.items():
             if g.error is not None:
-                topics |= self._group_topics.get(gid, set())
+                topics |= self.memory.group_topics.get(gid, set())
             else:
-                self._group_topics[gid] = {t for (t, _) in g.committed}
-                self._weight[gid] = len(g.committed) + len(self._group_topics[gid]) + 1
-        for gid in [gid for gid in self._group_topics if gid not in groups]:
-            del self._group_topics[gid]
-            self._weight.pop(gid, None)
+                self.memory.group_topics[gid] = {t for (t, _) in g.committed}
+                self.memory.weight[gid] = len(g.committed) + len(self.memory.group_topics[gid]) + 1
+        for gid in [gid for gid in self.memory.group_topics if gid not in groups]:
+            del self.memory.group_topics[gid]
+            self.memory.weight.pop(gid, None)
         topics |= extra
         return {t for t in topics if self.cfg.filters.topic_ok(t) and t in md.topics}
 
-    def _drop_gone(self, groups: dict[str, GroupSample], errors: list[tuple[str, str]]
+    def _drop_gone(self, groups: dict[str, GroupSample], errors: list[ErrorRecord]
                    ) -> dict[str, GroupSample]:
         """Bridged groups that the coordinator says no longer exist go at once (deleted)."""
-        gone = {gid for gid in self._absent if gid in groups and (
+        gone = {gid for gid in self.memory.absent if gid in groups and (
             groups[gid].state == "dead" or any(
                 code in (groups[gid].error or "") for code in ("GroupIdNotFound", "GROUP_ID_NOT_FOUND")))}
         for gid in gone:
             del groups[gid]
-            del self._absent[gid]
+            del self.memory.absent[gid]
         if gone:
-            errors[:] = [e for e in errors if e[1].split(":", 1)[0] not in gone]
+            errors[:] = [e for e in errors if getattr(e, "group", None) not in gone]
         return groups
 
     def _bridge(self, last: dict[str, Any], now: dict[str, Any]) -> dict[str, Any]:
@@ -297,18 +299,18 @@ class Sampler:
         really deleted is kept that long and then goes; its describe says it is dead."""
         out = dict(now)
         for gid in now:
-            self._absent.pop(gid, None)
+            self.memory.absent.pop(gid, None)
         for gid, lg in last.items():
             if gid not in now:
-                missing = self._absent.get(gid, 0) + 1
+                missing = self.memory.absent.get(gid, 0) + 1
                 if missing < LISTING_GRACE_CYCLES:
-                    self._absent[gid] = missing
+                    self.memory.absent[gid] = missing
                     out[gid] = lg
                 else:
-                    self._absent.pop(gid, None)
+                    self.memory.absent.pop(gid, None)
         return out
 
-    def _extra(self, stage: str, errors: list[tuple[str, str]], call: Any, *args: Any) -> dict:
+    def _extra(self, stage: ErrorStage, errors: list[ErrorRecord], call: Any, *args: Any) -> dict:
         """One of BrokerRequests' batched calls; a failure of the whole call is one error of
         ``stage`` and leaves every group of it with that error."""
         if self.extra is None or not args[0]:
@@ -316,42 +318,38 @@ class Sampler:
         try:
             got = call(*args)
         except Exception as e:  # noqa: BLE001 - isolated to these groups
-            errors.append((stage, _err_text(e)))
+            errors.append(ErrorRecord(stage, _err_text(e)))
             return {g: e for g in args[0]}
         finally:
-            errors.extend((stage, f) for f in self.extra.take_failures())
+            errors.extend(ErrorRecord(stage, f) for f in self.extra.take_failures())
         return got
 
-    def _read_groups(self, listed: dict[str, ListedGroup], errors: list[tuple[str, str]]
+    def _read_groups(self, listed: dict[str, ListedGroup], errors: list[ErrorRecord]
                      ) -> dict[str, GroupSample]:
         x = self.extra
         assert x is not None
         by_type: dict[str, list[str]] = {"classic": [], "consumer": [], "streams": [], "share": []}
         for gid in sorted(listed):
             by_type.get(listed[gid].type, by_type["classic"]).append(gid)
-        classic = self._extra("describe_group", errors, x.describe_classic, by_type["classic"])
-        consumer = self._extra("describe_group", errors, partial(x.describe, "consumer"),
-                               by_type["consumer"])
-        streams = self._extra("describe_group", errors, partial(x.describe, "streams"),
-                              by_type["streams"])
-        shares = self._extra("describe_group", errors, partial(x.describe, "share"), by_type["share"])
+        describe = {"classic": x.describe_classic, "consumer": partial(x.describe, "consumer"),
+                    "streams": partial(x.describe, "streams"), "share": partial(x.describe, "share")}
+        described = {kind: self._extra(ErrorStage.DESCRIBE_GROUP, errors, call, by_type[kind])
+                     for kind, call in describe.items()}
         # Streams groups commit offsets like consumer groups: OffsetFetch reads them.
         committing = by_type["classic"] + by_type["consumer"] + by_type["streams"]
-        offs = self._extra("offset_fetch", errors, partial(x.offset_fetch, weight=self._weight),
-                           committing)
-        share_offs = self._extra("offset_fetch", errors, x.share_offsets, by_type["share"])
+        offs = self._extra(ErrorStage.OFFSET_FETCH, errors,
+                           partial(x.offset_fetch, weight=self.memory.weight), committing)
+        share_offs = self._extra(ErrorStage.OFFSET_FETCH, errors, x.share_offsets, by_type["share"])
         out: dict[str, GroupSample] = {}
-        for gid in by_type["classic"]:
-            out[gid] = _described(gid, "classic", listed[gid], classic.get(gid), offs.get(gid), errors)
-        for gid in by_type["consumer"]:
-            out[gid] = _described(gid, "consumer", listed[gid], consumer.get(gid), offs.get(gid), errors)
-        for gid in by_type["streams"]:
-            out[gid] = _described(gid, "streams", listed[gid], streams.get(gid), offs.get(gid), errors)
+        for kind in ("classic", "consumer", "streams"):
+            for gid in by_type[kind]:
+                out[gid] = _described(gid, kind, listed[gid], described[kind].get(gid),
+                                      offs.get(gid), errors)
         for gid in by_type["share"]:
-            out[gid] = _share(gid, shares.get(gid), share_offs.get(gid), errors)
+            out[gid] = _share(gid, described["share"].get(gid), share_offs.get(gid), errors)
         return out
 
-    def _partition_offsets(self, md: Any, topics: set[str], errors: list[tuple[str, str]]
+    def _partition_offsets(self, md: Any, topics: set[str], errors: list[ErrorRecord]
                            ) -> dict[TP, PartitionOffsets]:
         """Per leader one ListOffsets per offset kind, for all its partitions."""
         assert self.extra is not None
@@ -367,8 +365,8 @@ class Sampler:
             except Exception as e:  # noqa: BLE001 - the values stay unknown this cycle
                 got, failures = {}, [_err_text(e)]
             if failures:
-                errors.append(("leo" if name == "leo" else "list_offsets",
-                               f"{name}: {'; '.join(failures)}"))
+                errors.append(ErrorRecord(ErrorStage.LEO if name == "leo" else ErrorStage.LIST_OFFSETS,
+                                          f"{name}: {'; '.join(failures)}"))
             values[name] = got
         return {tp: PartitionOffsets(
             leader=pm.leader, replicas=len(pm.replicas), isr=len(pm.isrs),
@@ -423,7 +421,7 @@ def _only_topics(g: GroupSample, topics: set[str]) -> GroupSample:
         reported_lag={tp: o for tp, o in g.reported_lag.items() if tp[0] in topics})
 
 
-def _committed(gid: str, offs: Committed | Exception | None, errors: list[tuple[str, str]]
+def _committed(gid: str, offs: Committed | Exception | None, errors: list[ErrorRecord]
                ) -> tuple[dict[TP, int], str | None]:
     if isinstance(offs, Exception):
         return {}, f"offset fetch: {_err_text(offs)}"
@@ -431,13 +429,13 @@ def _committed(gid: str, offs: Committed | Exception | None, errors: list[tuple[
         return {}, "offset fetch: no answer"
     if offs.error is not None:
         if offs.error_code != REQUEST_FAILED:  # a failed request was counted once
-            errors.append(("offset_fetch", f"{gid}: {offs.error}"))
+            errors.append(ErrorRecord(ErrorStage.OFFSET_FETCH, f"{gid}: {offs.error}", gid))
         return {}, f"offset fetch: {offs.error}"
     return offs.offsets, None
 
 
 def _described(gid: str, gtype: str, lst: ListedGroup, d: DescribedGroup | Exception | None,
-               offs: Committed | Exception | None, errors: list[tuple[str, str]]) -> GroupSample:
+               offs: Committed | Exception | None, errors: list[ErrorRecord]) -> GroupSample:
     """A classic, KIP-848 consumer or streams group: its describe plus its committed offsets;
     either failing is the group's error, and what the other read is kept."""
     committed, offs_error = _committed(gid, offs, errors)
@@ -459,7 +457,7 @@ def _described(gid: str, gtype: str, lst: ListedGroup, d: DescribedGroup | Excep
 
 
 def _described_error(gid: str, d: DescribedGroup | Exception | None,
-                     errors: list[tuple[str, str]]) -> str | None:
+                     errors: list[ErrorRecord]) -> str | None:
     """The describe's error for this group, counted once (a failed batch was counted)."""
     if isinstance(d, Exception):
         return f"describe: {_err_text(d)}"
@@ -467,7 +465,7 @@ def _described_error(gid: str, d: DescribedGroup | Exception | None,
         return "describe: no answer"
     if d.error is not None:
         if d.error_code != REQUEST_FAILED:  # a failed request was counted once
-            errors.append(("describe_group", f"{gid}: {d.error}"))
+            errors.append(ErrorRecord(ErrorStage.DESCRIBE_GROUP, f"{gid}: {d.error}", gid))
         return f"describe: {d.error}"
     return None
 
@@ -490,11 +488,11 @@ def _members(d: DescribedGroup) -> tuple[Member, ...]:
 
 
 def _share(gid: str, d: DescribedGroup | Exception | None, offs: ShareOffsets | Exception | None,
-           errors: list[tuple[str, str]]) -> GroupSample:
+           errors: list[ErrorRecord]) -> GroupSample:
     """A share group: its start offsets stand where a consumer group's committed offsets do."""
     error = _described_error(gid, d, errors)
     if isinstance(offs, ShareOffsets) and offs.error is not None and offs.error_code != REQUEST_FAILED:
-        errors.append(("offset_fetch", f"{gid}: {offs.error}"))
+        errors.append(ErrorRecord(ErrorStage.OFFSET_FETCH, f"{gid}: {offs.error}", gid))
     offs_error = (f"offset fetch: {_err_text(offs)}" if isinstance(offs, Exception) else
                   f"offset fetch: {offs.error}" if offs is not None and offs.error else None)
     if offs_error:

@@ -33,6 +33,8 @@ from typing import TYPE_CHECKING, Any
 
 from exporter import logs
 from exporter.config import ClusterConfig, Thresholds
+from exporter.contracts.errors import ErrorRecord, ErrorStage
+from exporter.contracts.sampling import SamplerMemory
 from exporter.contracts.snapshot import TP, Snapshot
 from exporter.reports.decode import ConsumerReport, SparkReport
 
@@ -56,6 +58,9 @@ class SampleResult:
     reports_received: dict[str, int]
     reports_dropped: dict[str, int]
     reports_requests: int = 0  # Kafka requests of the reports tail, cumulative in this worker
+    # The sampler's memory after this cycle, for the runner to keep and send with the next
+    # request; None when the cycle raised (the runner keeps what it sent).
+    memory: SamplerMemory | None = None
 
 
 class _Pipe:
@@ -121,6 +126,8 @@ def _serve(conn: _Pipe, cfg: ClusterConfig, thresholds: Thresholds, log_level: s
             break
         if kind == "sample":
             try:
+                if arg is not None:
+                    sampler.memory = arg
                 reply = _sample(sampler, reports)
                 counts = (reply.requests_total, reply.reports_received, reply.reports_dropped,
                           reply.reports_requests)
@@ -151,7 +158,7 @@ def _sample(sampler: Sampler, reports: ReportReader | None) -> SampleResult:
     return SampleResult(snap, consumer_reports, spark_reports, sampler.requests_total,
                         dict(reports.received) if reports else {},
                         dict(reports.dropped) if reports else {},
-                        reports.requests if reports else 0)
+                        reports.requests if reports else 0, sampler.memory)
 
 
 def _failed(cluster: str, counts: tuple[int, dict[str, int], dict[str, int], int], error: str
@@ -159,7 +166,7 @@ def _failed(cluster: str, counts: tuple[int, dict[str, int], dict[str, int], int
     """A cycle whose sampling raised: no data, one sample_exception error; the counters
     are the last ones known (they must never go back)."""
     snap = Snapshot(cluster=cluster, taken_at=time.time(), duration=0.0, partitions={}, groups={},
-                    errors=(("sample_exception", error),), ok=False)
+                    errors=(ErrorRecord(ErrorStage.SAMPLE_EXCEPTION, error),), ok=False)
     return SampleResult(snap, {}, {}, *counts)
 
 
@@ -233,9 +240,10 @@ class KafkaWorker:
         code = self.proc.returncode if self.proc is not None else None
         return WorkerCrashed(f"Kafka worker process died (exit code {code}); restarting")
 
-    def sample(self) -> SampleResult:
+    def sample(self, memory: SamplerMemory | None = None) -> SampleResult:
+        """One cycle; ``memory`` is what the last cycle left (the worker keeps nothing)."""
         # Every stage of a cycle has its own request timeout; this only guards against a hang.
-        return self._call(("sample", None), self.cfg.request_timeout * 12 + 30)
+        return self._call(("sample", memory), self.cfg.request_timeout * 12 + 30)
 
     def timestamps(self, wanted: list[tuple[TP, int]]) -> dict[tuple[str, int, int], float]:
         status, value = self._call(("timestamps", wanted), self.cfg.request_timeout * 3 + 10)
