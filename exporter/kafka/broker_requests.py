@@ -435,7 +435,7 @@ class BrokerRequests:
         """One request per coordinator for all its groups (``make(ids)``), split so that no
         response holds more than MAX_ELEMENTS array elements by ``weight`` (a group's
         expected partitions): Kafka 4.4's readers reject arrays over 1,000,000."""
-        coords, errors = self.coordinators_of(group_ids)
+        coords, errors = self._coordinators_of(group_ids)
         by_node: dict[int, list[str]] = {}
         for g, n in coords.items():
             by_node.setdefault(n, []).append(g)
