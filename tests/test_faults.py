@@ -9,6 +9,7 @@ import time
 from typing import Any
 
 import pytest
+from confluent_kafka import ElectionType
 from confluent_kafka.admin import NewPartitions
 
 from devenv.groups_tool import describe_group
@@ -184,16 +185,21 @@ def test_three_broker_cluster_starts(kafka3: KafkaCluster) -> None:
 def test_leo_ahead_of_hw_while_follower_paused(kafka3: KafkaCluster, tmp_path: Any) -> None:
     topic = create_topic(kafka3, unique("leo"), partitions=1, rf=3)
     admin = admin_for(kafka3)
+    # The earlier tests of this cluster kill and pause brokers, which can leave every
+    # __consumer_offsets partition led by one broker (Kafka moves leaders back only at its
+    # periodic preferred-leader check): if that broker is the follower paused below, every
+    # group is coordinated there. Electing the preferred leaders spreads coordinators again.
+    admin.elect_leaders(ElectionType.PREFERRED, None).result(30)
     md = admin.list_topics(topic, timeout=10).topics[topic].partitions[0]
     controller = admin.describe_cluster(request_timeout=10).result().controller.id
     followers = [r for r in md.replicas if r != md.leader]
     follower_id = next((r for r in followers if r != controller), followers[0])
     follower = next(b for b in kafka3.brokers if b.node_id == follower_id)
     produce(kafka3, topic, {0: 10}, acks="all")
-    # A group whose coordinator is not the paused follower: this test is about LEO and HW.
-    # With its coordinator paused too the group is unreadable, and librdkafka's admin client
-    # can abort on a response that arrives after its request timed out
-    # (confluentinc/librdkafka#4605), which restarts the exporter's Kafka worker.
+    # A group whose coordinator is not the paused follower: this test is about LEO and HW
+    # (with its coordinator paused too the group is unreadable until the broker is fenced).
+    # Fail loudly if no group lands elsewhere rather than go on with a deleted group, whose
+    # topic is then never sampled.
     for _ in range(20):
         group = unique("leo")
         commit_offsets(kafka3.bootstrap_servers, group, topic, {0: 10})
@@ -201,6 +207,8 @@ def test_leo_ahead_of_hw_while_follower_paused(kafka3: KafkaCluster, tmp_path: A
         if desc.coordinator.id != follower_id:
             break
         admin.delete_consumer_groups([group], request_timeout=10)[group].result()
+    else:
+        raise AssertionError(f"20 groups all coordinated by broker {follower_id}, the follower to pause")
     cfg = exporter_config(tmp_path, kafka3.bootstrap_servers, interval=0.5, request_timeout=2)
     with ExporterProcess(None, config=cfg) as exp:
         exp.wait_ready()
