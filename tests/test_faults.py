@@ -237,3 +237,54 @@ def test_leo_ahead_of_hw_while_follower_paused(kafka3: KafkaCluster, tmp_path: A
         finally:
             follower.resume()
         wait_for(lambda: offsets() == (35, 35), 60, "LEO == HW again after the follower resumed")
+
+
+@pytest.mark.cluster3
+def test_a_paused_broker_costs_only_its_own_groups(kafka3: KafkaCluster, tmp_path: Any) -> None:
+    """One broker of three SIGSTOPped (issue 25): every cycle completes, a group coordinated
+    elsewhere is fresh within two cycles, and the paused broker's group keeps its last
+    judgement with the error in its reasons (until the documented grace ends)."""
+    admin = admin_for(kafka3)
+    admin.elect_leaders(ElectionType.PREFERRED, None).result(30)  # spread coordinators
+    controller = admin.describe_cluster(request_timeout=10).result().controller.id
+    topic = create_topic(kafka3, unique("costs"), partitions=1, rf=3)
+    produce(kafka3, topic, {0: 50}, acks="all")
+    by_coordinator: dict[int, str] = {}
+    for _ in range(40):
+        group = unique("costs")
+        commit_offsets(kafka3.bootstrap_servers, group, topic, {0: 10})
+        coord = admin.describe_consumer_groups([group], request_timeout=10)[group].result().coordinator.id
+        by_coordinator.setdefault(coord, group)
+        if len([c for c in by_coordinator if c != controller]) >= 2:
+            break
+    victim_id, other_id = sorted(c for c in by_coordinator if c != controller)[:2]
+    paused_group, live_group = by_coordinator[victim_id], by_coordinator[other_id]
+    victim = next(b for b in kafka3.brokers if b.node_id == victim_id)
+    interval, timeout = 1.0, 2.0
+    cfg = exporter_config(tmp_path, kafka3.bootstrap_servers, interval=interval, request_timeout=timeout)
+    with ExporterProcess(None, config=cfg) as exp:
+        exp.wait_ready()
+        for g in (paused_group, live_group):
+            wait_for(lambda g=g: group_offsets(exp.metrics(), g, "kafka_consumergroup_committed_offset")
+                     == {(topic, 0): 10.0}, 30, f"{g} read")
+        victim.pause()
+        try:
+            commit_offsets(kafka3.bootstrap_servers, live_group, topic, {0: 20})
+            c0 = value(exp.metrics(), "lagwatch_cycles_total", cluster="test") or 0
+            # Fresh within two cycles of a paused-broker cycle (one request timeout each).
+            n = cycles_until(exp, lambda: group_offsets(
+                exp.metrics(), live_group, "kafka_consumergroup_committed_offset") == {(topic, 0): 20.0},
+                2 * (interval + timeout) + 10, "the live group's new commit")
+            assert n <= 3, f"{n} cycles"
+            doc = exp.api(f"clusters/test/groups/{paused_group}")
+            assert any("could not be read" in r for r in doc["reasons"]), doc
+            seen = (value(exp.metrics(), "lagwatch_cycles_total", cluster="test") or 0) - c0
+            time.sleep(4 * (interval + timeout))
+            m = exp.metrics()
+            assert value(m, "lagwatch_up", cluster="test") == 1
+            # every cycle completes in about one interval plus one request timeout
+            done = (value(m, "lagwatch_cycles_total", cluster="test") or 0) - c0 - seen
+            assert done >= 3, done
+            assert value(m, "lagwatch_errors_total", cluster="test", stage="worker_crash") == 0
+        finally:
+            victim.resume()
