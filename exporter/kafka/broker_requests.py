@@ -244,6 +244,11 @@ class BrokerRequests:
         # Lower it to test the per-group path of brokers before Kafka 3.0 (KIP-709).
         self.offset_fetch_max_version = offset_fetch_max_version
 
+    @property
+    def connected(self) -> bool:
+        """Has the client bootstrapped (it then stays connected to the cluster)?"""
+        return self._client is not None
+
     def take_failures(self) -> list[str]:
         """Requests that failed as a whole since the last call, one line each."""
         out, self._failures = self._failures, []

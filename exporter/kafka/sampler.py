@@ -218,19 +218,30 @@ class Sampler:
 
     def _cluster_metadata(self) -> tuple[Any, str]:
         """Metadata from whichever broker answers first (kafka-python asks all at once, so
-        a hung broker costs nothing); when none does, librdkafka's request, which can name
-        a credential or TLS refusal."""
+        a hung broker costs nothing). Until kafka-python has connected once, librdkafka
+        asks first: it names a credential or TLS refusal within CREDENTIAL_GRACE, where
+        kafka-python's bootstrap waits out its whole timeout. librdkafka's answer also
+        stands in when no broker answers kafka-python."""
+        assert self.extra is not None
+        if not self.extra.connected:
+            md, refused = self._metadata(self.cfg.request_timeout)
+            if md is None:
+                return None, refused
+            return self._kafka_python_metadata() or md, ""
+        md = self._kafka_python_metadata()
+        return (md, "") if md is not None else self._metadata(self.cfg.request_timeout)
+
+    def _kafka_python_metadata(self) -> ClusterView | None:
         assert self.extra is not None
         try:
             res = self.extra.metadata()
-        except Exception as e:  # noqa: BLE001 - librdkafka says why, below
+        except Exception as e:  # noqa: BLE001 - librdkafka's answer stands in
             log.debug("cluster %s: metadata through kafka-python: %s", self.cfg.name, _err_text(e))
-        else:
-            self._credential_error = None  # a broker answered: the credentials work
-            with contextlib.suppress(Exception):  # kafka-python sends to the node ids we saw
-                self.extra.learn_brokers(res)
-            return ClusterView.of(res), ""
-        return self._metadata(self.cfg.request_timeout)
+            return None
+        self._credential_error = None  # a broker answered: the credentials work
+        with contextlib.suppress(Exception):  # kafka-python sends to the node ids we saw
+            self.extra.learn_brokers(res)
+        return ClusterView.of(res)
 
     def _list_groups(self, md: Any, errors: list[ErrorRecord]
                      ) -> tuple[dict[str, ListedGroup] | None, str]:
