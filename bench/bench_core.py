@@ -44,17 +44,35 @@ def setup(cluster: KafkaCluster, groups: int, partitions: int, tag: str) -> None
             if i % 50 == 0:
                 p.poll(0)
     p.flush(60)
-    pending = []
-    for g in range(groups):
-        offsets = [TopicPartition(topic, part, 50 + (g % 50)) for part in range(partitions)]
-        pending.extend(admin.alter_consumer_group_offsets(
-            [ConsumerGroupTopicPartitions(f"bench-{tag}-g{g:05d}", offsets)]).values())
-        if len(pending) >= 200:
-            wait(pending, 120)
-            for f in pending:
-                f.result()
-            pending = []
-    wait(pending, 120)
+    todo = [f"bench-{tag}-g{g:05d}" for g in range(groups)]
+    for _attempt in range(30):
+        # A fresh broker answers commits COORDINATOR_LOAD_IN_PROGRESS while it loads
+        # __consumer_offsets, per partition in the result (no exception): retry those groups.
+        todo = _commit(admin, todo, topic, partitions)
+        if not todo:
+            return
+        time.sleep(1)
+    raise RuntimeError(f"{len(todo)} groups could not commit their offsets")
+
+
+def _commit(admin: AdminClient, gids: list[str], topic: str, partitions: int) -> list[str]:
+    """Commit each group's offsets; the groups that failed."""
+    failed = []
+    for i in range(0, len(gids), 200):
+        futs = {}
+        for gid in gids[i:i + 200]:
+            g = int(gid.rsplit("-g", 1)[1])
+            offsets = [TopicPartition(topic, part, 50 + (g % 50)) for part in range(partitions)]
+            futs[gid] = admin.alter_consumer_group_offsets(
+                [ConsumerGroupTopicPartitions(gid, offsets)])[gid]
+        wait(list(futs.values()), 120)
+        for gid, f in futs.items():
+            try:
+                if any(tp.error is not None for tp in f.result().topic_partitions):
+                    failed.append(gid)
+            except Exception:  # noqa: BLE001 - retried
+                failed.append(gid)
+    return failed
 
 
 def measure(cluster: KafkaCluster, groups: int, partitions: int, cycles: int) -> dict[str, float]:
