@@ -20,6 +20,7 @@ from exporter.kafka.broker_requests import (
     UNKNOWN_WEIGHT,
     BrokerRequests,
     _chunks,
+    kafka_python_config,
     parse_offset_fetch,
 )
 from exporter.kafka.sampler import Sampler
@@ -111,3 +112,11 @@ def test_error_records_are_typed_and_cross_the_worker_pipe() -> None:
     assert (e.stage, e.group) == (ErrorStage.DESCRIBE_GROUP, "orders")
     with pytest.raises(ValueError):
         ErrorRecord("descibe_group", "a typo is no new label value")
+
+
+@pytest.mark.unit
+def test_a_full_batch_fits_what_kafka_python_accepts() -> None:
+    """kafka-python refuses an answer over receive_message_max_bytes (1,000,000 by default):
+    a batched OffsetFetch of MAX_ELEMENTS partitions (about 20 bytes each) must fit."""
+    conf = kafka_python_config({}, "b:9092", 5.0, "lagwatch")
+    assert conf["receive_message_max_bytes"] >= 20 * MAX_ELEMENTS

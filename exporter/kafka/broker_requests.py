@@ -103,6 +103,10 @@ def kafka_python_config(props: dict[str, str], bootstrap: str, timeout: float,
         "request_timeout_ms": max(1000, int(timeout * 1000)),
         "bootstrap_timeout_ms": max(1000, int(timeout * 1000)),
         "reconnect_backoff_max_ms": 10000,
+        # kafka-python refuses answers over 1,000,000 bytes by default; one batched
+        # OffsetFetch of a coordinator with 2,000 groups of 50 partitions is about 2 MB
+        # (MAX_ELEMENTS bounds one answer to roughly 5 MB).
+        "receive_message_max_bytes": 64 * 2**20,
     }
     used = {"security.protocol"}
     if proto.startswith("sasl"):
