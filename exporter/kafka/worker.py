@@ -126,11 +126,8 @@ def _serve(conn: _Pipe, cfg: ClusterConfig, thresholds: Thresholds, log_level: s
             break
         if kind == "sample":
             try:
-                if arg is not None:
-                    sampler.memory = arg
-                reply = _sample(sampler, reports)
-                counts = (reply.requests_total, reply.reports_received, reply.reports_dropped,
-                          reply.reports_requests)
+                reply = _sample(sampler, reports, arg)
+                counts = _counts(reply)
             except Exception as e:  # noqa: BLE001 - a bug must cost one cycle, not the worker
                 log.exception("cluster %s: sampling raised an exception (a bug in lagwatch; the "
                               "Kafka worker keeps running)", cfg.name)
@@ -151,7 +148,15 @@ def _serve(conn: _Pipe, cfg: ClusterConfig, thresholds: Thresholds, log_level: s
     sampler.close()
 
 
-def _sample(sampler: Sampler, reports: ReportReader | None) -> SampleResult:
+def _counts(reply: SampleResult) -> tuple[int, dict[str, int], dict[str, int], int]:
+    """The counters of a reply, for a later cycle that raises (they must never go back)."""
+    return reply.requests_total, reply.reports_received, reply.reports_dropped, reply.reports_requests
+
+
+def _sample(sampler: Sampler, reports: ReportReader | None, memory: SamplerMemory | None
+            ) -> SampleResult:
+    if memory is not None:  # what the runner kept from the last cycle
+        sampler.memory = memory
     consumer_reports, spark_reports = reports.current() if reports else ({}, {})
     spark_topics = {t for r in spark_reports.values() for (t, _) in r.end_offsets}
     snap = sampler.sample(extra_topics=spark_topics)
