@@ -270,6 +270,8 @@ class Sampler:
             listed = {**self.memory.last_listed, **listed}
         listed = self._bridge(self.memory.last_listed, listed)
         self.memory.last_listed = listed
+        for gid in [g for g in self.memory.coordinators if g not in listed]:
+            del self.memory.coordinators[gid]  # a group gone for good (the map is shared)
         return listed, ""
 
     def _topics_of(self, groups: dict[str, GroupSample], extra: set[str], md: Any) -> set[str]:
