@@ -1,16 +1,21 @@
-"""The Kafka requests librdkafka cannot send, through kafka-python 3.
+"""Every request of a sampling cycle, through kafka-python 3's request layer, per broker
+or per coordinator, never per group:
 
-confluent-kafka (librdkafka) does everything else, but has no raw-request API and
-does not send these:
+* Metadata, asked of every broker at once (the first answer is used);
+* ListGroups (v5, all types) per broker: each lists the groups it coordinates;
+* FindCoordinator v4 (KIP-699) for the groups the listing does not place;
+* per coordinator, one OffsetFetch v8+ for all its groups (KIP-709; one per group before
+  Kafka 3.0), one DescribeGroups for its classic groups, one ConsumerGroupDescribe
+  (KIP-848), StreamsGroupDescribe (KIP-1071), ShareGroupDescribe and
+  DescribeShareGroupOffsets (KIP-932) for its groups of each type;
+* per partition leader, ListOffsets for the log start offset, the high watermark, the
+  last stable offset and, with ``replica_id = -2`` (DEBUGGING_REPLICA_ID), the leader's
+  log end offset (librdkafka hard-codes ``-1``).
 
-* ListOffsets with ``replica_id = -2`` (DEBUGGING_REPLICA_ID): the only request
-  that returns the leader's log end offset instead of the high watermark
-  (librdkafka hard-codes ``-1``);
-* ListGroups v5 with a types filter: ``list_consumer_groups`` omits Kafka
-  Streams (KIP-1071) and share (KIP-932) groups;
-* StreamsGroupDescribe (KIP-1071), ShareGroupDescribe and
-  DescribeShareGroupOffsets (KIP-932), and ConsumerGroupDescribe (KIP-848),
-  whose group and member epochs reveal a member that keeps rejoining.
+librdkafka's admin client accepts one group per OffsetFetch, crashes when that request
+meets a moved coordinator (confluentinc/librdkafka#5040) and can abort on a late answer
+(#4605); kafka-python's high-level ``list_group_offsets`` raises on the first error of a
+batch. The request layer keeps each group's error to that group.
 
 kafka-python 3 encodes requests from Kafka's own JSON message definitions
 (the four it lacks are in ``exporter/kafka/messages/``) and brings the framing,

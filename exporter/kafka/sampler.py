@@ -177,7 +177,8 @@ class Sampler:
 
     @property
     def requests_total(self) -> int:
-        """Kafka requests sent so far (librdkafka's counters plus the LEO client's)."""
+        """Kafka requests sent so far for sampling (kafka-python's, counted as sent, plus
+        librdkafka's admin client's statistics)."""
         self.admin.poll(0)
         with self._stats_lock:
             return self._stats_tx + (self.extra.requests if self.extra else 0)
