@@ -17,6 +17,8 @@ from collections.abc import Mapping
 from dataclasses import replace
 
 from exporter.config import ClusterConfig, Config
+from exporter.contracts.errors import ErrorRecord, ErrorStage
+from exporter.contracts.sampling import SamplerMemory
 from exporter.contracts.snapshot import Snapshot
 from exporter.evaluate.evaluator import Evaluator
 from exporter.expose.render import render_cluster
@@ -46,6 +48,11 @@ class ClusterRunner:
         self.errors: collections.Counter[str] = collections.Counter()
         self.requests = 0  # Kafka requests over all worker lifetimes
         self._worker_requests = 0  # the current worker's own (cumulative) count
+        self.reports_requests = 0  # the reports tail's, over all worker lifetimes
+        # The sampler's memory between cycles (listing grace, group topics, coordinators):
+        # kept here, not in the worker, so that a worker crash forgets nothing.
+        self.memory = SamplerMemory()
+        self._worker_reports_requests = 0
         self._worker_gen = 0
         self.reports_received: Mapping[str, int] = {}
         self.reports_dropped: Mapping[str, int] = {}
@@ -90,7 +97,7 @@ class ClusterRunner:
         t0 = time.monotonic()
         try:
             try:
-                res: SampleResult | None = self.worker.sample()
+                res: SampleResult | None = self.worker.sample(self.memory)
                 crash = ""
             except WorkerCrashed as e:
                 if self._stop.is_set():  # killed by our own shutdown: nothing to report
@@ -99,13 +106,15 @@ class ClusterRunner:
             if res is None:
                 snap = Snapshot(cluster=self.cfg.name, taken_at=time.time(),
                                 duration=time.monotonic() - t0, partitions={}, groups={},
-                                errors=(("worker_crash", crash),), ok=False)
+                                errors=(ErrorRecord(ErrorStage.WORKER_CRASH, crash),), ok=False)
                 consumer_reports: dict = {}
                 spark_reports: dict = {}
             else:
                 snap = res.snapshot
                 consumer_reports, spark_reports = res.consumer_reports, res.spark_reports
                 self._count(res)
+                if res.memory is not None:
+                    self.memory = res.memory
             self.errors.update(stage for stage, _msg in snap.errors)
             exact_ts: dict[tuple[str, int, int], float] = {}
             if snap.ok:
@@ -155,6 +164,7 @@ class ClusterRunner:
 
     def _stats(self, t0: float) -> SelfStats:
         return SelfStats(cycles=self.cycles, requests=self.requests,
+                         reports_requests=self.reports_requests,
                          cycle_duration=time.monotonic() - t0, errors=frozen_counts(self.errors),
                          reports_received=self.reports_received, reports_dropped=self.reports_dropped)
 
@@ -163,8 +173,11 @@ class ClusterRunner:
         A restarted worker counts requests from 0 again: the total stays monotonic."""
         if self._worker_gen != self.worker.restarts:  # a new worker process
             self._worker_gen, self._worker_requests = self.worker.restarts, 0
+            self._worker_reports_requests = 0
         self.requests += res.requests_total - self._worker_requests
         self._worker_requests = res.requests_total
+        self.reports_requests += max(0, res.reports_requests - self._worker_reports_requests)
+        self._worker_reports_requests = res.reports_requests
         self.reports_received = frozen_counts(res.reports_received)
         self.reports_dropped = frozen_counts(res.reports_dropped)
 

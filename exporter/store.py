@@ -31,7 +31,8 @@ class SelfStats:
 
     cycles: int = 0
     cycle_duration: float = 0.0  # sampling, record timestamps, evaluation and rendering
-    requests: int = 0
+    requests: int = 0  # Kafka requests of sampling, both libraries
+    reports_requests: int = 0  # Kafka requests of the reports topic's tail
     errors: Mapping[str, int] = field(default_factory=lambda: _EMPTY)  # by stage, since start
     reports_received: Mapping[str, int] = field(default_factory=lambda: _EMPTY)
     reports_dropped: Mapping[str, int] = field(default_factory=lambda: _EMPTY)

@@ -9,6 +9,7 @@ import time
 from typing import Any
 
 import pytest
+from confluent_kafka import ElectionType
 from confluent_kafka.admin import NewPartitions
 
 from devenv.groups_tool import describe_group
@@ -102,10 +103,13 @@ def test_leader_and_coordinator_failover_keeps_metrics_right(kafka3: KafkaCluste
                 for g in (live, idle):
                     seen = {s for _t, s in rec.statuses(g, killed_at)}
                     assert not seen & {"stopped", "rewind"}, (g, seen)
-                # librdkafka sometimes aborts its process on this path (see kafka_worker.py):
-                # that costs one cycle of lagwatch_up 0, then a new worker samples again
                 wait_for(lambda: value(exp.metrics(), "lagwatch_up", cluster="test") == 1, 20,
                          "lagwatch_up 1 after the failover")
+                # No librdkafka admin request is left in the sampling cycle: neither the
+                # segfault on a moved coordinator (librdkafka#5040) nor the abort on a late
+                # answer (#4605) can end the Kafka worker here any more.
+                assert value(exp.metrics(), "lagwatch_errors_total", cluster="test",
+                             stage="worker_crash") == 0
                 assert value(exp.metrics(), "kafka_partition_in_sync_replicas", topic=topic,
                              partition="0") in (2, 3)
             finally:
@@ -184,16 +188,21 @@ def test_three_broker_cluster_starts(kafka3: KafkaCluster) -> None:
 def test_leo_ahead_of_hw_while_follower_paused(kafka3: KafkaCluster, tmp_path: Any) -> None:
     topic = create_topic(kafka3, unique("leo"), partitions=1, rf=3)
     admin = admin_for(kafka3)
+    # The earlier tests of this cluster kill and pause brokers, which can leave every
+    # __consumer_offsets partition led by one broker (Kafka moves leaders back only at its
+    # periodic preferred-leader check): if that broker is the follower paused below, every
+    # group is coordinated there. Electing the preferred leaders spreads coordinators again.
+    admin.elect_leaders(ElectionType.PREFERRED, None).result(30)
     md = admin.list_topics(topic, timeout=10).topics[topic].partitions[0]
     controller = admin.describe_cluster(request_timeout=10).result().controller.id
     followers = [r for r in md.replicas if r != md.leader]
     follower_id = next((r for r in followers if r != controller), followers[0])
     follower = next(b for b in kafka3.brokers if b.node_id == follower_id)
     produce(kafka3, topic, {0: 10}, acks="all")
-    # A group whose coordinator is not the paused follower: this test is about LEO and HW.
-    # With its coordinator paused too the group is unreadable, and librdkafka's admin client
-    # can abort on a response that arrives after its request timed out
-    # (confluentinc/librdkafka#4605), which restarts the exporter's Kafka worker.
+    # A group whose coordinator is not the paused follower: this test is about LEO and HW
+    # (with its coordinator paused too the group is unreadable until the broker is fenced).
+    # Fail loudly if no group lands elsewhere rather than go on with a deleted group, whose
+    # topic is then never sampled.
     for _ in range(20):
         group = unique("leo")
         commit_offsets(kafka3.bootstrap_servers, group, topic, {0: 10})
@@ -201,6 +210,8 @@ def test_leo_ahead_of_hw_while_follower_paused(kafka3: KafkaCluster, tmp_path: A
         if desc.coordinator.id != follower_id:
             break
         admin.delete_consumer_groups([group], request_timeout=10)[group].result()
+    else:
+        raise AssertionError(f"20 groups all coordinated by broker {follower_id}, the follower to pause")
     cfg = exporter_config(tmp_path, kafka3.bootstrap_servers, interval=0.5, request_timeout=2)
     with ExporterProcess(None, config=cfg) as exp:
         exp.wait_ready()
@@ -229,3 +240,56 @@ def test_leo_ahead_of_hw_while_follower_paused(kafka3: KafkaCluster, tmp_path: A
         finally:
             follower.resume()
         wait_for(lambda: offsets() == (35, 35), 60, "LEO == HW again after the follower resumed")
+
+
+@pytest.mark.cluster3
+def test_a_paused_broker_costs_only_its_own_groups(kafka3: KafkaCluster, tmp_path: Any) -> None:
+    """One broker of three SIGSTOPped (issue 25): every cycle completes, a group coordinated
+    elsewhere is fresh within two cycles, and the paused broker's group keeps its last
+    judgement with the error in its reasons (until the documented grace ends)."""
+    admin = admin_for(kafka3)
+    admin.elect_leaders(ElectionType.PREFERRED, None).result(30)  # spread coordinators
+    controller = admin.describe_cluster(request_timeout=10).result().controller.id
+    topic = create_topic(kafka3, unique("costs"), partitions=1, rf=3)
+    produce(kafka3, topic, {0: 50}, acks="all")
+    by_coordinator: dict[int, str] = {}
+    for _ in range(40):
+        group = unique("costs")
+        commit_offsets(kafka3.bootstrap_servers, group, topic, {0: 10})
+        coord = admin.describe_consumer_groups([group], request_timeout=10)[group].result().coordinator.id
+        by_coordinator.setdefault(coord, group)
+        if len([c for c in by_coordinator if c != controller]) >= 2:
+            break
+    victim_id, other_id = sorted(c for c in by_coordinator if c != controller)[:2]
+    paused_group, live_group = by_coordinator[victim_id], by_coordinator[other_id]
+    victim = next(b for b in kafka3.brokers if b.node_id == victim_id)
+    interval, timeout = 1.0, 2.0
+    cfg = exporter_config(tmp_path, kafka3.bootstrap_servers, interval=interval, request_timeout=timeout)
+    with ExporterProcess(None, config=cfg) as exp:
+        exp.wait_ready()
+        for g in (paused_group, live_group):
+            wait_for(lambda g=g: group_offsets(exp.metrics(), g, "kafka_consumergroup_committed_offset")
+                     == {(topic, 0): 10.0}, 30, f"{g} read")
+        victim.pause()
+        try:
+            # Until the controller fences the paused broker (9 s session timeout) and its
+            # groups move, they cannot be read: their last judgement stands, with the error.
+            wait_for(lambda: any("could not be read" in r for r in exp.api(
+                f"clusters/test/groups/{paused_group}")["reasons"]), 8, "the paused group's error")
+            commit_offsets(kafka3.bootstrap_servers, live_group, topic, {0: 20})
+            c0 = value(exp.metrics(), "lagwatch_cycles_total", cluster="test") or 0
+            # Fresh within two cycles of a paused-broker cycle (one request timeout each).
+            n = cycles_until(exp, lambda: group_offsets(
+                exp.metrics(), live_group, "kafka_consumergroup_committed_offset") == {(topic, 0): 20.0},
+                2 * (interval + timeout) + 10, "the live group's new commit")
+            assert n <= 3, f"{n} cycles"
+            seen = (value(exp.metrics(), "lagwatch_cycles_total", cluster="test") or 0) - c0
+            time.sleep(4 * (interval + timeout))
+            m = exp.metrics()
+            assert value(m, "lagwatch_up", cluster="test") == 1
+            # every cycle completes in about one interval plus one request timeout
+            done = (value(m, "lagwatch_cycles_total", cluster="test") or 0) - c0 - seen
+            assert done >= 3, done
+            assert value(m, "lagwatch_errors_total", cluster="test", stage="worker_crash") == 0
+        finally:
+            victim.resume()

@@ -5,9 +5,10 @@ error) are bridged from the last listing; a group the coordinator says is gone g
 from __future__ import annotations
 
 import pytest
-from confluent_kafka.admin import ConsumerGroupListing
 
 from exporter.config import ClusterConfig
+from exporter.contracts.errors import ErrorRecord
+from exporter.contracts.sampling import ListedGroup
 from exporter.contracts.snapshot import GroupSample
 from exporter.kafka.sampler import LISTING_GRACE_CYCLES, Sampler
 
@@ -22,8 +23,8 @@ def sampler() -> Sampler:
     s.close()
 
 
-def _listing(*gids: str) -> dict[str, ConsumerGroupListing]:
-    return {g: ConsumerGroupListing(g, False) for g in gids}
+def _listing(*gids: str) -> dict[str, ListedGroup]:
+    return {g: ListedGroup(group_id=g, type="classic", state="stable") for g in gids}
 
 
 def test_a_group_missing_for_fewer_than_the_grace_cycles_is_kept(sampler: Sampler) -> None:
@@ -43,11 +44,12 @@ def test_a_group_back_in_the_listing_starts_its_grace_afresh(sampler: Sampler) -
 
 def test_a_bridged_group_the_coordinator_calls_dead_goes_at_once(sampler: Sampler) -> None:
     sampler._bridge(_listing("orders", "gone", "streams-app"), _listing("orders"))
-    errors = [("describe_group", "streams-app: GroupIdNotFoundError (69)"),
-              ("describe_group", "orders: COORDINATOR_LOAD_IN_PROGRESS")]
+    errors = [ErrorRecord("describe_group", "streams-app: GroupIdNotFoundError (69)", "streams-app"),
+              ErrorRecord("describe_group", "orders: COORDINATOR_LOAD_IN_PROGRESS", "orders")]
     groups = {"orders": GroupSample(group_id="orders", type="classic", state="stable"),
               "gone": GroupSample(group_id="gone", type="classic", state="dead"),
               "streams-app": GroupSample(group_id="streams-app", type="streams", state="unknown",
                                          error="describe: GroupIdNotFoundError (69)")}
     assert sorted(sampler._drop_gone(groups, errors)) == ["orders"]
     assert errors == [("describe_group", "orders: COORDINATOR_LOAD_IN_PROGRESS")]
+    assert errors[0].group == "orders"

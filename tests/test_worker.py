@@ -1,6 +1,7 @@
 """The Kafka worker process of a real exporter against the real broker: an exception while
 sampling costs one cycle and keeps the process, a process that dies is counted exactly once
-and replaced, and a shutdown (also by a signal to the whole process group) is quiet."""
+and replaced (and forgets nothing: the worker is stateless), and a shutdown (also by a
+signal to the whole process group) is quiet."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from typing import Any
 
 from devenv.kafka import KafkaCluster
 from devenv.procs import children
-from tests.conftest import exporter_config, wait_for
+from tests.conftest import commit_offsets, create_topic, exporter_config, produce, unique, wait_for
 from tests.exporter_proc import ExporterProcess, value
 
 FAULTS = Path(__file__).resolve().parent / "faults"  # sitecustomize.py: the injected exception
@@ -115,3 +116,44 @@ def alive(pid: int) -> bool:
     except OSError:
         return False
     return state not in ("Z", "X")  # a zombie is dead, waiting for whoever reaps it
+
+
+def test_a_worker_crash_while_a_group_is_missing_from_the_listing_forgets_nothing(
+        kafka: KafkaCluster, tmp_path: Any) -> None:
+    """The worker is stateless (issue 25): the listing grace, the group topics and the
+    coordinators live in the main process and go with each request. The replacement of a
+    crashed worker first lists without the group (as a coordinator still loading answers),
+    and the group stays: its series never vanish and its stall clock runs on."""
+    topic = create_topic(kafka, unique("stateless"), partitions=1)
+    produce(kafka, topic, {0: 20})
+    group = unique("stateless")
+    commit_offsets(kafka.bootstrap_servers, group, topic, {0: 5})  # lag 15, nobody consumes
+    env = {"PYTHONPATH": os.pathsep.join(filter(None, [str(FAULTS), os.environ.get("PYTHONPATH")])),
+           "LAGWATCH_TEST_HIDE_FIRST_LISTING": group}
+    with ExporterProcess(None, config=exporter_config(tmp_path, kafka.bootstrap_servers), env=env) as exp:
+        exp.wait_ready()
+
+        def stalled() -> float | None:
+            return value(exp.metrics(), "kafka_consumergroup_stalled_seconds", group=group)
+
+        before = wait_for(lambda: (s := stalled()) is not None and s > 3 and s, 60,
+                          "the group's stall clock running")
+        os.kill(the_worker(exp), signal.SIGKILL)
+        # Every published record, from the crash until the new worker's third cycle.
+        seen: list[float | None] = []
+        crashed_at: float | None = None
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            m = exp.metrics()
+            seen.append(value(m, "kafka_consumergroup_stalled_seconds", group=group))
+            n = value(m, "lagwatch_cycles_total", cluster="test") or 0
+            if crashed_at is None and value(m, "lagwatch_errors_total", cluster="test",
+                                            stage="worker_crash") == 1:
+                crashed_at = n
+            if crashed_at is not None and n >= crashed_at + 3:
+                break
+            time.sleep(0.1)
+        assert errors(exp, "worker_crash") == 1
+        assert None not in seen, f"the group vanished after the worker crash: {seen}"
+        assert min(seen) >= before, f"the stall clock restarted: {before} then {seen}"
+        assert seen[-1] > before + 2, f"the stall clock stopped: {before} then {seen}"

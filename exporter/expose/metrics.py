@@ -113,8 +113,11 @@ FAMILIES: tuple[FamilyDoc, ...] = (
     FamilyDoc("lagwatch_errors_total", "counter", ("cluster", "stage"),
               f"Sampling errors by stage ({', '.join(ERROR_STAGES)})."),
     FamilyDoc("lagwatch_kafka_requests_total", "counter", ("cluster",),
-              "Kafka requests sent by the sampler (librdkafka's counters plus the requests "
-              "only kafka-python can send)."),
+              "Kafka requests sent for sampling: every request kafka-python sends (metadata, "
+              "listings, per-coordinator group reads, ListOffsets) plus librdkafka's admin "
+              "client's own counters."),
+    FamilyDoc("lagwatch_reports_kafka_requests_total", "counter", ("cluster",),
+              "Kafka requests sent by the reports topic's tail (librdkafka's counters)."),
     FamilyDoc("lagwatch_cycles_total", "counter", ("cluster",), "Sampling cycles run."),
     FamilyDoc("lagwatch_dropped_group_partitions", "gauge", ("cluster",),
               "Group-partitions left out by the max_group_partitions cardinality cap."),

@@ -203,6 +203,7 @@ def self_families(records: Iterable[ClusterRecord], now: float) -> list[Metric]:
                                    _gauge("lagwatch_data_age_seconds"), _gauge("lagwatch_brokers"))
     errs, reqs, cycles = (_counter("lagwatch_errors_total"), _counter("lagwatch_kafka_requests_total"),
                           _counter("lagwatch_cycles_total"))
+    rreqs = _counter("lagwatch_reports_kafka_requests_total")
     dropped = _gauge("lagwatch_dropped_group_partitions")
     cycle = _gauge("lagwatch_cycle_duration_seconds")
     rr, rd = _counter("lagwatch_reports_received_total"), _counter("lagwatch_reports_dropped_total")
@@ -219,13 +220,14 @@ def self_families(records: Iterable[ClusterRecord], now: float) -> list[Metric]:
         for stage in sorted(set(ERROR_STAGES) | set(st.errors)):
             errs.add_metric([v.cluster, stage], st.errors.get(stage, 0))
         reqs.add_metric(c, st.requests)
+        rreqs.add_metric(c, st.reports_requests)
         cycle.add_metric(c, st.cycle_duration)
         cycles.add_metric(c, st.cycles)
         for kind in sorted({"consumer", "spark"} | set(st.reports_received)):
             rr.add_metric([v.cluster, kind], st.reports_received.get(kind, 0))
         for reason, n in sorted(st.reports_dropped.items()):
             rd.add_metric([v.cluster, reason], n)
-    return [up, dur, cycle, last, age, brokers, errs, reqs, cycles, dropped, rr, rd]
+    return [up, dur, cycle, last, age, brokers, errs, reqs, rreqs, cycles, dropped, rr, rd]
 
 
 class SelfMetrics(Collector):

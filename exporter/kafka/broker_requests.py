@@ -1,16 +1,21 @@
-"""The Kafka requests librdkafka cannot send, through kafka-python 3.
+"""Every request of a sampling cycle, through kafka-python 3's request layer, per broker
+or per coordinator, never per group:
 
-confluent-kafka (librdkafka) does everything else, but has no raw-request API and
-does not send these:
+* Metadata, asked of every broker at once (the first answer is used);
+* ListGroups (v5, all types) per broker: each lists the groups it coordinates;
+* FindCoordinator v4 (KIP-699) for the groups the listing does not place;
+* per coordinator, one OffsetFetch v8+ for all its groups (KIP-709; one per group before
+  Kafka 3.0), one DescribeGroups for its classic groups, one ConsumerGroupDescribe
+  (KIP-848), StreamsGroupDescribe (KIP-1071), ShareGroupDescribe and
+  DescribeShareGroupOffsets (KIP-932) for its groups of each type;
+* per partition leader, ListOffsets for the log start offset, the high watermark, the
+  last stable offset and, with ``replica_id = -2`` (DEBUGGING_REPLICA_ID), the leader's
+  log end offset (librdkafka hard-codes ``-1``).
 
-* ListOffsets with ``replica_id = -2`` (DEBUGGING_REPLICA_ID): the only request
-  that returns the leader's log end offset instead of the high watermark
-  (librdkafka hard-codes ``-1``);
-* ListGroups v5 with a types filter: ``list_consumer_groups`` omits Kafka
-  Streams (KIP-1071) and share (KIP-932) groups;
-* StreamsGroupDescribe (KIP-1071), ShareGroupDescribe and
-  DescribeShareGroupOffsets (KIP-932), and ConsumerGroupDescribe (KIP-848),
-  whose group and member epochs reveal a member that keeps rejoining.
+librdkafka's admin client accepts one group per OffsetFetch, crashes when that request
+meets a moved coordinator (confluentinc/librdkafka#5040) and can abort on a late answer
+(#4605); kafka-python's high-level ``list_group_offsets`` raises on the first error of a
+batch. The request layer keeps each group's error to that group.
 
 kafka-python 3 encodes requests from Kafka's own JSON message definitions
 (the four it lacks are in ``exporter/kafka/messages/``) and brings the framing,
@@ -22,6 +27,7 @@ Everything here is read-only: list, describe and ListOffsets requests only.
 
 from __future__ import annotations
 
+import collections
 import logging
 import os
 import ssl
@@ -29,15 +35,23 @@ import threading
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Any
 
-from kafka.errors import IncompatibleBrokerVersion, UnknownBrokerIdError, for_code
+from kafka.errors import (
+    IncompatibleBrokerVersion,
+    KafkaConnectionError,
+    RequestTimedOutError,
+    UnknownBrokerIdError,
+    for_code,
+)
 from kafka.net.compat import KafkaNetClient
 from kafka.protocol.admin import DescribeGroupsRequest, ListGroupsRequest
-from kafka.protocol.consumer import ListOffsetsRequest
-from kafka.protocol.consumer.metadata import ConsumerProtocolSubscription
-from kafka.protocol.metadata import FindCoordinatorRequest
+from kafka.protocol.consumer import ListOffsetsRequest, OffsetFetchRequest
+from kafka.protocol.consumer.metadata import ConsumerProtocolAssignment, ConsumerProtocolSubscription
+from kafka.protocol.metadata import FindCoordinatorRequest, MetadataRequest
 
+from exporter.contracts.sampling import ListedGroup
 from exporter.kafka.messages import (
     ConsumerGroupDescribeRequest,
     DescribeShareGroupOffsetsRequest,
@@ -52,10 +66,22 @@ DEBUGGING_REPLICA_ID = -2  # ListOffsets from this "replica" answers with the le
 LATEST = -1
 _COORDINATOR_ERRORS = {14, 15, 16}  # load in progress, not available, not coordinator
 NEW_GROUP_TYPES = ("streams", "share")
+# error_code of a group whose request failed as a whole (timeout, broker silent): the
+# failure is reported once per request (BrokerRequests.take_failures), not once per group.
+REQUEST_FAILED = -1
+# Requests of ours outstanding per broker connection: kafka-python refuses a sixth
+# (max_in_flight_requests_per_connection, 5) with NodeNotReadyError instead of queueing it.
+IN_FLIGHT = 4
 
 
 class Unsupported(Exception):
     """The cluster's client properties need something kafka-python cannot be given."""
+
+
+class BrokerSilent(Exception):
+    """The broker let a request time out earlier in this cycle: it is not asked again
+    until the next cycle (a hung broker keeps its TCP connection open and answers
+    nothing; without this every stage of a cycle would wait a full timeout for it)."""
 
 
 # -- librdkafka properties -> kafka-python configuration ----------------------------
@@ -82,6 +108,10 @@ def kafka_python_config(props: dict[str, str], bootstrap: str, timeout: float,
         "request_timeout_ms": max(1000, int(timeout * 1000)),
         "bootstrap_timeout_ms": max(1000, int(timeout * 1000)),
         "reconnect_backoff_max_ms": 10000,
+        # kafka-python refuses answers over 1,000,000 bytes by default; one batched
+        # OffsetFetch of a coordinator with 2,000 groups of 50 partitions is about 2 MB
+        # (MAX_ELEMENTS bounds one answer to roughly 5 MB).
+        "receive_message_max_bytes": 64 * 2**20,
     }
     used = {"security.protocol"}
     if proto.startswith("sasl"):
@@ -150,13 +180,6 @@ def ssl_context(props: dict[str, str]) -> ssl.SSLContext:
 # -- what the describes return ---------------------------------------------------------
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class ListedGroup:
-    group_id: str
-    type: str  # streams | share (what ListGroups v5 says)
-    state: str
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
 class DescribedMember:
     member_id: str
     member_epoch: int
@@ -180,6 +203,7 @@ class DescribedGroup:
     group_epoch: int
     coordinator: int | None
     members: tuple[DescribedMember, ...]
+    protocol_type: str = ""  # classic groups: consumer, connect, ... ("" for commit-only)
     error_code: int = 0
     error: str | None = None
 
@@ -209,16 +233,43 @@ class BrokerRequests:
     """One kafka-python client per cluster, connected at first use, reused across cycles.
 
     Calls come from the sampling thread; requests of one call are sent at once and
-    awaited together with one deadline."""
+    awaited together with one deadline. A broker that lets a request time out (or
+    cannot be connected to) is *silent* for the rest of the cycle (:meth:`begin_cycle`
+    clears it): later requests to it fail at once with :class:`BrokerSilent`, so a hung
+    broker costs one request timeout per cycle and only its own share of the data."""
 
     def __init__(self, props: dict[str, str], bootstrap: str, timeout: float,
-                 client_id: str) -> None:
+                 client_id: str, offset_fetch_max_version: int = 9) -> None:
         self.config = kafka_python_config(props, bootstrap, timeout, client_id)
         self.timeout = timeout
         self._client: KafkaNetClient | None = None
-        self._coordinators: dict[str, int] = {}
+        # Per group its coordinator; the sampler hands in the map the runner keeps.
+        self.coordinators: dict[str, int] = {}
         self._lock = threading.Lock()
         self.requests = 0
+        self.silent: set[int] = set()
+        self._failures: list[str] = []  # requests of a call that failed as a whole
+        # OffsetFetch v10 names topics by id only (KIP-848): v8-9 batch groups by name.
+        # Lower it to test the per-group path of brokers before Kafka 3.0 (KIP-709).
+        self.offset_fetch_max_version = offset_fetch_max_version
+
+    @property
+    def connected(self) -> bool:
+        """Has the client bootstrapped (it then stays connected to the cluster)?"""
+        return self._client is not None
+
+    def take_failures(self) -> list[str]:
+        """Requests that failed as a whole since the last call, one line each."""
+        out, self._failures = self._failures, []
+        return out
+
+    def learn_brokers(self, metadata: Any) -> None:
+        """Let kafka-python send to the brokers of a metadata answer we received."""
+        self._connected().cluster.update_metadata(metadata)
+
+    def begin_cycle(self) -> None:
+        """A new cycle asks every broker again: a paused broker may have resumed."""
+        self.silent.clear()
 
     # -- plumbing -------------------------------------------------------------------
     def _connected(self) -> KafkaNetClient:
@@ -240,31 +291,70 @@ class BrokerRequests:
             return False
         return True
 
-    def _gather(self, calls: Sequence[tuple[int, Any]]) -> list[Any]:
-        """Send every (node, request) at once; each result is a response or an exception."""
+    def _send(self, client: KafkaNetClient, node: int, req: Any) -> Any:
+        if node in self.silent:
+            return BrokerSilent(f"broker {node} did not answer earlier in this cycle")
+        self.requests += 1
+        try:
+            return client.send(node, req)
+        except UnknownBrokerIdError as e:
+            # A broker that restarted or joined is in the metadata we send to before
+            # kafka-python's own refresh: this request fails alone and the refresh is
+            # asked for now, so the next cycle reaches the broker.
+            client.cluster.request_update()
+            return e
+
+    def _gather(self, calls: Sequence[tuple[int, Any]], first: bool = False) -> list[Any]:
+        """Send every (node, request), at most IN_FLIGHT at a time per broker (kafka-python
+        refuses more per connection); each result is a response or an exception. With
+        ``first`` the wait ends at the first answer (one question to every broker)."""
         client = self._connected()
-        futures: list[Any] = []
-        for node, req in calls:
-            try:
-                futures.append(client.send(node, req))
-            except UnknownBrokerIdError as e:
-                # A broker that restarted or joined is in librdkafka's metadata, whose node
-                # ids we send to, before kafka-python's own refresh (metadata.max.age.ms,
-                # 5 min): this request fails alone and the refresh is asked for now, so the
-                # next cycle reaches the broker.
-                futures.append(e)
-                client.cluster.request_update()
-        self.requests += len(futures)
-        pending = [f for f in futures if not isinstance(f, BaseException)]
+        results: list[Any] = [None] * len(calls)
+        queued = collections.deque(range(len(calls)))
         deadline = time.monotonic() + self.timeout
-        while not all(f.is_done for f in pending):
+        while True:
+            self._pump(client, calls, results, queued)
+            pending = [f for f in results if f is not None and not isinstance(f, BaseException)]
+            answered = first and any(f.succeeded() for f in pending)
             left = deadline - time.monotonic()
-            if left <= 0:
+            if answered or left <= 0 or (not queued and all(f.is_done for f in pending)):
                 break
             client.poll(timeout_ms=min(100, int(left * 1000) + 1))
+        for i, (node, _) in enumerate(calls):
+            f = results[i]
+            if f is None:
+                results[i] = TimeoutError("request timed out before it could be sent")
+            elif not isinstance(f, BaseException) and (
+                    (not f.is_done and not answered)
+                    or isinstance(f.exception, (RequestTimedOutError, KafkaConnectionError))):
+                self.silent.add(node)
         return [f if isinstance(f, BaseException) else
                 f.value if f.succeeded() else (f.exception or TimeoutError("request timed out"))
-                for f in futures]
+                for f in results]
+
+    def _pump(self, client: KafkaNetClient, calls: Sequence[tuple[int, Any]], results: list[Any],
+              queued: collections.deque[int]) -> None:
+        """Send the queued calls whose broker has fewer than IN_FLIGHT of ours outstanding."""
+        busy: collections.Counter[int] = collections.Counter(
+            calls[i][0] for i, f in enumerate(results)
+            if f is not None and not isinstance(f, BaseException) and not f.is_done)
+        for _ in range(len(queued)):
+            i = queued.popleft()
+            node, req = calls[i]
+            if busy[node] >= IN_FLIGHT and node not in self.silent:
+                queued.append(i)
+                continue
+            results[i] = self._send(client, node, req)
+            busy[node] += 1
+
+    def _any_node(self) -> int:
+        """kafka-python's least loaded broker, unless it is silent this cycle."""
+        client = self._connected()
+        node = client.least_loaded_node(bootstrap_fallback=True)
+        if node in self.silent:
+            node = next((b.node_id for b in client.cluster.brokers() if b.node_id not in self.silent),
+                        node)
+        return node
 
     def close(self) -> None:
         with self._lock:
@@ -272,44 +362,49 @@ class BrokerRequests:
                 self._client.close()
                 self._client = None
 
-    # -- log end offsets --------------------------------------------------------------
+    # -- metadata ------------------------------------------------------------------------
+    def metadata(self) -> Any:
+        """A MetadataResponse for all topics, asked of every known broker at once; the first
+        answer wins, so a hung broker costs nothing here."""
+        client = self._connected()
+        nodes = [b.node_id for b in client.cluster.brokers()] or \
+            [b.node_id for b in client.cluster.bootstrap_brokers()]
+        results = self._gather([(n, MetadataRequest(topics=None, allow_auto_topic_creation=False))
+                                for n in nodes], first=True)
+        answers = [r for r in results if not isinstance(r, BaseException)]
+        if not answers:
+            raise next(iter(results), TimeoutError("no broker known"))
+        return answers[0]
+
+    # -- ListOffsets -------------------------------------------------------------------------
+    def list_offsets(self, by_leader: dict[int, list[TP]], timestamp: int = LATEST,
+                     replica_id: int = -1, isolation_level: int = 0
+                     ) -> tuple[dict[TP, int], list[str]]:
+        """One ListOffsets per leader for all its partitions. ``replica_id`` -2 asks for the
+        leader's log end offset (DEBUGGING_REPLICA_ID); -1 with ``timestamp`` -2 / -1 for
+        the log start offset / the high watermark (isolation 0) or LSO (isolation 1)."""
+        calls = [(leader, _list_offsets_request(tps, timestamp, replica_id, isolation_level))
+                 for leader, tps in by_leader.items()]
+        return _offsets_of(calls, self._gather(calls))
+
     def log_end_offsets(self, by_leader: dict[int, list[TP]]) -> tuple[dict[TP, int], list[str]]:
         """The leader's LEO of each partition, asked of its leader (node id = broker id)."""
-        calls = []
-        for leader, tps in by_leader.items():
-            topics: dict[str, list[Any]] = {}
-            for t, p in tps:
-                topics.setdefault(t, []).append(ListOffsetsRequest.ListOffsetsTopic.ListOffsetsPartition(
-                    partition_index=p, timestamp=LATEST))
-            calls.append((leader, ListOffsetsRequest(
-                replica_id=DEBUGGING_REPLICA_ID, isolation_level=0,
-                topics=[ListOffsetsRequest.ListOffsetsTopic(name=t, partitions=ps)
-                        for t, ps in topics.items()])))
-        out: dict[TP, int] = {}
-        failures = []
-        for (leader, _), res in zip(calls, self._gather(calls), strict=True):
-            if isinstance(res, BaseException):
-                failures.append(f"broker {leader}: {res}")
-                continue
-            for t in res.topics:
-                for p in t.partitions:
-                    if p.error_code == 0 and p.offset >= 0:
-                        out[(t.name, p.partition_index)] = p.offset
-        return out, failures
+        return self.list_offsets(by_leader, replica_id=DEBUGGING_REPLICA_ID)
 
-    # -- streams and share groups ------------------------------------------------------
+    # -- listings --------------------------------------------------------------------------
     def new_group_types(self) -> bool:
         """Does this cluster have streams and share groups to list (ListGroups v5 with the
         describes)? False on Kafka 3.x: those groups cannot exist there."""
         return (self.supports(StreamsGroupDescribeRequest) or self.supports(ShareGroupDescribeRequest)) \
             and self._connected().api_version(ListGroupsRequest, max_version=5) >= 5
 
-    def list_groups(self, brokers: Iterable[int], types: Sequence[str] = NEW_GROUP_TYPES
+    def list_groups(self, brokers: Iterable[int], types: Sequence[str] = ()
                     ) -> tuple[dict[str, ListedGroup], list[str]]:
-        """Groups of these types on every broker (each broker lists the groups it
-        coordinates)."""
-        calls = [(b, ListGroupsRequest(states_filter=[], types_filter=list(types), min_version=5))
-                 for b in brokers]
+        """Groups on every broker (each broker lists the groups it coordinates, so the
+        listing also says where each group's coordinator is). ``types`` empty: all types
+        (ListGroups v5; before v5 every group is classic)."""
+        calls = [(b, ListGroupsRequest(states_filter=[], types_filter=list(types),
+                                       min_version=5 if types else 0)) for b in brokers]
         out: dict[str, ListedGroup] = {}
         failures = []
         for (b, _), res in zip(calls, self._gather(calls), strict=True):
@@ -319,48 +414,61 @@ class BrokerRequests:
                 failures.append(f"broker {b}: {_err(res.error_code, None)}")
             else:
                 for g in res.groups:
-                    out[g.group_id] = ListedGroup(group_id=g.group_id, type=g.group_type,
-                                                  state=_state(g.group_state))
+                    out[g.group_id] = ListedGroup(
+                        group_id=g.group_id, type=getattr(g, "group_type", None) or "classic",
+                        state=_state(getattr(g, "group_state", None)), coordinator=b,
+                        protocol_type=g.protocol_type or "")
         return out, failures
 
+    # -- coordinators ----------------------------------------------------------------------
+    def learn_coordinators(self, coordinators: dict[str, int]) -> None:
+        """Coordinators known without asking (the broker that listed the group)."""
+        self.coordinators.update(coordinators)
+
     def _coordinators_of(self, group_ids: Sequence[str]) -> tuple[dict[str, int], dict[str, str]]:
-        """Coordinator broker of each group (cached until a request says it moved)."""
-        unknown = [g for g in group_ids if g not in self._coordinators]
+        """Coordinator broker of each group: cached (from the listing, or an earlier lookup)
+        until a request says it moved; the unknown ones in one FindCoordinator v4 (KIP-699)."""
+        unknown = [g for g in group_ids if g not in self.coordinators]
         errors: dict[str, str] = {}
         if unknown:
-            client = self._connected()
-            node = client.least_loaded_node(bootstrap_fallback=True)
-            (res,) = self._gather([(node, FindCoordinatorRequest(
+            (res,) = self._gather([(self._any_node(), FindCoordinatorRequest(
                 key_type=0, coordinator_keys=unknown, min_version=4))])
             if isinstance(res, BaseException):
                 errors = {g: f"find coordinator: {res}" for g in unknown}
+                self._failures.append(f"find coordinator: {res}")
             else:
                 for c in res.coordinators:
                     if c.error_code:
                         errors[c.key] = f"find coordinator: {_err(c.error_code, c.error_message)}"
                     else:
-                        self._coordinators[c.key] = c.node_id
-        return {g: self._coordinators[g] for g in group_ids if g in self._coordinators}, errors
+                        self.coordinators[c.key] = c.node_id
+        return {g: self.coordinators[g] for g in group_ids if g in self.coordinators}, errors
 
-    def _per_coordinator(self, group_ids: Sequence[str], make: Any) -> tuple[list[Any], dict[str, str]]:
+    def _per_coordinator(self, group_ids: Sequence[str], make: Any,
+                         weight: dict[str, int] | None = None) -> tuple[list[Any], dict[str, str]]:
+        """One request per coordinator for all its groups (``make(ids)``), split so that no
+        response holds more than MAX_ELEMENTS array elements by ``weight`` (a group's
+        expected partitions): Kafka 4.4's readers reject arrays over 1,000,000."""
         coords, errors = self._coordinators_of(group_ids)
         by_node: dict[int, list[str]] = {}
         for g, n in coords.items():
             by_node.setdefault(n, []).append(g)
-        calls = [(n, make(ids)) for n, ids in by_node.items()]
+        calls = [(n, ids, make(ids)) for n, gs in by_node.items()
+                 for ids in _chunks(gs, weight or {})]
         results = []
-        for (n, _), res in zip(calls, self._gather(calls), strict=True):
+        answers = self._gather([(n, req) for n, _, req in calls])
+        for (n, ids, _), res in zip(calls, answers, strict=True):
             if isinstance(res, BaseException):
-                for g in by_node[n]:
-                    errors[g] = str(res)
-                    self._coordinators.pop(g, None)
+                # The coordinator stays cached: the listing says when a group moved.
+                self._failures.append(f"broker {n}: {res} ({len(ids)} group(s))")
+                errors.update((g, f"broker {n}: {res}") for g in ids)
             else:
-                results.append((n, res))
+                results.append((n, ids, res))
         return results, errors
 
     def _forget_moved(self, group_id: str, code: int) -> None:
         if code in _COORDINATOR_ERRORS:
-            self._coordinators.pop(group_id, None)
+            self.coordinators.pop(group_id, None)
 
     def describe(self, kind: str, group_ids: Sequence[str]
                  ) -> dict[str, DescribedGroup]:
@@ -372,26 +480,52 @@ class BrokerRequests:
             return {}
         results, errors = self._per_coordinator(
             group_ids, lambda ids: request(group_ids=ids, include_authorized_operations=False))
-        out: dict[str, DescribedGroup] = {
-            g: DescribedGroup(group_id=g, state="unknown", group_epoch=-1, coordinator=None,
-                              members=(), error=e) for g, e in errors.items()}
-        for node, res in results:
+        out = {g: _unread(g, e) for g, e in errors.items()}
+        for node, _ids, res in results:
             for d in parse_described(kind, node, res):
                 if d.error is not None:
                     self._forget_moved(d.group_id, d.error_code)
                 out[d.group_id] = d
         return out
 
-    def classic_subscriptions(self, group_ids: Sequence[str]) -> dict[str, dict[str, tuple[str, ...]]]:
-        """DescribeGroups of these classic groups, for what librdkafka's describe leaves out:
-        per group, per member id, the topics of the member's subscription metadata."""
+    def describe_classic(self, group_ids: Sequence[str]) -> dict[str, DescribedGroup]:
+        """DescribeGroups of these classic groups, one request per coordinator: state,
+        members with their assignments and subscriptions (the consumer protocol's bytes)."""
         if not group_ids:
             return {}
-        results, _errors = self._per_coordinator(
+        results, errors = self._per_coordinator(
             group_ids, lambda ids: DescribeGroupsRequest(groups=ids, include_authorized_operations=False))
-        out: dict[str, dict[str, tuple[str, ...]]] = {}
-        for _node, res in results:
-            out.update(parse_subscriptions(res))
+        out = {g: _unread(g, e) for g, e in errors.items()}
+        for node, _ids, res in results:
+            for d in parse_classic(node, res):
+                if d.error is not None:
+                    self._forget_moved(d.group_id, d.error_code)
+                out[d.group_id] = d
+        return out
+
+    def offset_fetch(self, group_ids: Sequence[str], weight: dict[str, int]
+                     ) -> dict[str, Committed]:
+        """Committed offsets of these groups (classic, consumer and streams groups commit
+        alike): one OffsetFetch v8+ per coordinator for all its groups (KIP-709), split by
+        ``weight``; brokers before Kafka 3.0 (no v8) get one request per group."""
+        if not group_ids:
+            return {}
+        batched = self._connected().api_version(
+            OffsetFetchRequest, max_version=self.offset_fetch_max_version) >= 8
+        if batched:
+            results, errors = self._per_coordinator(group_ids, lambda ids: OffsetFetchRequest(
+                groups=[OffsetFetchRequest.OffsetFetchRequestGroup(group_id=g, topics=None) for g in ids],
+                require_stable=False, max_version=self.offset_fetch_max_version), weight)
+        else:
+            results, errors = self._per_coordinator(group_ids, lambda ids: OffsetFetchRequest(
+                group_id=ids[0], topics=None, max_version=min(7, self.offset_fetch_max_version)),
+                {g: MAX_ELEMENTS for g in group_ids})
+        out = {g: Committed(offsets={}, error_code=REQUEST_FAILED, error=e) for g, e in errors.items()}
+        for _node, ids, res in results:
+            for gid, c in parse_offset_fetch(res, ids).items():
+                if c.error is not None:
+                    self._forget_moved(gid, c.error_code)
+                out[gid] = c
         return out
 
     def share_offsets(self, group_ids: Sequence[str]) -> dict[str, ShareOffsets]:
@@ -401,13 +535,142 @@ class BrokerRequests:
         results, errors = self._per_coordinator(group_ids, lambda ids: DescribeShareGroupOffsetsRequest(
             groups=[DescribeShareGroupOffsetsRequest.DescribeShareGroupOffsetsRequestGroup(
                 group_id=g, topics=None) for g in ids]))
-        out = {g: ShareOffsets(start={}, lag={}, error=e) for g, e in errors.items()}
-        for _node, res in results:
+        out = {g: ShareOffsets(start={}, lag={}, error_code=REQUEST_FAILED, error=e)
+               for g, e in errors.items()}
+        for _node, _ids, res in results:
             for gid, offs in parse_share_offsets(res).items():
                 if offs.error is not None:
                     self._forget_moved(gid, offs.error_code)
                 out[gid] = offs
         return out
+
+
+# Array elements one batched response may carry (groups + topics + partitions): well under
+# the 1,000,000 that Kafka 4.4's readers accept for one decoded array.
+MAX_ELEMENTS = 250_000
+UNKNOWN_WEIGHT = 100  # elements assumed for a group not read before
+
+
+def _chunks(ids: list[str], weight: dict[str, int]) -> list[list[str]]:
+    """``ids`` in runs whose summed weight stays within MAX_ELEMENTS (each run at least one)."""
+    out: list[list[str]] = [[]]
+    total = 0
+    for g in sorted(ids):
+        w = weight.get(g, UNKNOWN_WEIGHT)
+        if out[-1] and total + w > MAX_ELEMENTS:
+            out.append([])
+            total = 0
+        out[-1].append(g)
+        total += w
+    return out
+
+
+def _list_offsets_request(tps: list[TP], timestamp: int, replica_id: int, isolation: int) -> Any:
+    topics: dict[str, list[Any]] = {}
+    for t, p in tps:
+        topics.setdefault(t, []).append(ListOffsetsRequest.ListOffsetsTopic.ListOffsetsPartition(
+            partition_index=p, timestamp=timestamp))
+    return ListOffsetsRequest(
+        replica_id=replica_id, isolation_level=isolation,
+        topics=[ListOffsetsRequest.ListOffsetsTopic(name=t, partitions=ps) for t, ps in topics.items()],
+        min_version=2 if isolation else 1)
+
+
+def _offsets_of(calls: list[tuple[int, Any]], answers: list[Any]) -> tuple[dict[TP, int], list[str]]:
+    out: dict[TP, int] = {}
+    failures = []
+    for (leader, _), res in zip(calls, answers, strict=True):
+        if isinstance(res, BaseException):
+            failures.append(f"broker {leader}: {res}")
+            continue
+        for t in res.topics:
+            for p in t.partitions:
+                if p.error_code == 0 and p.offset >= 0:
+                    out[(t.name, p.partition_index)] = p.offset
+    return out, failures
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Committed:
+    """One group's committed offsets (OffsetFetch), or why they could not be read."""
+
+    offsets: dict[TP, int]
+    error_code: int = 0
+    error: str | None = None
+
+
+def _unread(gid: str, error: str) -> DescribedGroup:
+    return DescribedGroup(group_id=gid, state="unknown", group_epoch=-1, coordinator=None,
+                          members=(), error_code=REQUEST_FAILED, error=error)
+
+
+def _classic_state(s: str | None) -> str:
+    """DescribeGroups' classic states, named as lagwatch always has (``preparing_rebalance``)."""
+    return "".join(f"_{c.lower()}" if c.isupper() else c for c in (s or "Unknown")).lstrip("_")
+
+
+def parse_classic(node: int, res: Any) -> list[DescribedGroup]:
+    """The groups of a DescribeGroups response; a member's assignment and subscription are
+    read from the consumer protocol's bytes (other protocols, Kafka Connect's: unknown)."""
+    out = []
+    for g in res.groups:
+        if g.error_code:
+            out.append(DescribedGroup(group_id=g.group_id, state="unknown", group_epoch=-1,
+                                      coordinator=node, members=(), error_code=g.error_code,
+                                      error=_err(g.error_code, getattr(g, "error_message", None))))
+            continue
+        consumer = g.protocol_type == "consumer"
+        out.append(DescribedGroup(
+            group_id=g.group_id, state=_classic_state(g.group_state), group_epoch=-1,
+            coordinator=node, protocol_type=g.protocol_type or "",
+            members=tuple(DescribedMember(
+                member_id=m.member_id, member_epoch=-1, client_id=m.client_id or "",
+                host=m.client_host or "", instance_id=getattr(m, "group_instance_id", None),
+                assignment=_assigned(m.member_assignment) if consumer else (),
+                subscribed=_subscription(m.member_metadata) if consumer else ())
+                for m in g.members)))
+    return out
+
+
+def _assigned(raw: bytes | None) -> tuple[TP, ...]:
+    if not raw:
+        return ()
+    try:
+        a = ConsumerProtocolAssignment.decode(raw)
+    except Exception:  # noqa: BLE001 - a client's own bytes: unknown
+        return ()
+    return tuple((t, p) for t, ps in a.assigned_partitions or () for p in ps)
+
+
+def _subscription(raw: bytes | None) -> tuple[str, ...]:
+    if not raw:
+        return ()
+    try:
+        return tuple(sorted(ConsumerProtocolSubscription.decode(raw).topics or ()))
+    except Exception:  # noqa: BLE001 - a client's own bytes: unknown
+        return ()
+
+
+def parse_offset_fetch(res: Any, ids: Sequence[str]) -> dict[str, Committed]:
+    """Committed offsets per group of an OffsetFetch response: v8+ lists groups, each with
+    its own error (one group's error never costs another its offsets); before v8 the
+    response is the one group asked (``ids[0]``). No committed offset (-1) or a partition
+    error: left out."""
+    if res.version < 8:
+        top = SimpleNamespace(group_id=ids[0], error_code=res.error_code, topics=res.topics)
+        groups = [top]
+    else:
+        groups = res.groups
+    out = {}
+    for g in groups:
+        if g.error_code:
+            out[g.group_id] = Committed(offsets={}, error_code=g.error_code,
+                                        error=_err(g.error_code, None))
+            continue
+        out[g.group_id] = Committed(offsets={
+            (t.name, p.partition_index): p.committed_offset for t in g.topics for p in t.partitions
+            if p.error_code == 0 and p.committed_offset >= 0})
+    return out
 
 
 def parse_described(kind: str, node: int, res: Any) -> list[DescribedGroup]:

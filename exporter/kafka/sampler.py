@@ -1,15 +1,22 @@
 """One read-only sampling cycle of one cluster -> :class:`Snapshot`.
 
-Everything goes through confluent-kafka's AdminClient except what librdkafka
-cannot send (exporter/kafka/broker_requests.py): the log end offset, and the listing and
-description of Kafka Streams (KIP-1071) and share (KIP-932) groups, and the
-epochs of KIP-848 groups. Per-group requests are issued all at once (futures),
-which measured fast enough that KIP-709 batching is not needed (docs/design.md,
-benchmark). Nothing here joins a group, commits or alters offsets.
+Every per-cycle request goes through kafka-python's request layer
+(exporter/kafka/broker_requests.py), per broker or per coordinator, never per group:
+metadata from whichever broker answers first, ListGroups to every broker (each lists
+the groups it coordinates, so the listing says where to ask), then per coordinator one
+OffsetFetch v8+ for all its groups (KIP-709), one DescribeGroups for its classic groups
+and one Consumer-/Streams-/ShareGroupDescribe and DescribeShareGroupOffsets per type,
+and per partition leader one ListOffsets per offset kind. librdkafka's admin client
+sends none of them: its admin OffsetFetch dereferences a NULL handle when answered
+NOT_COORDINATOR (confluentinc/librdkafka#5040) and its coordinator requests can abort
+on a late response (confluentinc/librdkafka#4605). It stays for what only it says well:
+why the brokers refuse our credentials, and metadata when kafka-python gets none.
+Nothing here joins a group, commits or alters offsets.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
@@ -18,24 +25,22 @@ import time
 from collections.abc import Iterable
 from concurrent.futures import Future
 from concurrent.futures import wait as wait_futures
+from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
-from confluent_kafka import (
-    OFFSET_INVALID,
-    ConsumerGroupTopicPartitions,
-    IsolationLevel,
-    KafkaError,
-    KafkaException,
-    TopicPartition,
-)
-from confluent_kafka.admin import AdminClient, OffsetSpec
+from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka.admin import AdminClient
 
 from exporter.config import ClusterConfig
+from exporter.contracts.errors import ErrorRecord, ErrorStage
+from exporter.contracts.sampling import ListedGroup, SamplerMemory
 from exporter.contracts.snapshot import TP, GroupSample, Member, PartitionOffsets, Snapshot
 from exporter.kafka.broker_requests import (
+    REQUEST_FAILED,
     BrokerRequests,
+    Committed,
     DescribedGroup,
-    ListedGroup,
     ShareOffsets,
     Unsupported,
 )
@@ -84,7 +89,7 @@ LISTING_GRACE_CYCLES = 3
 
 
 class Sampler:
-    def __init__(self, cfg: ClusterConfig) -> None:
+    def __init__(self, cfg: ClusterConfig, **offset_fetch_cap: int) -> None:
         self.cfg = cfg
         self._stats_lock = threading.Lock()
         self._stats_tx = 0
@@ -93,19 +98,19 @@ class Sampler:
         self.admin = AdminClient(client_config(
             cfg, **{"statistics.interval.ms": 1000, "stats_cb": self._on_stats,
                     "error_cb": self._on_error}))
-        self._last_listed: dict[str, Any] = {}
-        self._last_listed_new: dict[str, ListedGroup] = {}
-        self._absent: dict[str, int] = {}  # listed groups missing from the last listings
-        self._group_topics: dict[str, set[str]] = {}
+        # Kept by the runner in the main process and handed in with each cycle (a worker
+        # that crashes forgets nothing); see exporter/contracts/sampling.py.
+        self.memory = SamplerMemory()
+        self._unsupported = ""
+        self._new_types: bool | None = None  # streams/share APIs, known at the first listing
         self.extra: BrokerRequests | None
         try:
             self.extra = BrokerRequests(cfg.client, cfg.bootstrap_servers, cfg.request_timeout,
-                                        f"lagwatch-{cfg.name}")
+                                        f"lagwatch-{cfg.name}", **offset_fetch_cap)
         except Unsupported as e:
-            log.warning("cluster %s: log end offsets, streams and share groups and KIP-848 epochs "
-                        "disabled: unsupported %s", cfg.name, e)
+            log.error("cluster %s: cannot be sampled: unsupported %s", cfg.name, e)
+            self._unsupported = str(e)
             self.extra = None
-        self._new_types: bool | None = None  # streams/share APIs, known at the first answer
 
     # librdkafka statistics carry the real number of requests sent per broker.
     def _on_stats(self, raw: str) -> None:
@@ -172,7 +177,8 @@ class Sampler:
 
     @property
     def requests_total(self) -> int:
-        """Kafka requests sent so far (librdkafka's counters plus the LEO client's)."""
+        """Kafka requests sent so far for sampling (kafka-python's, counted as sent, plus
+        librdkafka's admin client's statistics)."""
         self.admin.poll(0)
         with self._stats_lock:
             return self._stats_tx + (self.extra.requests if self.extra else 0)
@@ -185,47 +191,25 @@ class Sampler:
     def sample(self, extra_topics: Iterable[str] = ()) -> Snapshot:
         t0 = time.monotonic()
         taken_at = time.time()
-        errors: list[tuple[str, str]] = []
-        timeout = self.cfg.request_timeout
-        md, refused = self._metadata(timeout)
-        if md is None:
-            return Snapshot(cluster=self.cfg.name, taken_at=taken_at, duration=time.monotonic() - t0,
-                            partitions={}, groups={}, errors=(("metadata", refused),), ok=False)
-        flt = self.cfg.filters
-        try:
-            listing = self.admin.list_consumer_groups(request_timeout=timeout).result()
-            errors.extend(("list_groups", _err_text(e)) for e in listing.errors)
-            listed = {g.group_id: g for g in listing.valid if flt.group_ok(g.group_id)}
-            if listing.errors and self._last_listed:
-                # ListGroups goes to every broker: groups of a broker that did not answer
-                # are kept from the last cycle instead of vanishing.
-                listed = {**self._last_listed, **listed}
-            listed = self._bridge(self._last_listed, listed)
-            self._last_listed = listed
-        except Exception as e:  # noqa: BLE001 - fall back to the last known list of groups
-            if not self._last_listed:
-                return Snapshot(cluster=self.cfg.name, taken_at=taken_at,
-                                duration=time.monotonic() - t0, partitions={}, groups={},
-                                errors=(("list_groups", _err_text(e)),), ok=False,
-                                brokers=len(md.brokers))
-            errors.append(("list_groups", f"{_err_text(e)} (using the groups known last cycle)"))
-            listed = self._last_listed
-        groups = self._describe_and_fetch(listed, self._list_streams_and_share(md, errors), errors)
-        groups = self._drop_gone(groups, errors)
+        errors: list[ErrorRecord] = []
 
-        topics = {t for g in groups.values() for (t, _) in g.committed}
-        topics |= {t for g in groups.values() for m in g.members for (t, _) in m.assignment}
-        # A group that could not be read this cycle (its coordinator is down) keeps its
-        # topics sampled: the partitions' offsets must not vanish with it.
-        for gid, g in groups.items():
-            if g.error is not None:
-                topics |= self._group_topics.get(gid, set())
-            else:
-                self._group_topics[gid] = {t for (t, _) in g.committed}
-        for gid in [gid for gid in self._group_topics if gid not in groups]:
-            del self._group_topics[gid]
-        topics |= set(extra_topics)
-        topics = {t for t in topics if flt.topic_ok(t) and t in md.topics}
+        def failed(stage: ErrorStage, why: str, brokers: int = 0) -> Snapshot:
+            return Snapshot(cluster=self.cfg.name, taken_at=taken_at, duration=time.monotonic() - t0,
+                            partitions={}, groups={}, errors=(ErrorRecord(stage, why),), ok=False,
+                            brokers=brokers)
+
+        if self.extra is None:
+            return failed(ErrorStage.METADATA, f"unsupported client settings: {self._unsupported}")
+        self.extra.begin_cycle()
+        self.extra.coordinators = self.memory.coordinators
+        md, refused = self._cluster_metadata()
+        if md is None:
+            return failed(ErrorStage.METADATA, refused)
+        listed, unlisted = self._list_groups(md, errors)
+        if listed is None:
+            return failed(ErrorStage.LIST_GROUPS, unlisted, len(md.brokers))
+        groups = self._drop_gone(self._read_groups(listed, errors), errors)
+        topics = self._topics_of(groups, set(extra_topics), md)
         partitions = self._partition_offsets(md, topics, errors)
         # Drop committed offsets of filtered or deleted topics so their series vanish.
         groups = {gid: _only_topics(g, topics) for gid, g in groups.items()}
@@ -233,43 +217,92 @@ class Sampler:
                         partitions=partitions, groups=groups, errors=tuple(errors), ok=True,
                         brokers=len(md.brokers))
 
-    def _list_streams_and_share(self, md: Any, errors: list[tuple[str, str]]
-                                ) -> dict[str, ListedGroup]:
-        """Streams and share groups (ListGroups v5), which list_consumer_groups leaves out.
-        On brokers without those APIs (Kafka 3.x) one line at start, no error per cycle."""
-        if self.extra is None:
-            return {}
-        try:
-            if self._new_types is None:
-                self._new_types = self.extra.new_group_types()
-                if not self._new_types:
-                    log.info("cluster %s: the brokers have no streams or share group APIs (before "
-                             "Kafka 4.x); those group types cannot exist there and are not listed",
-                             self.cfg.name)
-            if not self._new_types:
-                return {}
-            got, failures = self.extra.list_groups(md.brokers)
-        except Exception as e:  # noqa: BLE001 - keep the groups known last cycle
-            got, failures = {}, [_err_text(e)]
-        errors.extend(("list_groups", f"streams/share groups: {f}") for f in failures)
-        got = {g: lg for g, lg in got.items() if self.cfg.filters.group_ok(g)}
-        if failures:
-            got = {**self._last_listed_new, **got}
-        got = self._bridge(self._last_listed_new, got)
-        self._last_listed_new = got
-        return got
+    def _cluster_metadata(self) -> tuple[Any, str]:
+        """Metadata from whichever broker answers first (kafka-python asks all at once, so
+        a hung broker costs nothing). Until kafka-python has connected once, librdkafka
+        asks first: it names a credential or TLS refusal within CREDENTIAL_GRACE, where
+        kafka-python's bootstrap waits out its whole timeout. librdkafka's answer also
+        stands in when no broker answers kafka-python."""
+        assert self.extra is not None
+        if not self.extra.connected:
+            md, refused = self._metadata(self.cfg.request_timeout)
+            if md is None:
+                return None, refused
+            return self._kafka_python_metadata() or md, ""
+        md = self._kafka_python_metadata()
+        return (md, "") if md is not None else self._metadata(self.cfg.request_timeout)
 
-    def _drop_gone(self, groups: dict[str, GroupSample], errors: list[tuple[str, str]]
+    def _kafka_python_metadata(self) -> ClusterView | None:
+        assert self.extra is not None
+        try:
+            res = self.extra.metadata()
+        except Exception as e:  # noqa: BLE001 - librdkafka's answer stands in
+            log.debug("cluster %s: metadata through kafka-python: %s", self.cfg.name, _err_text(e))
+            return None
+        self._credential_error = None  # a broker answered: the credentials work
+        with contextlib.suppress(Exception):  # kafka-python sends to the node ids we saw
+            self.extra.learn_brokers(res)
+        return ClusterView.of(res)
+
+    def _list_groups(self, md: Any, errors: list[ErrorRecord]
+                     ) -> tuple[dict[str, ListedGroup] | None, str]:
+        """Every group of every broker (ListGroups to each, all types). The groups of a broker
+        that did not answer are kept from the last cycle instead of vanishing."""
+        assert self.extra is not None
+        try:
+            got, failures = self.extra.list_groups(sorted(md.brokers))
+        except Exception as e:  # noqa: BLE001 - fall back to the last known list of groups
+            got, failures = {}, [_err_text(e)]
+        listed = {g: lg for g, lg in got.items() if self.cfg.filters.group_ok(g)}
+        errors.extend(ErrorRecord(ErrorStage.LIST_GROUPS, f) for f in failures)
+        if self._new_types is None and not failures:
+            self._new_types = self.extra.new_group_types()  # from the version answer: no request
+            if not self._new_types:
+                log.info("cluster %s: the brokers have no streams or share group APIs (before "
+                         "Kafka 4.x); those group types cannot exist there and are not listed",
+                         self.cfg.name)
+        self.extra.learn_coordinators({g: lg.coordinator for g, lg in listed.items()
+                                       if lg.coordinator is not None})
+        if failures and not got:
+            if not self.memory.last_listed:
+                return None, "; ".join(failures)
+            errors.append(ErrorRecord(ErrorStage.LIST_GROUPS, "using the groups known last cycle"))
+        if failures:
+            listed = {**self.memory.last_listed, **listed}
+        listed = self._bridge(self.memory.last_listed, listed)
+        self.memory.last_listed = listed
+        for gid in [g for g in self.memory.coordinators if g not in listed]:
+            del self.memory.coordinators[gid]  # a group gone for good (the map is shared)
+        return listed, ""
+
+    def _topics_of(self, groups: dict[str, GroupSample], extra: set[str], md: Any) -> set[str]:
+        topics = {t for g in groups.values() for (t, _) in g.committed}
+        topics |= {t for g in groups.values() for m in g.members for (t, _) in m.assignment}
+        # A group that could not be read this cycle (its coordinator is down) keeps its
+        # topics sampled: the partitions' offsets must not vanish with it.
+        for gid, g in groups.items():
+            if g.error is not None:
+                topics |= self.memory.group_topics.get(gid, set())
+            else:
+                self.memory.group_topics[gid] = {t for (t, _) in g.committed}
+                self.memory.weight[gid] = len(g.committed) + len(self.memory.group_topics[gid]) + 1
+        for gid in [gid for gid in self.memory.group_topics if gid not in groups]:
+            del self.memory.group_topics[gid]
+            self.memory.weight.pop(gid, None)
+        topics |= extra
+        return {t for t in topics if self.cfg.filters.topic_ok(t) and t in md.topics}
+
+    def _drop_gone(self, groups: dict[str, GroupSample], errors: list[ErrorRecord]
                    ) -> dict[str, GroupSample]:
         """Bridged groups that the coordinator says no longer exist go at once (deleted)."""
-        gone = {gid for gid in self._absent if gid in groups and (
+        gone = {gid for gid in self.memory.absent if gid in groups and (
             groups[gid].state == "dead" or any(
                 code in (groups[gid].error or "") for code in ("GroupIdNotFound", "GROUP_ID_NOT_FOUND")))}
         for gid in gone:
             del groups[gid]
-            del self._absent[gid]
+            del self.memory.absent[gid]
         if gone:
-            errors[:] = [e for e in errors if e[1].split(":", 1)[0] not in gone]
+            errors[:] = [e for e in errors if getattr(e, "group", None) not in gone]
         return groups
 
     def _bridge(self, last: dict[str, Any], now: dict[str, Any]) -> dict[str, Any]:
@@ -280,174 +313,118 @@ class Sampler:
         really deleted is kept that long and then goes; its describe says it is dead."""
         out = dict(now)
         for gid in now:
-            self._absent.pop(gid, None)
+            self.memory.absent.pop(gid, None)
         for gid, lg in last.items():
             if gid not in now:
-                missing = self._absent.get(gid, 0) + 1
+                missing = self.memory.absent.get(gid, 0) + 1
                 if missing < LISTING_GRACE_CYCLES:
-                    self._absent[gid] = missing
+                    self.memory.absent[gid] = missing
                     out[gid] = lg
                 else:
-                    self._absent.pop(gid, None)
+                    self.memory.absent.pop(gid, None)
         return out
 
-    def _extra(self, stage: str, errors: list[tuple[str, str]], call: Any, *args: Any) -> dict:
-        """One of exporter/kafka/broker_requests.py's batched calls; a failure of the whole call is one
-        error of ``stage`` and leaves every group of it with that error."""
-        if self.extra is None or not args[-1]:
+    def _extra(self, stage: ErrorStage, errors: list[ErrorRecord], call: Any, *args: Any) -> dict:
+        """One of BrokerRequests' batched calls; a failure of the whole call is one error of
+        ``stage`` and leaves every group of it with that error."""
+        if self.extra is None or not args[0]:
             return {}
         try:
-            return call(*args)
+            got = call(*args)
         except Exception as e:  # noqa: BLE001 - isolated to these groups
-            errors.append((stage, _err_text(e)))
-            return {g: e for g in args[-1]}
+            errors.append(ErrorRecord(stage, _err_text(e)))
+            return {g: e for g in args[0]}
+        finally:
+            errors.extend(ErrorRecord(stage, f) for f in self.extra.take_failures())
+        return got
 
-    def _describe_and_fetch(self, listed: dict[str, Any], new: dict[str, ListedGroup],
-                            errors: list[tuple[str, str]]) -> dict[str, GroupSample]:
-        timeout = self.cfg.request_timeout
-        ids = sorted(g for g in listed if g not in new)
-        streams_ids = sorted(g for g, lg in new.items() if lg.type == "streams")
-        share_ids = sorted(g for g, lg in new.items() if lg.type == "share")
-        kip848_ids = [g for g in ids if _enum_name(getattr(listed[g], "type", "")) == "consumer"]
-        desc_f: dict[str, Future] = (
-            self.admin.describe_consumer_groups(ids, request_timeout=timeout) if ids else {})
+    def _read_groups(self, listed: dict[str, ListedGroup], errors: list[ErrorRecord]
+                     ) -> dict[str, GroupSample]:
+        x = self.extra
+        assert x is not None
+        by_type: dict[str, list[str]] = {"classic": [], "consumer": [], "streams": [], "share": []}
+        for gid in sorted(listed):
+            by_type.get(listed[gid].type, by_type["classic"]).append(gid)
+        describe = {"classic": x.describe_classic, "consumer": partial(x.describe, "consumer"),
+                    "streams": partial(x.describe, "streams"), "share": partial(x.describe, "share")}
+        described = {kind: self._extra(ErrorStage.DESCRIBE_GROUP, errors, call, by_type[kind])
+                     for kind, call in describe.items()}
         # Streams groups commit offsets like consumer groups: OffsetFetch reads them.
-        off_f = {g: self.admin.list_consumer_group_offsets(
-            [ConsumerGroupTopicPartitions(g)], request_timeout=timeout)[g] for g in ids + streams_ids}
-        # While librdkafka works in its threads: the requests it cannot send.
-        x = self.extra
-        epochs = self._extra("describe_group", errors, x and x.describe, "consumer", kip848_ids)
-        streams = self._extra("describe_group", errors, x and x.describe, "streams", streams_ids)
-        shares = self._extra("describe_group", errors, x and x.describe, "share", share_ids)
-        share_offs = self._extra("offset_fetch", errors, x and x.share_offsets, share_ids)
-        wait_futures([*desc_f.values(), *off_f.values()], timeout=timeout * 3)
+        committing = by_type["classic"] + by_type["consumer"] + by_type["streams"]
+        offs = self._extra(ErrorStage.OFFSET_FETCH, errors,
+                           partial(x.offset_fetch, weight=self.memory.weight), committing)
+        share_offs = self._extra(ErrorStage.OFFSET_FETCH, errors, x.share_offsets, by_type["share"])
         out: dict[str, GroupSample] = {}
-        for gid in ids:
-            g = self._classic_or_consumer(gid, listed[gid], desc_f.pop(gid), off_f.pop(gid), errors)
-            d = epochs.get(gid)
-            if isinstance(d, DescribedGroup) and d.error is None and g.error is None:
-                g = _with_epochs(g, d)  # KIP-848 epochs; the rest of the group stays as read
-            out[gid] = g
-        self._add_subscriptions(out, errors)
-        for gid in streams_ids:
-            out[gid] = self._streams(gid, streams.get(gid), off_f.pop(gid), errors)
-        for gid in share_ids:
-            out[gid] = _share(gid, shares.get(gid), share_offs.get(gid), errors)
+        for kind in ("classic", "consumer", "streams"):
+            for gid in by_type[kind]:
+                out[gid] = _described(gid, kind, listed[gid], described[kind].get(gid),
+                                      offs.get(gid), errors)
+        for gid in by_type["share"]:
+            out[gid] = _share(gid, described["share"].get(gid), share_offs.get(gid), errors)
         return out
 
-    def _add_subscriptions(self, groups: dict[str, GroupSample], errors: list[tuple[str, str]]) -> None:
-        """The members' subscriptions of the stable classic groups holding committed offsets
-        on a topic of which no member owns a partition (:func:`_left_a_topic`): only there
-        does the answer change a judgement, so only they cost a DescribeGroups."""
-        ids = sorted(gid for gid, g in groups.items() if _left_a_topic(g))
-        x = self.extra
-        subs = self._extra("describe_group", errors, x and x.classic_subscriptions, ids)
-        for gid in ids:
-            of = subs.get(gid)
-            if isinstance(of, dict):
-                g = groups[gid]
-                groups[gid] = dataclasses.replace(g, members=tuple(
-                    dataclasses.replace(m, subscribed=of.get(m.member_id, ())) for m in g.members))
-
-    def _classic_or_consumer(self, gid: str, lst: Any, desc: Future, offs: Future,
-                             errors: list[tuple[str, str]]) -> GroupSample:
-        state = _enum_name(getattr(lst, "state", "unknown"))
-        gtype = _enum_name(getattr(lst, "type", "classic"))
-        members: tuple[Member, ...] = ()
-        coordinator = None
-        error = None
-        try:
-            d = desc.result(0)
-            state = _enum_name(d.state)
-            gtype = _enum_name(getattr(d, "type", gtype))
-            coordinator = d.coordinator.id if d.coordinator is not None else None
-            members = tuple(
-                Member(member_id=m.member_id, client_id=m.client_id or "", host=m.host or "",
-                       instance_id=m.group_instance_id,
-                       assignment=tuple((tp.topic, tp.partition)
-                                        for tp in (m.assignment.topic_partitions if m.assignment else [])))
-                for m in d.members)
-        except Exception as e:  # noqa: BLE001 - isolated to this group
-            error = f"describe: {_err_text(e)}"
-            errors.append(("describe_group", f"{gid}: {_err_text(e)}"))
-        committed, offs_error = _committed(gid, offs, errors)
-        if offs_error:
-            error = f"{error}; {offs_error}" if error else offs_error
-        state = _STATE_NAMES.get(state, state)
-        gtype = gtype if gtype in ("classic", "consumer") else "classic"
-        return GroupSample(group_id=gid, type=gtype, state=state, members=members,
-                           coordinator=coordinator, committed=committed, error=error)
-
-    def _streams(self, gid: str, d: DescribedGroup | Exception | None, offs: Future,
-                 errors: list[tuple[str, str]]) -> GroupSample:
-        committed, offs_error = _committed(gid, offs, errors)
-        error = _described_error(gid, d, errors)
-        if offs_error:
-            error = f"{error}; {offs_error}" if error else offs_error
-        if not isinstance(d, DescribedGroup) or d.error is not None:
-            return GroupSample(group_id=gid, type="streams", state="unknown", committed=committed,
-                               error=error)
-        return GroupSample(group_id=gid, type="streams", state=d.state, members=_members(d),
-                           coordinator=d.coordinator, committed=committed, epoch=d.group_epoch,
-                           error=error)
-
-    def _partition_offsets(self, md: Any, topics: set[str], errors: list[tuple[str, str]]
+    def _partition_offsets(self, md: Any, topics: set[str], errors: list[ErrorRecord]
                            ) -> dict[TP, PartitionOffsets]:
-        timeout = self.cfg.request_timeout
-        meta: dict[TP, Any] = {}
-        for t in topics:
-            for p, pm in md.topics[t].partitions.items():
-                meta[(t, p)] = pm
-        if not meta:
-            return {}
-        specs = (("log_start", OffsetSpec.earliest(), IsolationLevel.READ_UNCOMMITTED),
-                 ("hw", OffsetSpec.latest(), IsolationLevel.READ_UNCOMMITTED),
-                 ("lso", OffsetSpec.latest(), IsolationLevel.READ_COMMITTED))
-        futs = {}
-        for name, spec, iso in specs:
-            req = {TopicPartition(t, p): spec for (t, p) in meta}
-            futs[name] = self.admin.list_offsets(req, isolation_level=iso, request_timeout=timeout)
-        leo, leo_err = self._leo(md, meta)
-        if leo_err:
-            errors.append(("leo", leo_err))
-        wait_futures([f for d in futs.values() for f in d.values()], timeout=timeout * 2)
-        values: dict[str, dict[TP, int]] = {}
-        for name, fs in futs.items():
-            got: dict[TP, int] = {}
-            failed = 0
-            for tp, f in fs.items():
-                try:
-                    got[(tp.topic, tp.partition)] = f.result(0).offset
-                except Exception as e:  # noqa: BLE001 - the partition's value stays unknown
-                    failed += 1
-                    last = _err_text(e)
-            if failed:
-                errors.append(("list_offsets", f"{name}: {failed} partition(s) failed: {last}"))
-            values[name] = got
-        out = {}
-        for tp, pm in meta.items():
-            out[tp] = PartitionOffsets(
-                leader=pm.leader, replicas=len(pm.replicas), isr=len(pm.isrs),
-                log_start=_valid(values["log_start"].get(tp)), hw=_valid(values["hw"].get(tp)),
-                lso=_valid(values["lso"].get(tp)), leo=_valid(leo.get(tp)))
-        return out
-
-    def _leo(self, md: Any, meta: dict[TP, Any]) -> tuple[dict[TP, int], str | None]:
-        if self.extra is None:
-            return {}, None
+        """Per leader one ListOffsets per offset kind, for all its partitions."""
+        assert self.extra is not None
+        meta: dict[TP, Any] = {(t, p): pm for t in topics for p, pm in md.topics[t].partitions.items()}
         by_leader: dict[int, list[TP]] = {}
         for tp, pm in meta.items():
             if pm.leader >= 0 and pm.leader in md.brokers:
                 by_leader.setdefault(pm.leader, []).append(tp)
-        try:
-            out, failures = self.extra.log_end_offsets(by_leader)
-        except Exception as e:  # noqa: BLE001 - the LEO stays unknown this cycle
-            return {}, _err_text(e)
-        return out, "; ".join(failures) or None
+        values: dict[str, dict[TP, int]] = {}
+        for name, kwargs in _OFFSET_KINDS:
+            try:
+                got, failures = self.extra.list_offsets(by_leader, **kwargs)
+            except Exception as e:  # noqa: BLE001 - the values stay unknown this cycle
+                got, failures = {}, [_err_text(e)]
+            if failures:
+                errors.append(ErrorRecord(ErrorStage.LEO if name == "leo" else ErrorStage.LIST_OFFSETS,
+                                          f"{name}: {'; '.join(failures)}"))
+            values[name] = got
+        return {tp: PartitionOffsets(
+            leader=pm.leader, replicas=len(pm.replicas), isr=len(pm.isrs),
+            log_start=values["log_start"].get(tp), hw=values["hw"].get(tp),
+            lso=values["lso"].get(tp), leo=values["leo"].get(tp)) for tp, pm in meta.items()}
 
 
-def _valid(v: int | None) -> int | None:
-    return v if v is not None and v >= 0 else None
+# ListOffsets per offset kind (KIP-79 timestamps -2 earliest / -1 latest; replica_id -2
+# answers with the leader's log end offset, see reference/kafka-protocol.md §1).
+_OFFSET_KINDS: tuple[tuple[str, dict[str, int]], ...] = (
+    ("log_start", {"timestamp": -2}),
+    ("hw", {"timestamp": -1}),
+    ("lso", {"timestamp": -1, "isolation_level": 1}),
+    ("leo", {"timestamp": -1, "replica_id": -2}),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionView:
+    leader: int
+    replicas: tuple[int, ...]
+    isrs: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class TopicView:
+    partitions: dict[int, PartitionView]
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterView:
+    """A MetadataResponse in the shape of librdkafka's ClusterMetadata (brokers by id,
+    topics by name, partitions by index), which the librdkafka fallback returns."""
+
+    brokers: dict[int, str]
+    topics: dict[str, TopicView]
+
+    @classmethod
+    def of(cls, res: Any) -> ClusterView:
+        return cls(brokers={b.node_id: f"{b.host}:{b.port}" for b in res.brokers},
+                   topics={t.name: TopicView(partitions={
+                       p.partition_index: PartitionView(p.leader_id, tuple(p.replica_nodes),
+                                                        tuple(p.isr_nodes)) for p in t.partitions})
+                           for t in res.topics if t.name})
 
 
 def _only_topics(g: GroupSample, topics: set[str]) -> GroupSample:
@@ -458,25 +435,51 @@ def _only_topics(g: GroupSample, topics: set[str]) -> GroupSample:
         reported_lag={tp: o for tp, o in g.reported_lag.items() if tp[0] in topics})
 
 
-def _committed(gid: str, offs: Future, errors: list[tuple[str, str]]) -> tuple[dict[TP, int], str | None]:
-    try:
-        res = offs.result(0)
-    except Exception as e:  # noqa: BLE001 - isolated to this group
-        errors.append(("offset_fetch", f"{gid}: {_err_text(e)}"))
-        return {}, f"offset fetch: {_err_text(e)}"
-    return {(tp.topic, tp.partition): tp.offset for tp in res.topic_partitions
-            if tp.error is None and tp.offset >= 0 and tp.offset != OFFSET_INVALID}, None
+def _committed(gid: str, offs: Committed | Exception | None, errors: list[ErrorRecord]
+               ) -> tuple[dict[TP, int], str | None]:
+    if isinstance(offs, Exception):
+        return {}, f"offset fetch: {_err_text(offs)}"
+    if offs is None:
+        return {}, "offset fetch: no answer"
+    if offs.error is not None:
+        if offs.error_code != REQUEST_FAILED:  # a failed request was counted once
+            errors.append(ErrorRecord(ErrorStage.OFFSET_FETCH, f"{gid}: {offs.error}", gid))
+        return {}, f"offset fetch: {offs.error}"
+    return offs.offsets, None
+
+
+def _described(gid: str, gtype: str, lst: ListedGroup, d: DescribedGroup | Exception | None,
+               offs: Committed | Exception | None, errors: list[ErrorRecord]) -> GroupSample:
+    """A classic, KIP-848 consumer or streams group: its describe plus its committed offsets;
+    either failing is the group's error, and what the other read is kept."""
+    committed, offs_error = _committed(gid, offs, errors)
+    error = _described_error(gid, d, errors)
+    if offs_error:
+        error = f"{error}; {offs_error}" if error else offs_error
+    if not isinstance(d, DescribedGroup) or d.error is not None:
+        state = lst.state if gtype != "classic" else "unknown"
+        return GroupSample(group_id=gid, type=gtype, state=state, committed=committed, error=error)
+    g = GroupSample(group_id=gid, type=gtype, state=d.state, members=_members(d),
+                    coordinator=d.coordinator, committed=committed, error=error,
+                    epoch=None if gtype == "classic" else d.group_epoch)
+    if gtype == "classic" and not _left_a_topic(g):
+        # The members' subscriptions change a judgement only for a group that left a topic
+        # (_left_a_topic); elsewhere they stay unknown, as they always were for classic groups.
+        g = dataclasses.replace(g, members=tuple(dataclasses.replace(m, subscribed=())
+                                                 for m in g.members))
+    return g
 
 
 def _described_error(gid: str, d: DescribedGroup | Exception | None,
-                     errors: list[tuple[str, str]]) -> str | None:
+                     errors: list[ErrorRecord]) -> str | None:
     """The describe's error for this group, counted once (a failed batch was counted)."""
     if isinstance(d, Exception):
         return f"describe: {_err_text(d)}"
     if d is None:
         return "describe: no answer"
     if d.error is not None:
-        errors.append(("describe_group", f"{gid}: {d.error}"))
+        if d.error_code != REQUEST_FAILED:  # a failed request was counted once
+            errors.append(ErrorRecord(ErrorStage.DESCRIBE_GROUP, f"{gid}: {d.error}", gid))
         return f"describe: {d.error}"
     return None
 
@@ -492,30 +495,18 @@ def _left_a_topic(g: GroupSample) -> bool:
 
 def _members(d: DescribedGroup) -> tuple[Member, ...]:
     return tuple(Member(member_id=m.member_id, client_id=m.client_id, host=m.host,
-                        instance_id=m.instance_id, assignment=m.assignment, epoch=m.member_epoch,
+                        instance_id=m.instance_id, assignment=m.assignment,
+                        epoch=m.member_epoch if m.member_epoch >= 0 else None,
                         process_id=m.process_id, target=m.target, subscribed=m.subscribed)
                  for m in d.members)
 
 
-def _with_epochs(g: GroupSample, d: DescribedGroup) -> GroupSample:
-    """A KIP-848 group as librdkafka described it, plus what only ConsumerGroupDescribe
-    returns: the group and member epochs, the members' target assignments and subscribed
-    topic names, and the state
-    by its KIP-848 name (librdkafka calls ``assigning`` and ``reconciling`` unknown)."""
-    of = {m.member_id: m for m in d.members}
-    state = d.state if g.state == "unknown" else g.state
-    return dataclasses.replace(g, epoch=d.group_epoch, state=state, members=tuple(
-        dataclasses.replace(m, epoch=of[m.member_id].member_epoch, target=of[m.member_id].target,
-                            subscribed=of[m.member_id].subscribed)
-        if m.member_id in of else m for m in g.members))
-
-
 def _share(gid: str, d: DescribedGroup | Exception | None, offs: ShareOffsets | Exception | None,
-           errors: list[tuple[str, str]]) -> GroupSample:
+           errors: list[ErrorRecord]) -> GroupSample:
     """A share group: its start offsets stand where a consumer group's committed offsets do."""
     error = _described_error(gid, d, errors)
-    if isinstance(offs, ShareOffsets) and offs.error is not None:
-        errors.append(("offset_fetch", f"{gid}: {offs.error}"))
+    if isinstance(offs, ShareOffsets) and offs.error is not None and offs.error_code != REQUEST_FAILED:
+        errors.append(ErrorRecord(ErrorStage.OFFSET_FETCH, f"{gid}: {offs.error}", gid))
     offs_error = (f"offset fetch: {_err_text(offs)}" if isinstance(offs, Exception) else
                   f"offset fetch: {offs.error}" if offs is not None and offs.error else None)
     if offs_error:

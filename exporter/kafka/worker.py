@@ -33,6 +33,8 @@ from typing import TYPE_CHECKING, Any
 
 from exporter import logs
 from exporter.config import ClusterConfig, Thresholds
+from exporter.contracts.errors import ErrorRecord, ErrorStage
+from exporter.contracts.sampling import SamplerMemory
 from exporter.contracts.snapshot import TP, Snapshot
 from exporter.reports.decode import ConsumerReport, SparkReport
 
@@ -55,6 +57,10 @@ class SampleResult:
     requests_total: int
     reports_received: dict[str, int]
     reports_dropped: dict[str, int]
+    reports_requests: int = 0  # Kafka requests of the reports tail, cumulative in this worker
+    # The sampler's memory after this cycle, for the runner to keep and send with the next
+    # request; None when the cycle raised (the runner keeps what it sent).
+    memory: SamplerMemory | None = None
 
 
 class _Pipe:
@@ -112,7 +118,7 @@ def _serve(conn: _Pipe, cfg: ClusterConfig, thresholds: Thresholds, log_level: s
         while not reports.caught_up.wait(0.1) and time.monotonic() < deadline:
             if sampler.credential_error():
                 break
-    counts: tuple[int, dict[str, int], dict[str, int]] = (0, {}, {})
+    counts: tuple[int, dict[str, int], dict[str, int], int] = (0, {}, {}, 0)
     while True:
         try:
             kind, arg = conn.recv()
@@ -120,8 +126,8 @@ def _serve(conn: _Pipe, cfg: ClusterConfig, thresholds: Thresholds, log_level: s
             break
         if kind == "sample":
             try:
-                reply = _sample(sampler, reports)
-                counts = reply.requests_total, reply.reports_received, reply.reports_dropped
+                reply = _sample(sampler, reports, arg)
+                counts = _counts(reply)
             except Exception as e:  # noqa: BLE001 - a bug must cost one cycle, not the worker
                 log.exception("cluster %s: sampling raised an exception (a bug in lagwatch; the "
                               "Kafka worker keeps running)", cfg.name)
@@ -142,21 +148,30 @@ def _serve(conn: _Pipe, cfg: ClusterConfig, thresholds: Thresholds, log_level: s
     sampler.close()
 
 
-def _sample(sampler: Sampler, reports: ReportReader | None) -> SampleResult:
+def _counts(reply: SampleResult) -> tuple[int, dict[str, int], dict[str, int], int]:
+    """The counters of a reply, for a later cycle that raises (they must never go back)."""
+    return reply.requests_total, reply.reports_received, reply.reports_dropped, reply.reports_requests
+
+
+def _sample(sampler: Sampler, reports: ReportReader | None, memory: SamplerMemory | None
+            ) -> SampleResult:
+    if memory is not None:  # what the runner kept from the last cycle
+        sampler.memory = memory
     consumer_reports, spark_reports = reports.current() if reports else ({}, {})
     spark_topics = {t for r in spark_reports.values() for (t, _) in r.end_offsets}
     snap = sampler.sample(extra_topics=spark_topics)
     return SampleResult(snap, consumer_reports, spark_reports, sampler.requests_total,
                         dict(reports.received) if reports else {},
-                        dict(reports.dropped) if reports else {})
+                        dict(reports.dropped) if reports else {},
+                        reports.requests if reports else 0, sampler.memory)
 
 
-def _failed(cluster: str, counts: tuple[int, dict[str, int], dict[str, int]], error: str
+def _failed(cluster: str, counts: tuple[int, dict[str, int], dict[str, int], int], error: str
             ) -> SampleResult:
     """A cycle whose sampling raised: no data, one sample_exception error; the counters
     are the last ones known (they must never go back)."""
     snap = Snapshot(cluster=cluster, taken_at=time.time(), duration=0.0, partitions={}, groups={},
-                    errors=(("sample_exception", error),), ok=False)
+                    errors=(ErrorRecord(ErrorStage.SAMPLE_EXCEPTION, error),), ok=False)
     return SampleResult(snap, {}, {}, *counts)
 
 
@@ -230,9 +245,10 @@ class KafkaWorker:
         code = self.proc.returncode if self.proc is not None else None
         return WorkerCrashed(f"Kafka worker process died (exit code {code}); restarting")
 
-    def sample(self) -> SampleResult:
+    def sample(self, memory: SamplerMemory | None = None) -> SampleResult:
+        """One cycle; ``memory`` is what the last cycle left (the worker keeps nothing)."""
         # Every stage of a cycle has its own request timeout; this only guards against a hang.
-        return self._call(("sample", None), self.cfg.request_timeout * 12 + 30)
+        return self._call(("sample", memory), self.cfg.request_timeout * 12 + 30)
 
     def timestamps(self, wanted: list[tuple[TP, int]]) -> dict[tuple[str, int, int], float]:
         status, value = self._call(("timestamps", wanted), self.cfg.request_timeout * 3 + 10)

@@ -11,6 +11,7 @@ does not look fresh.
 from __future__ import annotations
 
 import collections
+import json
 import logging
 import threading
 import time
@@ -34,6 +35,9 @@ class ReportReader:
         self.th = thresholds
         self.received: dict[str, int] = collections.Counter()
         self.dropped: dict[str, int] = collections.Counter()
+        # Kafka requests the tail has sent (librdkafka's statistics; Fetch mostly), counted
+        # apart from the sampler's (lagwatch_reports_kafka_requests_total).
+        self.requests = 0
         self._consumers: dict[tuple[str, str], ConsumerReport] = {}
         self._spark: dict[tuple[str, str], SparkReport] = {}
         self._rate: dict[bytes, collections.deque[float]] = {}
@@ -149,7 +153,8 @@ class ReportReader:
                 if consumer is None:
                     consumer = Consumer(client_config(
                         self.cfg, **NEVER_JOINS, **{"enable.partition.eof": True,
-                                     "client.id": f"lagwatch-{self.cfg.name}-reports"}))
+                                     "client.id": f"lagwatch-{self.cfg.name}-reports",
+                                     "statistics.interval.ms": 1000, "stats_cb": self._on_stats}))
                 if time.monotonic() >= next_meta:
                     self._refresh_assignment(consumer)
                     next_meta = time.monotonic() + 30.0 if self._assigned else time.monotonic() + 2
@@ -171,6 +176,13 @@ class ReportReader:
                 self._stop.wait(2.0)
         if consumer is not None:
             consumer.close()
+
+    def _on_stats(self, raw: str) -> None:
+        try:
+            stats = json.loads(raw)
+            self.requests = sum(b.get("tx", 0) for b in stats.get("brokers", {}).values())
+        except (ValueError, AttributeError):
+            return
 
     def _replayed(self, partition: int) -> None:
         if self._replaying is not None and partition in self._replaying:

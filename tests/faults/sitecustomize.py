@@ -1,9 +1,11 @@
 """A test-only fault: with this directory on PYTHONPATH, Python imports this module at start
 (``site`` imports ``sitecustomize``). While the file named by LAGWATCH_TEST_SAMPLE_FAULT
 exists, ``Sampler.sample`` raises ValueError before doing anything, as a bug or a
-synchronous AdminClient argument check would. Only that one method is wrapped, when
-exporter.kafka.sampler is first imported: the exporter, its Kafka worker process and the
-broker are all real (tests/test_worker.py).
+synchronous AdminClient argument check would. With LAGWATCH_TEST_HIDE_FIRST_LISTING set to
+a group id, the first ListGroups answer of each worker process leaves that group out, as a
+coordinator still loading its groups after a restart answers. Only these methods are
+wrapped, when exporter.kafka.sampler is first imported: the exporter, its Kafka worker
+process and the broker are all real (tests/test_worker.py).
 """
 
 import importlib.abc
@@ -12,9 +14,28 @@ import os
 import sys
 
 _FLAG = os.environ.get("LAGWATCH_TEST_SAMPLE_FAULT")
+_HIDE = os.environ.get("LAGWATCH_TEST_HIDE_FIRST_LISTING")
+
+
+def _hide_first_listing(module) -> None:  # type: ignore[no-untyped-def]
+    real = module.BrokerRequests.list_groups
+    listings = []
+
+    def list_groups(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        got, failures = real(self, *args, **kwargs)
+        listings.append(1)
+        if len(listings) == 1:
+            got = {g: lg for g, lg in got.items() if g != _HIDE}
+        return got, failures
+
+    module.BrokerRequests.list_groups = list_groups
 
 
 def _inject(module) -> None:  # type: ignore[no-untyped-def]
+    if _HIDE:
+        _hide_first_listing(module)
+    if not _FLAG:
+        return
     real = module.Sampler.sample
 
     def sample(self, *args, **kwargs):  # type: ignore[no-untyped-def]
@@ -44,5 +65,5 @@ class _Finder(importlib.abc.MetaPathFinder):
         return spec
 
 
-if _FLAG:
+if _FLAG or _HIDE:
     sys.meta_path.insert(0, _Finder())

@@ -1,0 +1,122 @@
+"""Collection per broker and per coordinator (issue 25): the requests a cycle sends do not
+grow with the number of groups, one group's error never costs another its offsets, and
+brokers without OffsetFetch v8 (before Kafka 3.0, KIP-709) are read one group at a time
+with the same values."""
+
+from __future__ import annotations
+
+import pickle
+import re
+
+import pytest
+from kafka.protocol.consumer import OffsetFetchResponse
+
+from devenv.kafka import KafkaCluster
+from exporter.config import ClusterConfig, Filters
+from exporter.contracts.errors import ErrorRecord, ErrorStage
+from exporter.expose.metrics import ERROR_STAGES
+from exporter.kafka.broker_requests import (
+    MAX_ELEMENTS,
+    UNKNOWN_WEIGHT,
+    BrokerRequests,
+    _chunks,
+    kafka_python_config,
+    parse_offset_fetch,
+)
+from exporter.kafka.sampler import Sampler
+from tests.conftest import commit_offsets, create_topic, produce, unique
+
+NOT_COORDINATOR = 16
+
+
+@pytest.mark.unit
+def test_batches_stay_under_the_element_limit() -> None:
+    weight = {f"g{i:03d}": 60_000 for i in range(10)}
+    chunks = _chunks(sorted(weight), weight)
+    assert sorted(g for c in chunks for g in c) == sorted(weight)
+    assert all(sum(weight[g] for g in c) <= MAX_ELEMENTS for c in chunks)
+    assert len(chunks) == 3  # 4 + 4 + 2 groups of 60,000 under 250,000
+    # a group larger than the limit alone still gets its request
+    assert _chunks(["huge", "small"], {"huge": 2 * MAX_ELEMENTS, "small": 1}) == [["huge"], ["small"]]
+    # groups never read before count as UNKNOWN_WEIGHT each: 2,000 of them are one request
+    assert len(_chunks([f"g{i}" for i in range(2000)], {})) == 2000 * UNKNOWN_WEIGHT // MAX_ELEMENTS + 1
+
+
+@pytest.mark.unit
+def test_one_groups_error_never_costs_another_its_offsets() -> None:
+    res_cls = OffsetFetchResponse
+    group = res_cls.OffsetFetchResponseGroup
+    topic = group.OffsetFetchResponseTopics
+    part = topic.OffsetFetchResponsePartitions
+    res = res_cls(throttle_time_ms=0, groups=[
+        group(group_id="moved", topics=[], error_code=NOT_COORDINATOR),
+        group(group_id="orders", error_code=0, topics=[topic(name="t", partitions=[
+            part(partition_index=0, committed_offset=42, committed_leader_epoch=-1, metadata="",
+                 error_code=0),
+            part(partition_index=1, committed_offset=-1, committed_leader_epoch=-1, metadata="",
+                 error_code=0),
+        ])])])
+    res = res_cls.decode(res.encode(version=9), version=9)  # what the broker's bytes turn into
+    got = parse_offset_fetch(res, ["moved", "orders"])
+    assert got["orders"].offsets == {("t", 0): 42} and got["orders"].error is None
+    assert got["moved"].offsets == {} and got["moved"].error_code == NOT_COORDINATOR
+    assert "NotCoordinator" in (got["moved"].error or "")
+    # the moved group's coordinator is looked up again next time; the other's is kept
+    req = BrokerRequests({}, "127.0.0.1:1", 1.0, "t")
+    req.learn_coordinators({"moved": 1, "orders": 1})
+    req._forget_moved("moved", NOT_COORDINATOR)
+    req._forget_moved("orders", 0)
+    assert req.coordinators == {"orders": 1}
+
+
+def _cycle(kafka: KafkaCluster, groups: list[str], **cap: int) -> tuple[dict, int]:
+    only = Filters(group_allow=re.compile(f"^({'|'.join(map(re.escape, groups))})$"))
+    s = Sampler(ClusterConfig(name="t", bootstrap_servers=kafka.bootstrap_servers, client={},
+                              filters=only), **cap)
+    try:
+        s.sample()  # connects; the second cycle is the steady state
+        assert s.extra is not None
+        before = s.extra.requests
+        snap = s.sample()
+        assert snap.ok and not snap.errors, snap.errors
+        return {g: snap.groups[g].committed for g in groups}, s.extra.requests - before
+    finally:
+        s.close()
+
+
+def test_requests_per_cycle_do_not_grow_with_groups_and_pre_kip709_brokers_match(
+        kafka: KafkaCluster) -> None:
+    topic = create_topic(kafka, unique("per-coord"), partitions=2)
+    produce(kafka, topic, {0: 30, 1: 30})
+    groups = sorted(unique("per-coord") for _ in range(12))
+    for i, g in enumerate(groups):
+        commit_offsets(kafka.bootstrap_servers, g, topic, {0: i, 1: 2 * i + 1})
+    expected = {g: {(topic, 0): i, (topic, 1): 2 * i + 1} for i, g in enumerate(groups)}
+    few, few_requests = _cycle(kafka, groups[:2])
+    many, many_requests = _cycle(kafka, groups)
+    assert many == expected and few == {g: expected[g] for g in groups[:2]}
+    # metadata, ListGroups, DescribeGroups, OffsetFetch, 4 x ListOffsets on one broker
+    assert many_requests == few_requests == 8
+    # A broker before Kafka 3.0 (OffsetFetch capped at v7): one OffsetFetch per group,
+    # the same values.
+    old, old_requests = _cycle(kafka, groups, offset_fetch_max_version=7)
+    assert old == expected
+    assert old_requests == 8 - 1 + len(groups)
+
+
+@pytest.mark.unit
+def test_error_records_are_typed_and_cross_the_worker_pipe() -> None:
+    assert tuple(ErrorStage) == ERROR_STAGES  # the label values of lagwatch_errors_total
+    e = pickle.loads(pickle.dumps(ErrorRecord("describe_group", "orders: NotCoordinator", "orders")))
+    assert e == ("describe_group", "orders: NotCoordinator")  # still a (stage, message) pair
+    assert (e.stage, e.group) == (ErrorStage.DESCRIBE_GROUP, "orders")
+    with pytest.raises(ValueError):
+        ErrorRecord("descibe_group", "a typo is no new label value")
+
+
+@pytest.mark.unit
+def test_a_full_batch_fits_what_kafka_python_accepts() -> None:
+    """kafka-python refuses an answer over receive_message_max_bytes (1,000,000 by default):
+    a batched OffsetFetch of MAX_ELEMENTS partitions (about 20 bytes each) must fit."""
+    conf = kafka_python_config({}, "b:9092", 5.0, "lagwatch")
+    assert conf["receive_message_max_bytes"] >= 20 * MAX_ELEMENTS
