@@ -122,10 +122,11 @@ def test_without_the_learnt_cadence_the_member_would_read_stalled(monkeypatch: p
     assert "stalled" in tl.seen(MEMBER, shown, commits[-1] + 1)
 
 
-def test_without_its_learnt_cadence_the_60s_client_would_read_stopped(mp: pytest.MonkeyPatch) -> None:
+def test_without_its_learnt_cadence_the_60s_client_would_read_stopped(
+        monkeypatch: pytest.MonkeyPatch) -> None:
     """An outside client allowed stall_after (30 s) alone, not its learnt cadence, reads
     stopped between its 60 s checkpoints, which the test above would catch."""
-    mp.setattr(evaluator, "outside_allowance", lambda _mem, stall_after, _interval: stall_after)
+    monkeypatch.setattr(evaluator, "outside_allowance", lambda _mem, stall_after, _interval: stall_after)
     tl = recording.replay(_rec(), groups=[SLOW])
     start = tl.cycle_at(_mark(SLOW, "READY")) + 2
     assert "stopped" in tl.seen(SLOW, start, tl.cycle_at(_mark(SLOW, "END")))
