@@ -23,12 +23,18 @@ prints a report per group (statuses with counts, first non-ok cycle, alerts seen
 1 if a check fails. Timing is judged in exporter cycles, so a busy machine changes nothing.
 ``--record FILE`` writes the exporter's inputs, narrowed to the three groups, with the
 marks, as a replay fixture (tests/test_replay_longrun.py).
+
+A quick check of the harness (about 3 minutes; the 60 s client's cadence is then past
+4 x stall_after, so it reads stopped and the run fails, as it should):
+``--duration 100 --interval 2 --stall-after 8 --member-every 16 --member-stall-after 10
+--behind 3``.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import math
 import shutil
 import subprocess
@@ -120,10 +126,10 @@ def _cycles_total(exp: ExporterProcess) -> int:
 
 
 def _sample(exp: ExporterProcess, w: Watched, n: int) -> None:
-    code, _body, _ = exp.get(f"/api/v1/clusters/{CLUSTER}/groups/{w.group}")
-    if code != 200:
+    code, body, _ = exp.get(f"/api/v1/clusters/{CLUSTER}/groups/{w.group}")
+    if code != 200:  # not listed yet
         return
-    doc = exp.api(f"clusters/{CLUSTER}/groups/{w.group}")
+    doc = json.loads(body)
     w.statuses.append((n, doc["status"]))
     w.committed.append((n, doc["partitions"][0]["committed_offset"] if doc["partitions"] else None))
     w.reasons, w.membership = tuple(doc["reasons"]), doc.get("membership", "")
@@ -151,6 +157,7 @@ class Run:
         self.cycle_of: dict[str, int] = {}  # mark key -> exporter cycle count when it happened
         self.alerts_now: dict[str, set[tuple[str, str]]] = {g: set() for g in self.watched}
         self.last_cycle = -1
+        self.member_summary: tuple[list[int], list[int], int | None, int] | None = None
 
     def mark(self, group: str, event: str, at: float | None = None) -> None:
         at = time.time() if at is None else at
@@ -182,15 +189,23 @@ class Run:
         return False
 
 
-def _alert_history(prom: PrometheusProcess, start: float, end: float) -> dict[str, set[tuple[str, str]]]:
-    out: dict[str, set[tuple[str, str]]] = {}
+Alerts = dict[str, dict[tuple[str, str], tuple[float, float]]]
+
+
+def _alert_history(prom: PrometheusProcess, start: float, end: float) -> Alerts:
+    """Per group: (alert, state) -> the first and last evaluation it was seen at."""
+    out: Alerts = {}
     for s in prom.query_range('ALERTS{group=~"longrun-.*"}', start, end, step=1):
-        m = s["metric"]
-        out.setdefault(m["group"], set()).add((m["alertname"], m["alertstate"]))
+        m, ts = s["metric"], [float(t) for t, _v in s["values"]]
+        out.setdefault(m["group"], {})[(m["alertname"], m["alertstate"])] = (ts[0], ts[-1])
     return out
 
 
-def check(run: Run, alerts: dict[str, set[tuple[str, str]]]) -> tuple[list[str], list[str]]:
+def _hms(t: float) -> str:
+    return time.strftime("%H:%M:%S", time.gmtime(t))
+
+
+def check(run: Run, alerts: Alerts) -> tuple[list[str], list[str]]:
     """The report lines and the failed checks."""
     lines: list[str] = []
     failed: list[str] = []
@@ -198,10 +213,12 @@ def check(run: Run, alerts: dict[str, set[tuple[str, str]]]) -> tuple[list[str],
         counts = Counter(s for _n, s in w.statuses)
         statuses = ", ".join(f"{s} {c}" for s, c in sorted(counts.items()))
         first_bad = next((n for n, s in w.statuses if s != "ok"), None)
-        seen = sorted(alerts.get(g, set()) | run.alerts_now[g])
+        hist = alerts.get(g, {})
+        seen = [f"{a} ({st}, {_hms(hist[a, st][0])}-{_hms(hist[a, st][1])})" if (a, st) in hist
+                else f"{a} ({st})" for a, st in sorted(set(hist) | run.alerts_now[g])]
         lines.append(f"| `{g}` | {len(w.statuses)} | {statuses} "
                      f"| {first_bad if first_bad is not None else '-'} "
-                     f"| {', '.join(f'{a} ({st})' for a, st in seen) or 'none'} |")
+                     f"| {', '.join(seen) or 'none'} |")
     for g in (FAST, SLOW):
         w = run.watched[g]
         ready = run.cycle_of.get(f"{g} READY")
@@ -212,7 +229,7 @@ def check(run: Run, alerts: dict[str, set[tuple[str, str]]]) -> tuple[list[str],
         if bad:
             failed.append(f"{g}: not ok at cycles {bad[:10]}")
         if alerts.get(g) or run.alerts_now[g]:
-            failed.append(f"{g}: alerts {sorted(alerts.get(g, set()) | run.alerts_now[g])}")
+            failed.append(f"{g}: alerts {sorted(set(alerts.get(g, {})) | run.alerts_now[g])}")
     failed += _member_checks(run)
     return lines, failed
 
@@ -364,7 +381,7 @@ def report(run: Run, lines: list[str], failed: list[str], wall: float) -> str:
            f"(member {p.member_stall_after:g}), commit {commit}, {date}",
            "", "| group | cycles sampled | statuses | first non-ok cycle | alerts (state) |",
            "|---|---|---|---|---|", *lines, ""]
-    ms = getattr(run, "member_summary", None)
+    ms = run.member_summary
     if ms:
         commits, gaps, stalled, bound = ms
         last = commits[-1]
