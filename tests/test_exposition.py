@@ -197,6 +197,27 @@ def test_golden_files_hold_what_the_view_says() -> None:
 
 # -- one record per cluster per cycle -----------------------------------------------------
 
+OPENMETRICS = "application/openmetrics-text; version=1.0.0; charset=utf-8"
+
+
+def test_openmetrics_scrape_parses_and_keeps_counters_counters() -> None:
+    from prometheus_client.openmetrics.parser import text_string_to_metric_families
+
+    chunks, ctype = scrape(hand_built_records(frozenset()), OPENMETRICS, NOW)
+    assert ctype.startswith("application/openmetrics-text")
+    families = {f.name: f for f in text_string_to_metric_families(b"".join(chunks).decode())}
+    lost = families["kafka_consumergroup_records_lost"]
+    assert lost.type == "counter"
+    assert {s.name for s in lost.samples} == {"kafka_consumergroup_records_lost_total"}
+    assert sum(s.value for s in lost.samples) > 0
+    assert families["kafka_consumergroup_lag_offsets"].type == "gauge"
+
+
+def test_the_plain_text_format_names_a_counter_after_its_samples() -> None:
+    text = b"".join(scrape(hand_built_records(frozenset()), None, NOW)[0]).decode()
+    assert "# TYPE kafka_consumergroup_records_lost_total counter\n" in text
+
+
 def _record(i: int) -> ClusterRecord:
     """Cycle i of cluster "c": the view, the statistics and the text all say i."""
     view = ClusterView(cluster="c", up=True, sampled_at=SAMPLED_AT + i, sample_duration=0.1,

@@ -242,7 +242,17 @@ class SelfMetrics(Collector):
 
 # -- one scrape ---------------------------------------------------------------------------
 
-def view_chunks(records: Iterable[ClusterRecord]) -> list[bytes | memoryview]:
+def openmetrics_header(name: str, header: bytes) -> bytes:
+    """A counter's header as OpenMetrics wants it: the family is named without ``_total``
+    (its samples keep it); the text format 0.0.4 names the family after its samples."""
+    if not name.endswith("_total") or not header.endswith(b" counter\n"):
+        return header
+    base = name.removesuffix("_total").encode()
+    return header.replace(b" " + name.encode() + b" ", b" " + base + b" ")
+
+
+def view_chunks(records: Iterable[ClusterRecord], openmetrics: bool = False
+                ) -> list[bytes | memoryview]:
     """The view families of every record, each family contiguous across clusters.
 
     Written to the socket one by one: joining 50 MB into one response body
@@ -253,8 +263,9 @@ def view_chunks(records: Iterable[ClusterRecord]) -> list[bytes | memoryview]:
         for f in p:
             order.setdefault(f[0], []).append(f)
     out: list[bytes | memoryview] = []
-    for present in order.values():
-        out.append(present[0][1])
+    for name, present in order.items():
+        header = present[0][1]
+        out.append(openmetrics_header(name, header) if openmetrics else header)
         out.extend(body for _n, _h, body in present if body)
     return out
 
@@ -266,4 +277,5 @@ def scrape(records: Iterable[ClusterRecord], accept: str | None, now: float
     OpenMetrics)."""
     records = list(records)
     encoder, ctype = choose_encoder(accept or "")
-    return [*view_chunks(records), encoder(SelfMetrics(records, now))], ctype
+    openmetrics = ctype.startswith("application/openmetrics-text")
+    return [*view_chunks(records, openmetrics), encoder(SelfMetrics(records, now))], ctype
