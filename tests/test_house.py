@@ -72,3 +72,11 @@ def test_no_run_diaries_in_code_or_docs() -> None:
     hits = [f"{p.relative_to(ROOT_DIR)}:{i}" for p in files
             for i, line in enumerate(p.read_text().splitlines(), 1) if RUN_DIARY.search(line)]
     assert hits == []
+
+
+def test_group_types_are_a_closed_set() -> None:
+    from exporter.contracts.snapshot import GroupSample, GroupType
+
+    assert GroupSample(group_id="g", type="share", state="stable").type is GroupType.SHARE
+    with pytest.raises(ValueError):
+        GroupSample(group_id="g", type="sahre", state="stable")  # a typo is no new group type

@@ -3,8 +3,23 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import StrEnum
 
 TP = tuple[str, int]  # (topic, partition)
+
+
+class GroupType(StrEnum):
+    """What kind of group a GroupSample is; equal to its ``type`` label value."""
+
+    CLASSIC = "classic"  # the classic rebalance protocol (JoinGroup/SyncGroup)
+    CONSUMER = "consumer"  # KIP-848 consumer groups, assignment by the coordinator
+    STREAMS = "streams"  # KIP-1071 Kafka Streams groups
+    SHARE = "share"  # KIP-932 share groups: a queue, progress by acknowledgement
+    SPARK = "spark"  # a Spark Structured Streaming query, from its listener's reports
+
+
+# Group types whose members own partitions and whose offsets OffsetFetch reads.
+COMMITTING_TYPES = frozenset({GroupType.CLASSIC, GroupType.CONSUMER, GroupType.STREAMS})
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -42,7 +57,7 @@ class Member:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class GroupSample:
     group_id: str
-    type: str  # classic | consumer | streams | share | spark
+    type: GroupType
     state: str  # lower case: stable, empty, preparingrebalance, not_ready, ... unknown
     members: tuple[Member, ...] = ()
     coordinator: int | None = None
@@ -56,6 +71,11 @@ class GroupSample:
     # membership or subscription change (None for classic groups).
     epoch: int | None = None
     error: str | None = None  # set when the group could not be read this cycle
+
+    def __post_init__(self) -> None:
+        # A type read back from a recording or a worker message is checked here, once:
+        # an unknown one fails loudly instead of matching no rule.
+        object.__setattr__(self, "type", GroupType(self.type))
 
 
 @dataclass(frozen=True, kw_only=True)

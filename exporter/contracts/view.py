@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from exporter.contracts.snapshot import TP, PartitionOffsets
+from exporter.contracts.snapshot import TP, GroupType, PartitionOffsets
 from exporter.contracts.status import Status
 
 # Label values in severity order (a group's status is its worst partition's).
@@ -89,7 +89,7 @@ class GroupProgress:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class GroupView:
     group: str
-    type: str
+    type: GroupType
     state: str
     status: Status
     reasons: tuple[str, ...]

@@ -17,7 +17,15 @@ import dataclasses
 from collections.abc import Sequence
 
 from exporter.config import Config, GroupThresholds, Thresholds, default_of, thresholds_for
-from exporter.contracts.snapshot import TP, GroupSample, Member, PartitionOffsets, Snapshot
+from exporter.contracts.snapshot import (
+    COMMITTING_TYPES,
+    TP,
+    GroupSample,
+    GroupType,
+    Member,
+    PartitionOffsets,
+    Snapshot,
+)
 from exporter.contracts.status import Status
 from exporter.contracts.view import (
     SEVERITY,
@@ -138,7 +146,7 @@ class Evaluator:
             self.th = self._thresholds_of(gid)
             state = self.groups.setdefault(gid, GroupMemory())
             views[gid] = self._group(g, state, snap.partitions, consumer_reports.get(gid, []),
-                                     spark_reports.get(gid) if g.type == "spark" else None,
+                                     spark_reports.get(gid) if g.type == GroupType.SPARK else None,
                                      exact_ts or {}, now)
         self.th = self.cluster_th
         for gid in list(self.groups):
@@ -280,7 +288,7 @@ class Evaluator:
         ``outside`` (no members, committed offsets seen moving: a client outside group
         membership consumes; :func:`_group` turns it to ``none`` once a partition's records
         waited past the allowance, ``stopped``) or ``none``."""
-        if g.members or g.type in ("spark", "share"):
+        if g.members or g.type in (GroupType.SPARK, GroupType.SHARE):
             remember_outside(st, False, False, was_empty, False, now)
             if not g.members:
                 return "none", 0.0
@@ -304,7 +312,7 @@ class Evaluator:
         """The stall allowance of a group with members, from the commit cadence it has
         shown (exporter/evaluate/cadence.py). Not for share groups, whose progress is
         acknowledgements, nor Spark queries, which are never `stalled`."""
-        if g.type not in ("classic", "consumer", "streams"):
+        if g.type not in COMMITTING_TYPES:
             return 0.0
         gaps = self.commit_gaps.setdefault(g.group_id, new_gaps())
         learn_commit_gaps(gaps, st.last_view, g.committed, self.hw_history, now, self.interval,
@@ -318,7 +326,7 @@ class Evaluator:
         arrived. Only in member groups (classic, consumer, streams), and not while an
         assignment is in progress: it is judged once it settles."""
         g, st = c.g, c.st
-        if g.type not in ("classic", "consumer", "streams") or not c.assignment_known:
+        if g.type not in COMMITTING_TYPES or not c.assignment_known:
             forget_uncommitted(st, set())
             return []
         tps = sorted(tp for tp in c.owner_of if tp not in g.committed)
@@ -363,10 +371,10 @@ class Evaluator:
             mem = PartitionMemory.first(progress, now)
         lag_off = None if hw is None else max(0, hw - consumed)
         lag_s = None if lag_off is None else self._lag_seconds(tp, consumed, hw, lag_off, c.exact_ts, now)
-        owned = _spark_owns(g, spark) if g.type == "spark" else _member_owns(c, tp)
+        owned = _spark_owns(g, spark) if g.type == GroupType.SPARK else _member_owns(c, tp)
         sample = Sample(progress, hw, lag_off, lag_s, owned, now,
                         owner.member_id if owner is not None else None,
-                        st.queue_progress_at if g.type == "share" else None)
+                        st.queue_progress_at if g.type == GroupType.SHARE else None)
         obs = observe(mem, sample, Tuning(self.interval, self.th.lag_seconds, self.th.stall_after))
         unsubscribed = tp[0] in c.left
         facts = PartitionFacts(
@@ -431,7 +439,7 @@ def _group_status(g: GroupSample, parts: list[PartitionView], spark: SparkReport
     even with nothing left to read; the membership model, ``none`` once the client outside
     group membership is gone)."""
     worst = max((p.status for p in parts), key=SEVERITY.__getitem__, default=Status.OK)
-    if g.type == "spark" and spark is not None and spark.terminated:
+    if g.type == GroupType.SPARK and spark is not None and spark.terminated:
         worst = Status.STOPPED
     if membership == "outside" and worst == Status.STOPPED:
         membership = "none"  # the client outside group membership is gone
@@ -467,7 +475,7 @@ def _progress(g: GroupSample, st: GroupMemory, partitions: dict[TP, PartitionOff
     progress = {tp: _share_progress(c, po.hw if (po := partitions.get(tp)) else None,
                                     g.reported_lag.get(tp), st.parts.get(tp))
                 for tp, c in g.committed.items()}
-    if g.type != "share":
+    if g.type != GroupType.SHARE:
         return progress, {}
     share_dates = {tp: _share_dates(mem, consumed, prog, now) for tp, (consumed, prog)
                    in progress.items() if (mem := st.parts.get(tp)) is not None}
@@ -484,7 +492,7 @@ def _assignment_known(g: GroupSample) -> bool:
     protocols (KIP-848, KIP-1071, KIP-932) always do, but while the group is assigning or
     reconciling a partition revoked from one member may be in nobody's current or target
     assignment for a heartbeat or two (librdkafka names both states unknown)."""
-    if g.type == "classic":
+    if g.type == GroupType.CLASSIC:
         return g.state == "stable" or not g.members
     return g.state not in IN_FLIGHT_STATES or not g.members
 
@@ -497,7 +505,7 @@ def _group_reasons(g: GroupSample, st: GroupMemory, parts: list[PartitionView], 
     reasons = [p.reason for p in bad[:MAX_REASONS]]
     if len(bad) > MAX_REASONS:
         reasons.append(f"... and {len(bad) - MAX_REASONS} more partition(s)")
-    if g.type == "spark" and spark is not None and spark.terminated and not bad:
+    if g.type == GroupType.SPARK and spark is not None and spark.terminated and not bad:
         reasons.append(_spark_terminated_reason(spark, now))
     if st.outside_at is not None:
         reasons.append(_outside_reason(st, membership, now))
@@ -512,7 +520,7 @@ def _unsubscribed_topics(g: GroupSample, assignment_known: bool) -> frozenset[st
     do own partitions of other topics (standard assignors assign every partition of a
     subscribed topic, so a subscribed topic that nobody owns is still judged, and so is
     everything when the members own nothing at all). Share groups own no partitions."""
-    if not g.members or not assignment_known or g.type in ("share", "spark"):
+    if not g.members or not assignment_known or g.type in (GroupType.SHARE, GroupType.SPARK):
         return frozenset()
     topics = {t for t, _ in g.committed}
     held = {t for m in g.members for t, _ in (*m.assignment, *m.target)}
@@ -610,7 +618,7 @@ def _spark_sample(rep: SparkReport, now: float, th: Thresholds) -> GroupSample:
     if alive:
         members = (Member(member_id=rep.run_id, client_id="spark-driver", host="",
                           assignment=tuple(rep.end_offsets)),)
-    return GroupSample(group_id=rep.group, type="spark", state=state, members=members,
+    return GroupSample(group_id=rep.group, type=GroupType.SPARK, state=state, members=members,
                        committed=dict(rep.end_offsets))
 
 

@@ -11,6 +11,7 @@ no committed offset has no series.
 
 from __future__ import annotations
 
+from exporter.contracts.snapshot import GroupType
 from exporter.contracts.view import ClusterView
 from exporter.expose.render import partition_labels
 from exporter.expose.textformat import Lines, escape_label
@@ -48,7 +49,7 @@ def kafka_exporter_lines(v: ClusterView) -> list[Lines]:
     for t, n in per_topic.items():
         parts.add(f'{cl},topic="{escape_label(t)}"', n)
     for g in v.groups.values():
-        if g.type == "spark":
+        if g.type == GroupType.SPARK:
             continue
         gl = f'{cl},consumergroup="{escape_label(g.group)}"'
         sums: dict[str, list[int]] = {}

@@ -35,7 +35,7 @@ from confluent_kafka.admin import AdminClient
 from exporter.config import ClusterConfig
 from exporter.contracts.errors import ErrorRecord, ErrorStage
 from exporter.contracts.sampling import ListedGroup, SamplerMemory
-from exporter.contracts.snapshot import TP, GroupSample, Member, PartitionOffsets, Snapshot
+from exporter.contracts.snapshot import TP, GroupSample, GroupType, Member, PartitionOffsets, Snapshot
 from exporter.kafka.broker_requests import (
     REQUEST_FAILED,
     BrokerRequests,
@@ -355,7 +355,7 @@ class Sampler:
                            partial(x.offset_fetch, weight=self.memory.weight), committing)
         share_offs = self._extra(ErrorStage.OFFSET_FETCH, errors, x.share_offsets, by_type["share"])
         out: dict[str, GroupSample] = {}
-        for kind in ("classic", "consumer", "streams"):
+        for kind in (GroupType.CLASSIC, GroupType.CONSUMER, GroupType.STREAMS):
             for gid in by_type[kind]:
                 out[gid] = _described(gid, kind, listed[gid], described[kind].get(gid),
                                       offs.get(gid), errors)
@@ -448,7 +448,7 @@ def _committed(gid: str, offs: Committed | Exception | None, errors: list[ErrorR
     return offs.offsets, None
 
 
-def _described(gid: str, gtype: str, lst: ListedGroup, d: DescribedGroup | Exception | None,
+def _described(gid: str, gtype: GroupType, lst: ListedGroup, d: DescribedGroup | Exception | None,
                offs: Committed | Exception | None, errors: list[ErrorRecord]) -> GroupSample:
     """A classic, KIP-848 consumer or streams group: its describe plus its committed offsets;
     either failing is the group's error, and what the other read is kept."""
@@ -457,12 +457,12 @@ def _described(gid: str, gtype: str, lst: ListedGroup, d: DescribedGroup | Excep
     if offs_error:
         error = f"{error}; {offs_error}" if error else offs_error
     if not isinstance(d, DescribedGroup) or d.error is not None:
-        state = lst.state if gtype != "classic" else "unknown"
+        state = lst.state if gtype != GroupType.CLASSIC else "unknown"
         return GroupSample(group_id=gid, type=gtype, state=state, committed=committed, error=error)
     g = GroupSample(group_id=gid, type=gtype, state=d.state, members=_members(d),
                     coordinator=d.coordinator, committed=committed, error=error,
-                    epoch=None if gtype == "classic" else d.group_epoch)
-    if gtype == "classic" and not _left_a_topic(g):
+                    epoch=None if gtype == GroupType.CLASSIC else d.group_epoch)
+    if gtype == GroupType.CLASSIC and not _left_a_topic(g):
         # The members' subscriptions change a judgement only for a group that left a topic
         # (_left_a_topic); elsewhere they stay unknown, as they always were for classic groups.
         g = dataclasses.replace(g, members=tuple(dataclasses.replace(m, subscribed=())
@@ -487,7 +487,7 @@ def _described_error(gid: str, d: DescribedGroup | Exception | None,
 def _left_a_topic(g: GroupSample) -> bool:
     """A stable classic group whose members own partitions, with committed offsets on a
     topic of which no member owns a partition."""
-    if g.type != "classic" or g.state != "stable" or g.error is not None or not g.members:
+    if g.type != GroupType.CLASSIC or g.state != "stable" or g.error is not None or not g.members:
         return False
     held = {t for m in g.members for t, _ in m.assignment}
     return bool(held) and any(t not in held for t, _ in g.committed)
@@ -514,8 +514,8 @@ def _share(gid: str, d: DescribedGroup | Exception | None, offs: ShareOffsets | 
     start = offs.start if isinstance(offs, ShareOffsets) else {}
     lag = offs.lag if isinstance(offs, ShareOffsets) else {}
     if not isinstance(d, DescribedGroup) or d.error is not None:
-        return GroupSample(group_id=gid, type="share", state="unknown", committed=start,
+        return GroupSample(group_id=gid, type=GroupType.SHARE, state="unknown", committed=start,
                            reported_lag=lag, error=error)
-    return GroupSample(group_id=gid, type="share", state=d.state, members=_members(d),
+    return GroupSample(group_id=gid, type=GroupType.SHARE, state=d.state, members=_members(d),
                        coordinator=d.coordinator, committed=start, reported_lag=lag,
                        epoch=d.group_epoch, error=error)
