@@ -31,8 +31,8 @@ from tests.prometheus_proc import PrometheusProcess
 
 RULES = ROOT_DIR / "alerts" / "lagwatch.rules.yml"
 ALERT = "KafkaConsumerGroupRecordsLost"
-# Cycles the exporter may take to see a change: the next cycle's sample, plus slack for
-# a cycle already under way when the change was made.
+# Cycles the exporter may take to see a change: the cycle already under way when the
+# change was made, the next cycle's sample, and the one that publishes it.
 SEE = 3
 
 
