@@ -416,16 +416,26 @@ def rendered_container_runs_from_the_image(helm: str, kafka: KafkaCluster, tmp_p
         assert pod.command[:3] == ["lagwatch", "--config", "/etc/lagwatch/config/lagwatch.yml"]
         with read_only(root, [m["mountPath"] for m in pod.c["volumeMounts"]]) as writable:
             log = tmp_path / "lagwatch.log"
-            with log.open("wb") as out:
-                proc = subprocess.Popen([*BUILDAH, *RUN, *pod.opts, name, "--", *pod.command], stdout=out,
-                                        stderr=subprocess.STDOUT, start_new_session=True)
+
+            def launch() -> subprocess.Popen:
+                with log.open("wb") as out:
+                    return subprocess.Popen([*BUILDAH, *RUN, *pod.opts, name, "--", *pod.command],
+                                            stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
 
             def output() -> str:
                 return log.read_text(errors="replace")[-4000:]
 
+            proc, relaunches = launch(), 2
             pid = None
             try:
                 def started() -> int | None:
+                    nonlocal proc, relaunches
+                    if proc.poll() is not None and "panic:" in output() and relaunches:
+                        # buildah itself crashed before starting the container (a Go panic in
+                        # buildah run, seen under load): the pod was never started, run it again.
+                        relaunches -= 1
+                        proc = launch()
+                        return None
                     assert proc.poll() is None, f"buildah run exited {proc.returncode}:\n{output()}"
                     return find_exporter(proc.pid, f"0.0.0.0:{port}")
 
