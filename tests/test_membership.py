@@ -66,10 +66,13 @@ class SteadyProducer(threading.Thread):
 
 class CheckpointingClient(threading.Thread):
     """assign() without group membership, committing its position to the group every
-    ``every`` seconds (a checkpoint), as Flink's Kafka source does."""
+    ``every`` seconds (a checkpoint), as Flink's Kafka source does; with ``rate``, it reads
+    at most that many records a second (a slow job)."""
 
-    def __init__(self, bootstrap: str, group: str, topic: str, every: float) -> None:
+    def __init__(self, bootstrap: str, group: str, topic: str, every: float,
+                 rate: float | None = None) -> None:
         super().__init__(daemon=True)
+        self.rate = rate
         self.c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False,
                            "auto.offset.reset": "earliest"})
         self.topic, self.every, self.stop_flag = topic, every, threading.Event()
@@ -79,7 +82,8 @@ class CheckpointingClient(threading.Thread):
         self.c.assign([TopicPartition(self.topic, 0)])
         last = time.monotonic()
         while not self.stop_flag.is_set():
-            self.c.poll(0.1)
+            if self.c.poll(0.1) is not None and self.rate:
+                time.sleep(1 / self.rate)
             if time.monotonic() - last >= self.every:
                 pos = self.c.position([TopicPartition(self.topic, 0)])
                 if pos[0].offset >= 0:
@@ -244,6 +248,39 @@ def test_client_committing_outside_group_membership(kafka: KafkaCluster, exporte
         slow.stop()
         for p in producers:
             p.stop()
+
+
+def test_slow_client_committing_outside_group_membership_is_lagging(
+        kafka: KafkaCluster, exporter: ExporterProcess, fx: Fixture) -> None:
+    """An assign()-mode client checkpointing every 3 s but reading 5 records a second while
+    about 20 arrive: its lag grows at every checkpoint, so it reads `lagging` (not `stopped`:
+    it commits), and nothing worse on the way."""
+    topic, gid = unique("flink-src"), unique("flink-slow")
+    create_topic(kafka, topic, partitions=1)
+    producer = SteadyProducer(kafka.bootstrap_servers, topic)
+    producer.start()
+    client = CheckpointingClient(kafka.bootstrap_servers, gid, topic, every=3.0, rate=5.0)
+    client.start()
+    fx.watch("outside-lagging", gid)
+    seen: set[str] = set()
+
+    def lagging() -> bool:
+        doc = _group(exporter, gid)
+        if doc:
+            seen.add(doc["status"])
+        return bool(doc and doc["status"] == "lagging")
+    try:
+        wait_for(lambda: client.commits >= 1, 30, "the slow client's first checkpoint")
+        # the trend needs a few checkpoints whose lag grew beyond the noise; the client runs
+        # in this process, so its pace is not bounded in exporter cycles: eventual status only
+        wait_for(lagging, 120, "lagging while it checkpoints")
+        assert seen <= {"ok", "lagging"}, seen
+        doc = _group(exporter, gid)
+        assert doc["membership"] == "outside" and doc["lag_offsets"] > 0, doc
+        fx.end("outside-lagging")
+    finally:
+        client.stop()
+        producer.stop()
 
 
 def test_consumer_wedged_before_its_first_commit_is_stalled(kafka: KafkaCluster,

@@ -96,6 +96,7 @@ STORIES = [
     Story("membership", "outside", ("ok",), until="KILLED"),
     Story("membership", "outside", ("ok", "stopped")),
     Story("membership", "outside-slow", ("ok",)),
+    Story("membership", "outside-lagging", ("ok", "lagging")),
     Story("membership", "never-committed", ("ok", "stalled")),
     Story("membership", "slow-commits", ("ok", "stalled"), "LEARNT"),
     Story("membership", "never-committed-instrumented", ("ok", "livelocked")),
