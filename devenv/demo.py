@@ -57,7 +57,7 @@ from typing import Any
 
 import yaml
 
-from devenv.kafka import BrokerStartError, KafkaCluster, die_with_parent, free_port
+from devenv.kafka import BrokerStartError, KafkaCluster, commit_offsets, die_with_parent, free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 CLUSTER = "demo"
@@ -221,8 +221,6 @@ class Demo:
         self._prometheus()
 
     def _topics(self, bootstrap: str) -> None:
-        from confluent_kafka import Consumer as KafkaConsumer
-        from confluent_kafka import TopicPartition
         from confluent_kafka.admin import AdminClient, NewTopic
 
         admin = AdminClient({"bootstrap.servers": bootstrap})
@@ -232,13 +230,7 @@ class Demo:
             f.result(30)
         group, topic = STOPPED_GROUP
         # Offsets committed by a tool that never joins: a group with lag and no member.
-        c = KafkaConsumer({"bootstrap.servers": bootstrap, "group.id": group,
-                           "enable.auto.commit": False})
-        try:
-            c.commit(offsets=[TopicPartition(topic, p, 0) for p in range(TOPICS[topic][0])],
-                     asynchronous=False)
-        finally:
-            c.close()
+        commit_offsets(bootstrap, group, topic, dict.fromkeys(range(TOPICS[topic][0]), 0))
 
     def _exporter(self, bootstrap: str) -> None:
         assert self.root

@@ -410,6 +410,32 @@ def running(brokers: int = 1, version: str = DEFAULT_KAFKA_VERSION, **kw) -> Ite
         cluster.stop()
 
 
+def commit_offsets(bootstrap: str, group: str, topic: str, offsets: dict[int, int]) -> None:
+    """Commit offsets for a group without ever joining it (what admin tools do). A freshly
+    started cluster may still be loading its group coordinators, and a topic created a
+    moment ago may not have reached the coordinator's metadata yet: those errors are
+    retried for up to 30 s."""
+    from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+
+    busy = {KafkaError.COORDINATOR_LOAD_IN_PROGRESS, KafkaError.COORDINATOR_NOT_AVAILABLE,
+            KafkaError.NOT_COORDINATOR, KafkaError.REQUEST_TIMED_OUT, KafkaError._TIMED_OUT,
+            KafkaError.UNKNOWN_TOPIC_OR_PART}
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                c.commit(offsets=[TopicPartition(topic, p, o) for p, o in offsets.items()],
+                         asynchronous=False)
+                return
+            except KafkaException as e:
+                if e.args[0].code() not in busy or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
+    finally:
+        c.close()
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m devenv.kafka", description=__doc__.split("\n")[0])
     ap.add_argument("--brokers", type=int, default=1)

@@ -11,10 +11,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from devenv.kafka import KafkaCluster
+from devenv.kafka import commit_offsets as commit_offsets  # re-exported to the test modules
 from tests.dists import PROJECTS, Dist, build
 from tests.exporter_proc import ExporterProcess, parse_metrics
 from tests.recorded import record_dir
@@ -139,31 +140,6 @@ def create_topic(cluster: KafkaCluster, name: str, partitions: int = 3, rf: int 
     )
     fut[name].result(30)
     return name
-
-
-# ...and a topic created a moment ago may not have reached the coordinator's metadata yet.
-_COORDINATOR_BUSY = {KafkaError.COORDINATOR_LOAD_IN_PROGRESS, KafkaError.COORDINATOR_NOT_AVAILABLE,
-                     KafkaError.NOT_COORDINATOR, KafkaError.REQUEST_TIMED_OUT, KafkaError._TIMED_OUT,
-                     KafkaError.UNKNOWN_TOPIC_OR_PART}
-
-
-def commit_offsets(bootstrap: str, group: str, topic: str, offsets: dict[int, int]) -> None:
-    """Commit offsets for a group without ever joining it (what admin tools do)."""
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                c.commit(offsets=[TopicPartition(topic, p, o) for p, o in offsets.items()],
-                         asynchronous=False)
-                return
-            except KafkaException as e:
-                # a freshly started cluster is still loading its group coordinators
-                if e.args[0].code() not in _COORDINATOR_BUSY or time.monotonic() > deadline:
-                    raise
-                time.sleep(0.5)
-    finally:
-        c.close()
 
 
 def produce(cluster: KafkaCluster, topic: str, counts: dict[int, int], **conf: Any) -> None:
