@@ -247,10 +247,12 @@ def _run(case: Case, d: Path) -> Result:
     # --listen would override the file's own listen setting, which some cases test.
     has_listen = isinstance(case.yaml, str) and "listen:" in case.yaml
     listen = [] if has_listen or "--listen" in argv else ["--listen", f"127.0.0.1:{free_port()}"]
+    # A bad config exits at once; the timeout is only a hang guard (a config that should
+    # fail started and serves instead), so it is generous: a starved machine is not a failure.
     try:
         p = subprocess.run([sys.executable, "-m", "exporter", *listen, *argv], cwd=ROOT,
-                           capture_output=True, text=True, timeout=15, env=env)
-    except subprocess.TimeoutExpired as e:  # a config that should fail started instead
+                           capture_output=True, text=True, timeout=120, env=env)
+    except subprocess.TimeoutExpired as e:
         return Result(None, str(e.stdout or ""), str(e.stderr or ""), d)
     return Result(p.returncode, p.stdout, p.stderr, d)
 
