@@ -114,6 +114,7 @@ class InstrumentedConsumer(Consumer):
         self._member_id = ""
         self._positions: dict[tuple[str, int], int] = {}
         self._snapshot_at = 0.0
+        self._rebalances: int | None = None  # librdkafka's cgrp.rebalance_cnt (statistics)
         skip = ("group.id", "client.id", "stats_cb", "statistics.interval.ms", "enable.auto.commit",
                 "auto.offset.reset", "group.protocol", "session.timeout.ms", "max.poll.interval.ms",
                 "heartbeat.interval.ms", "on_commit", "error_cb", "logger", "isolation.level",
@@ -206,8 +207,11 @@ class InstrumentedConsumer(Consumer):
                     parts[(tname, int(pid))] = {
                         "position": p.get("app_offset", OFFSET_INVALID),
                         "committed": p.get("committed_offset", OFFSET_INVALID)}
+            rebalances = (stats.get("cgrp") or {}).get("rebalance_cnt")
             with self._stats_lock:
                 self._partitions = parts
+                if isinstance(rebalances, int) and rebalances >= 0:
+                    self._rebalances = rebalances
         except Exception:  # noqa: BLE001 - malformed stats are skipped and counted
             self._count_error()
 
@@ -217,6 +221,7 @@ class InstrumentedConsumer(Consumer):
         with self._stats_lock:
             parts = {tp: dict(v) for tp, v in self._partitions.items()}
             member_id, positions = self._member_id, dict(self._positions)
+            rebalances = self._rebalances
         # Positions as of the last poll (see _track): statistics lag behind, so a consumer
         # that wedges right after assignment would have none.
         for tp, off in positions.items():
@@ -229,6 +234,9 @@ class InstrumentedConsumer(Consumer):
             if offs["committed"] >= 0:
                 item["committed"] = offs["committed"]
             items.append(item)
-        return {"v": VERSION, "kind": "consumer", "group": self._group, "client_id": self._client_id,
-                "member_id": member_id, "host": self._host, "sent_at": now, "last_poll": last_poll,
-                "interval": self._interval, "partitions": items, "closed": closed}
+        report = {"v": VERSION, "kind": "consumer", "group": self._group, "client_id": self._client_id,
+                  "member_id": member_id, "host": self._host, "sent_at": now, "last_poll": last_poll,
+                  "interval": self._interval, "partitions": items, "closed": closed}
+        if rebalances is not None:
+            report["rebalances"] = rebalances
+        return report
