@@ -114,7 +114,9 @@ class InstrumentedConsumer(Consumer):
         self._member_id = ""
         self._positions: dict[tuple[str, int], int] = {}
         self._snapshot_at = 0.0
-        self._rebalances: int | None = None  # librdkafka's cgrp.rebalance_cnt (statistics)
+        # Rebalances this member took part in: the assignments librdkafka handed it (see
+        # subscribe); None until it subscribes (an assign()-only consumer has none).
+        self._rebalances: int | None = None
         skip = ("group.id", "client.id", "stats_cb", "statistics.interval.ms", "enable.auto.commit",
                 "auto.offset.reset", "group.protocol", "session.timeout.ms", "max.poll.interval.ms",
                 "heartbeat.interval.ms", "on_commit", "error_cb", "logger", "isolation.level",
@@ -125,6 +127,24 @@ class InstrumentedConsumer(Consumer):
         pconf.setdefault("client.id", f"{self._client_id}-lagwatch")
         self._reporter = _Reporter(self, pconf, reports_topic, report_interval, cluster)
         self._reporter.start()
+
+    def subscribe(self, topics: Any, on_assign: Callable[..., Any] | None = None,
+                  **kwargs: Any) -> Any:
+        """Subscribe, counting the rebalances this member takes part in: each one ends with
+        an assignment (eager: the whole new one; cooperative and KIP-848: the increment,
+        possibly empty). librdkafka's own ``cgrp.rebalance_cnt`` counts revocations as well,
+        two per eager rebalance. The application's ``on_assign`` is still called, and when
+        it assigns nothing itself confluent-kafka assigns as without a callback."""
+        with self._stats_lock:
+            self._rebalances = self._rebalances or 0
+
+        def counting(consumer: Any, partitions: Any) -> None:
+            with self._stats_lock:
+                self._rebalances = (self._rebalances or 0) + 1
+            if on_assign is not None:
+                on_assign(consumer, partitions)
+
+        return super().subscribe(topics, on_assign=counting, **kwargs)
 
     # -- poll tracking ---------------------------------------------------
     def poll(self, *args: Any, **kwargs: Any) -> Any:
@@ -207,11 +227,8 @@ class InstrumentedConsumer(Consumer):
                     parts[(tname, int(pid))] = {
                         "position": p.get("app_offset", OFFSET_INVALID),
                         "committed": p.get("committed_offset", OFFSET_INVALID)}
-            rebalances = (stats.get("cgrp") or {}).get("rebalance_cnt")
             with self._stats_lock:
                 self._partitions = parts
-                if isinstance(rebalances, int) and rebalances >= 0:
-                    self._rebalances = rebalances
         except Exception:  # noqa: BLE001 - malformed stats are skipped and counted
             self._count_error()
 

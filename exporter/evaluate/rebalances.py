@@ -11,10 +11,11 @@ Where the count comes from, by group type:
   changed (members joined or left) counts one rebalance. A lower bound: several
   rebalances between two samples count as one, and a member that left and rejoined with
   the same id between them counts none.
-- Instrumented members (any type) report their own client's cumulative count
-  (librdkafka's ``cgrp.rebalance_cnt``, the Java consumer's ``rebalance-total``). Every
-  member takes part in a group's rebalance, so the clients' count is, per cycle, the
-  largest rise any one client reports, summed over cycles.
+- Instrumented members (any type) report how many rebalances they took part in (the
+  Python client counts the assignments librdkafka hands it, one per rebalance;
+  librdkafka's own ``cgrp.rebalance_cnt`` also counts revocations, two per eager
+  rebalance). Every member takes part in a group's rebalance, so the clients' count is,
+  per cycle, the largest rise any one client reports, summed over cycles.
 
 The group's counter is whichever of the two has seen more, so it never goes down. The
 first sample of a group (and of a client) is a baseline: rebalances before lagwatch

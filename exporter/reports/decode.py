@@ -18,8 +18,8 @@ Format (JSON object, UTF-8, at most MAX_REPORT_BYTES), version 1::
                "latest_offsets": {topic: {partition: offset}},
                "exception"?: str|null}
 
-``rebalances``: the client's own cumulative rebalance count (librdkafka's
-``cgrp.rebalance_cnt``, the Java consumer's ``rebalance-total``), when it has one.
+``rebalances``: how many rebalances the client took part in, cumulative (the Python
+client counts the assignments librdkafka hands it), when it knows.
 
 Times compared with each other come from the reporter's own clock
 (``sent_at - last_poll``), so clock skew between hosts does not matter.
