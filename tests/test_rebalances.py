@@ -49,8 +49,8 @@ def test_membership_step(members: set[str], last: set[str] | None, want: int) ->
     assert membership_step(frozenset(members), None if last is None else frozenset(last)) == want
 
 
-def _report(client: str, rebalances: int | None, host: str = "h") -> ConsumerReport:
-    return ConsumerReport("g", client, "", host, sent_at=T0, last_poll=T0, interval=5.0,
+def _report(client: str, rebalances: int | None, host: str = "h", member: str = "m") -> ConsumerReport:
+    return ConsumerReport("g", client, member, host, sent_at=T0, last_poll=T0, interval=5.0,
                           positions={}, committed={}, closed=False, received_at=T0,
                           rebalances=rebalances)
 
@@ -63,7 +63,24 @@ def test_client_step_takes_the_largest_rise_and_rebases_restarted_clients() -> N
     # b restarted (its count went down): a baseline; a saw one more.
     assert client_step(counts, [_report("a", 6), _report("b", 0)]) == 1
     assert client_step(counts, [_report("a", 6), _report("b", 2), _report("c", None)]) == 2
-    assert counts == {"a@h": 6, "b@h": 2}
+    assert counts == {"a@h#m": 6, "b@h#m": 2}
+
+
+def test_client_step_keeps_a_members_earlier_reports_apart() -> None:
+    """A consumer's report from before it joined (no member id, count 0) stays beside its
+    current one until it expires; so does one under the member id it had before it was
+    kicked out and rejoined. Neither may be read as the same member's count going down and
+    up again, every cycle."""
+    counts: dict[str, int] = {}
+    old, new = _report("a", 0, member=""), _report("a", 1, member="m-1")
+    assert [client_step(counts, [old, new]) for _ in range(3)] == [0, 0, 0]
+    assert client_step(counts, [old, _report("a", 2, member="m-1")]) == 1
+    rejoined = _report("a", 3, member="m-2")  # a new member id: a baseline
+    before = _report("a", 2, member="m-1")
+    assert [client_step(counts, [old, before, rejoined]) for _ in range(3)] == [0, 0, 0]
+    # Two consumers sharing a client id on one host: two members, no flip-flop.
+    twins = [_report("rdkafka", 5, member="x"), _report("rdkafka", 9, member="y")]
+    assert [client_step(counts, twins) for _ in range(3)] == [0, 0, 0]
 
 
 def test_reports_carry_the_clients_count() -> None:

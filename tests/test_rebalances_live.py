@@ -18,6 +18,7 @@ import pytest
 from confluent_kafka import Consumer
 
 from devenv.kafka import KafkaCluster
+from lagwatch_client import InstrumentedConsumer
 from tests.conftest import (
     ROOT_DIR,
     commit_offsets,
@@ -38,7 +39,7 @@ class Member(threading.Thread):
     """One consumer polling in its own thread until :meth:`leave` (close: LeaveGroup)."""
 
     def __init__(self, kafka: KafkaCluster, group: str, topic: str, name: str,
-                 protocol: str = "classic") -> None:
+                 protocol: str = "classic", instrumented: bool = False) -> None:
         super().__init__(daemon=True)
         conf: dict[str, Any] = {"bootstrap.servers": kafka.bootstrap_servers, "group.id": group,
                                 "client.id": name, "enable.auto.commit": False,
@@ -47,7 +48,7 @@ class Member(threading.Thread):
             conf["group.protocol"] = "consumer"
         else:
             conf.update({"session.timeout.ms": 6000, "heartbeat.interval.ms": 500})
-        self.consumer = Consumer(conf)
+        self.consumer = InstrumentedConsumer(conf, report_interval=1.0) if instrumented else Consumer(conf)
         self.topic = topic
         self.stop_flag = threading.Event()
 
@@ -94,10 +95,12 @@ def test_classic_group_counts_each_membership_change(kafka: KafkaCluster,
                                                      exporter: ExporterProcess) -> None:
     """Four membership changes, each seen by the exporter before the next: B joins, C
     joins, B leaves, C leaves. DescribeGroups has no generation, so each cycle in which the
-    member ids changed counts one."""
+    member ids changed counts one. A is instrumented: it takes part in every rebalance
+    (eager assignor: each ends with an assignment), its reports count them one each, and the
+    count (whichever saw more) stays exact."""
     topic = create_topic(kafka, unique("rb-classic"), partitions=3)
     group = unique("rb-classic-g")
-    a = Member(kafka, group, topic, "rb-a")
+    a = Member(kafka, group, topic, "rb-a", instrumented=True)
     a.start()
     members: dict[str, Member] = {}
     try:
@@ -113,6 +116,7 @@ def test_classic_group_counts_each_membership_change(kafka: KafkaCluster,
             wait_for(lambda count=count: _settled(exporter, group, count), 30,
                      f"{count} stable members after {name} {what}s")
             assert _steady(exporter, group) == base + n, (what, name)
+            assert a.consumer._report(False)["rebalances"] == 1 + n  # its first assignment, then one each
         doc = _doc(exporter, group)
         assert doc["rebalances_total"] == base + 4 and doc["rebalances_source"] == "membership"
         assert doc["rebalance_storm"] is False  # 4 is no storm (more than 5 within 10 min)

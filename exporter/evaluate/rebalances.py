@@ -75,18 +75,26 @@ def membership_step(members: frozenset[str], last: frozenset[str] | None) -> int
 
 
 def client_step(counts: dict[str, int], reports: list[ConsumerReport]) -> int:
-    """The largest rise of any instrumented client's own rebalance count since the last
-    cycle; ``counts`` (client -> last count) is updated. A client seen for the first
-    time, or whose count went down (it restarted), is a baseline."""
+    """The largest rise of any instrumented member's own rebalance count since the last
+    cycle; ``counts`` (member -> last count) is replaced by this cycle's.
+
+    A member is a client id, host and member id: the reports of one member id form one
+    rising sequence. The reports of a consumer's earlier member ids (before it joined, or
+    before it was kicked out and rejoined under a new id) stay until they expire and
+    never rise again, and two consumers sharing a client id on one host stay apart. A
+    member seen for the first time, or whose count went down, is a baseline."""
     rise = 0
+    seen: dict[str, int] = {}
     for r in reports:
         if r.rebalances is None:
             continue
-        key = f"{r.client_id}@{r.host}"
+        key = f"{r.client_id}@{r.host}#{r.member_id}"
         was = counts.get(key)
         if was is not None and r.rebalances > was:
             rise = max(rise, r.rebalances - was)
-        counts[key] = r.rebalances
+        seen[key] = r.rebalances
+    counts.clear()
+    counts.update(seen)
     return rise
 
 
