@@ -81,6 +81,11 @@ def test_client_step_keeps_a_members_earlier_reports_apart() -> None:
     # Two consumers sharing a client id on one host: two members, no flip-flop.
     twins = [_report("rdkafka", 5, member="x"), _report("rdkafka", 9, member="y")]
     assert [client_step(counts, twins) for _ in range(3)] == [0, 0, 0]
+    # Two JVMs sharing a client id on one host (no member id): ambiguous, left out.
+    jvms = [_report("consumer-g-1", 5, member=""), _report("consumer-g-1", 9, member="")]
+    assert [client_step(counts, jvms) for _ in range(3)] == [0, 0, 0]
+    assert client_step(counts, [_report("consumer-g-1", 9, member="")]) == 0  # one left: a baseline
+    assert client_step(counts, [_report("consumer-g-1", 10, member="")]) == 1
 
 
 def test_reports_carry_the_clients_count() -> None:

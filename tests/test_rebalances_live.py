@@ -7,6 +7,7 @@ real Prometheus, with the storm note in the livelocked group's reasons."""
 
 from __future__ import annotations
 
+import json
 import shutil
 import threading
 import time
@@ -15,10 +16,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer
+from confluent_kafka import Consumer, TopicPartition
 
+from devenv.jvm_apps import INTERCEPTOR, JvmApp
 from devenv.kafka import KafkaCluster
 from lagwatch_client import InstrumentedConsumer
+from lagwatch_client.wire import DEFAULT_REPORTS_TOPIC
 from tests.conftest import (
     ROOT_DIR,
     commit_offsets,
@@ -149,6 +152,60 @@ def test_kip848_group_counts_every_epoch_bump(kafka: KafkaCluster, exporter: Exp
         assert doc["rebalances_source"] == "epoch"
     finally:
         a.leave()
+
+
+def _jvm_reported(kafka: KafkaCluster, group: str, client_id: str) -> int | None:
+    """The rebalance count in the JVM consumer's newest report (read from the reports topic
+    with assign(): no group joined)."""
+    c = Consumer({"bootstrap.servers": kafka.bootstrap_servers, "group.id": unique("rb-probe"),
+                  "enable.auto.commit": False, "enable.partition.eof": True})
+    try:
+        md = c.list_topics(DEFAULT_REPORTS_TOPIC, timeout=10).topics[DEFAULT_REPORTS_TOPIC]
+        c.assign([TopicPartition(DEFAULT_REPORTS_TOPIC, p, 0) for p in md.partitions])
+        newest: tuple[float, int | None] = (0.0, None)
+        eof: set[int] = set()
+        deadline = time.monotonic() + 20
+        while len(eof) < len(md.partitions) and time.monotonic() < deadline:
+            msg = c.poll(0.5)
+            if msg is None:
+                continue
+            if msg.error():
+                eof.add(msg.partition())
+                continue
+            rep = json.loads(msg.value())
+            if rep.get("group") == group and rep.get("client_id") == client_id and rep["sent_at"] > newest[0]:
+                newest = (rep["sent_at"], rep.get("rebalances"))
+        return newest[1]
+    finally:
+        c.close()
+
+
+def test_jvm_consumer_reports_its_own_rebalance_count(kafka: KafkaCluster, exporter: ExporterProcess) -> None:
+    """The interceptor reports the consumer's rebalance-total: a member joining the JVM
+    consumer's classic group raises it by one, and the exporter's count with it."""
+    topic = create_topic(kafka, unique("rb-jvm"), partitions=2)
+    group, client_id = unique("rb-jvm-g"), "rb-jvm-consumer"
+    app = JvmApp("LagConsumer", "mode=healthy", f"bootstrap={kafka.bootstrap_servers}", f"group={group}",
+                 f"topic={topic}", f"prop.interceptor.classes={INTERCEPTOR}",
+                 "prop.lagwatch.report.interval.ms=1000", f"prop.client.id={client_id}")
+    other: Member | None = None
+    try:
+        app.event("READY", 60)
+        wait_for(lambda: _settled(exporter, group, 1), 30, "one stable member")
+        # assigned (READY): its first rebalance is done, the count is at least 1
+        base = wait_for(lambda: _jvm_reported(kafka, group, client_id), 30, "a report with rebalances")
+        total = _steady(exporter, group)
+        other = Member(kafka, group, topic, "rb-jvm-other")
+        other.start()
+        wait_for(lambda: _settled(exporter, group, 2), 30, "two stable members")
+        wait_for(lambda: _jvm_reported(kafka, group, client_id) == base + 1, 30,
+                 f"the JVM consumer to report {base + 1} rebalances")
+        assert _steady(exporter, group) == total + 1
+        assert _jvm_reported(kafka, group, client_id) == base + 1  # one, not two
+    finally:
+        if other is not None:
+            other.leave()
+        app.stop()
 
 
 @pytest.fixture(scope="module")

@@ -81,20 +81,29 @@ def client_step(counts: dict[str, int], reports: list[ConsumerReport]) -> int:
     A member is a client id, host and member id: the reports of one member id form one
     rising sequence. The reports of a consumer's earlier member ids (before it joined, or
     before it was kicked out and rejoined under a new id) stay until they expire and
-    never rise again, and two consumers sharing a client id on one host stay apart. A
-    member seen for the first time, or whose count went down, is a baseline."""
-    rise = 0
-    seen: dict[str, int] = {}
+    never rise again, and two consumers sharing a client id on one host stay apart. JVM
+    interceptors cannot know their member id: two JVMs with one client id on one host
+    report under the same name, so a name reported twice in a cycle is left out rather
+    than read as one count going up and down. A member seen for the first time, or whose
+    count went down, is a baseline."""
+    latest: dict[str, int] = {}
+    twice: set[str] = set()
     for r in reports:
         if r.rebalances is None:
             continue
         key = f"{r.client_id}@{r.host}#{r.member_id}"
+        if key in latest:
+            twice.add(key)
+        latest[key] = r.rebalances
+    rise = 0
+    for key in twice:
+        del latest[key]
+    for key, n in latest.items():
         was = counts.get(key)
-        if was is not None and r.rebalances > was:
-            rise = max(rise, r.rebalances - was)
-        seen[key] = r.rebalances
+        if was is not None and n > was:
+            rise = max(rise, n - was)
     counts.clear()
-    counts.update(seen)
+    counts.update(latest)
     return rise
 
 
