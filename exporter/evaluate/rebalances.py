@@ -14,8 +14,9 @@ Where the count comes from, by group type:
 - Instrumented members (any type) report how many rebalances they took part in (the
   Python client counts the assignments librdkafka hands it, one per rebalance;
   librdkafka's own ``cgrp.rebalance_cnt`` also counts revocations, two per eager
-  rebalance). Every member takes part in a group's rebalance, so the clients' count is,
-  per cycle, the largest rise any one client reports, summed over cycles.
+  rebalance; the JVM interceptor reports the consumer's ``rebalance-total``). Every
+  member takes part in a group's rebalance, so the clients' count is, per cycle, the
+  largest rise any one member reports, summed over cycles (:func:`client_step`).
 
 The group's counter is whichever of the two has seen more, so it never goes down. The
 first sample of a group (and of a client) is a baseline: rebalances before lagwatch

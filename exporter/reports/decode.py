@@ -19,7 +19,8 @@ Format (JSON object, UTF-8, at most MAX_REPORT_BYTES), version 1::
                "exception"?: str|null}
 
 ``rebalances``: how many rebalances the client took part in, cumulative (the Python
-client counts the assignments librdkafka hands it), when it knows.
+client counts the assignments librdkafka hands it; the JVM interceptor reports the
+consumer's ``rebalance-total``), when it knows.
 
 Times compared with each other come from the reporter's own clock
 (``sent_at - last_poll``), so clock skew between hosts does not matter.
