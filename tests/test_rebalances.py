@@ -176,6 +176,11 @@ def test_the_clients_counters_win_when_they_saw_more() -> None:
     # The member id never changed (a lower bound of 0) but the client rebalanced 3 times.
     assert _totals(views) == [0, 0, 3, 3]
     assert views[-1] is not None and views[-1].rebalances.source == "clients"  # type: ignore[union-attr]
+    # The epoch of a KIP-848 group is exact: its members' own counts add nothing.
+    ev = Evaluator("prod", TH, 5.0)
+    epoch_views = [_run(ev, [(_group(("a",), epoch=7), True)], start=T0 + i * 5,
+                        reports=[_report("c-a", n)])[0] for i, n in enumerate((1, 4))]
+    assert _totals(epoch_views) == [0, 0]
 
 
 def test_a_storm_is_a_note_that_leaves_the_status_alone_and_passes_with_the_window() -> None:

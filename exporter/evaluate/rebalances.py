@@ -11,7 +11,7 @@ Where the count comes from, by group type:
   changed (members joined or left) counts one rebalance. A lower bound: several
   rebalances between two samples count as one, and a member that left and rejoined with
   the same id between them counts none.
-- Instrumented members (any type) report how many rebalances they took part in (the
+- Instrumented members of classic groups report how many rebalances they took part in (the
   Python client counts the assignments librdkafka hands it, one per rebalance;
   librdkafka's own ``cgrp.rebalance_cnt`` also counts revocations, two per eager
   rebalance; the JVM interceptor reports the consumer's ``rebalance-total``). Every
@@ -137,11 +137,11 @@ class RebalanceTracker:
                  now: float) -> None:
         members = frozenset(m.member_id for m in g.members)
         if g.type in EPOCH_TYPES and g.epoch is not None:
-            memo.broker += epoch_step(g.epoch, memo.epoch)
+            memo.broker += epoch_step(g.epoch, memo.epoch)  # exact: the clients add nothing
         else:
             memo.broker += membership_step(members, memo.members)
+            memo.clients += client_step(memo.client_counts, [r for r in reports if not r.closed])
         memo.epoch, memo.members = g.epoch, members
-        memo.clients += client_step(memo.client_counts, [r for r in reports if not r.closed])
         total = max(memo.total, memo.broker, memo.clients)
         memo.events.extend(now for _ in range(min(MAX_EVENTS, total - memo.total)))
         memo.total = total

@@ -90,7 +90,7 @@ FAMILIES: tuple[FamilyDoc, ...] = (
               "Rebalances of the group since lagwatch watches it (0 at its first sample): consumer, "
               "streams and share groups exactly, from the group epoch's rises; classic groups at "
               "least, one per cycle in which the member ids changed (DescribeGroups has no "
-              "generation); or, when more, what instrumented members' own rebalance counts saw. "
+              "generation), or what their instrumented members' own rebalance counts saw when more. "
               "Not served for Spark queries."),
     FamilyDoc("kafka_consumergroup_member_last_poll_age_seconds", "gauge",
               ("cluster", "group", "client_id"),
