@@ -30,7 +30,7 @@ from dashboards._lib import (
     steps,
     timeseries,
 )
-from dashboards.progress import catchup_panel, catchup_stat, lost_panel, pace_panel
+from dashboards.progress import catchup_panel, catchup_stat, lost_panel, pace_panel, rebalances_panel
 
 
 def build() -> g.Dashboard:
@@ -88,7 +88,7 @@ def build() -> g.Dashboard:
             [(lag_offsets_panel(T), 12, 8), (lag_seconds_panel(T), 12, 8)],
             [(status_timeline("Status timeline", STATUS_TIMELINE_HELP, G), 12, 8), (stalled_panel(T), 12, 8)],
             [(produce_consume_panel(T), 12, 8), (lag_velocity_panel(T), 12, 8)],
-            [(members_ts, 8, 8), (poll_age, 8, 8), (retention_panel(T), 8, 8)],
+            [(members_ts, 6, 8), (rebalances_panel(), 6, 8), (poll_age, 6, 8), (retention_panel(T), 6, 8)],
             [(catchup_stat(), 4, 8), (catchup_panel(), 7, 8), (pace_panel(), 7, 8), (lost_panel(), 6, 8)],
         ],
     )

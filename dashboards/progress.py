@@ -50,3 +50,14 @@ def lost_panel(sel: str = G) -> g.TimeSeries:
         "data the group will never see (alert KafkaConsumerGroupRecordsLost).",
         [(f"max by (cluster, group) (increase(kafka_consumergroup_records_lost_total{{{sel}}}"
           "[$__rate_interval]))", "{{group}}")], "short", axis_label="records", draw="bars")
+
+
+def rebalances_panel(sel: str = G) -> g.TimeSeries:
+    return timeseries(
+        "Rebalances",
+        "Rebalances per rate interval: increase of kafka_consumergroup_rebalances_total (exact for "
+        "consumer, streams and share groups, from the group epoch; a lower bound for classic "
+        "groups, from member ids changing between samples). More than 5 in 10 minutes is a storm "
+        "(alert KafkaConsumerGroupRebalanceStorm); a max.poll.interval.ms loop costs two per round.",
+        [(f"max by (cluster, group) (increase(kafka_consumergroup_rebalances_total{{{sel}}}"
+          "[$__rate_interval]))", "{{group}}")], "short", axis_label="rebalances", draw="bars")

@@ -69,7 +69,7 @@ class ConfigError(ValueError):
 
 @dataclass(frozen=True)
 class Thresholds:
-    """When a partition stops being `ok` (all in seconds)."""
+    """When a partition stops being `ok` (in seconds), and when a group's rebalances are a storm."""
 
     stall_after: float = setting(
         "how long a committed offset stays frozen, with lag > 0 and new records waiting, before "
@@ -85,6 +85,12 @@ class Thresholds:
         "reports older than this are forgotten, and their series vanish", 900.0)
     report_stale_after: float = setting(
         "a reporter (instrumented consumer, Spark driver) silent this long is stale", 60.0)
+    rebalance_storm: float = setting(
+        "more rebalances than this within `rebalance_window` is a rebalance storm: a note in the "
+        "group's reasons, never a status (the alert rule has its own threshold)", 5.0, metavar="COUNT")
+    rebalance_window: float = setting(
+        "how far back rebalances count towards a storm, and the span of the livelock's rebalance "
+        "count", 600.0)
 
 
 @dataclass(frozen=True)
@@ -298,7 +304,7 @@ def _mapping(value: Any, where: str) -> dict[str, Any]:
 
 
 _THRESHOLD_KEYS = {"stall_after", "livelock_after", "lag_seconds", "window", "report_expiry",
-                   "report_stale_after"}
+                   "report_stale_after", "rebalance_storm", "rebalance_window"}
 # Per cluster and per group: all but report_expiry, which the reports reader applies to
 # every report of a cluster before any group is known.
 _OVERRIDE_KEYS = _THRESHOLD_KEYS - {"report_expiry"}

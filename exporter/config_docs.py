@@ -140,7 +140,8 @@ def thresholds_table() -> str:
     for s in settings():
         if s.key.startswith("thresholds."):
             flag = f" (`{s.flag}`)" if s.flag else ""
-            rows.append(f"| `{s.key}`{flag} | {s.shown()} s | {s.help} |")
+            unit = "" if s.doc["metavar"] == "COUNT" else " s"  # the thresholds are seconds but counts
+            rows.append(f"| `{s.key}`{flag} | {s.shown()}{unit} | {s.help} |")
     return "\n".join(rows)
 
 

@@ -114,6 +114,9 @@ class InstrumentedConsumer(Consumer):
         self._member_id = ""
         self._positions: dict[tuple[str, int], int] = {}
         self._snapshot_at = 0.0
+        # Rebalances this member took part in: the assignments librdkafka handed it (see
+        # subscribe); None until it subscribes (an assign()-only consumer has none).
+        self._rebalances: int | None = None
         skip = ("group.id", "client.id", "stats_cb", "statistics.interval.ms", "enable.auto.commit",
                 "auto.offset.reset", "group.protocol", "session.timeout.ms", "max.poll.interval.ms",
                 "heartbeat.interval.ms", "on_commit", "error_cb", "logger", "isolation.level",
@@ -124,6 +127,24 @@ class InstrumentedConsumer(Consumer):
         pconf.setdefault("client.id", f"{self._client_id}-lagwatch")
         self._reporter = _Reporter(self, pconf, reports_topic, report_interval, cluster)
         self._reporter.start()
+
+    def subscribe(self, topics: Any, on_assign: Callable[..., Any] | None = None,
+                  **kwargs: Any) -> Any:
+        """Subscribe, counting the rebalances this member takes part in: each one ends with
+        an assignment (eager: the whole new one; cooperative and KIP-848: the increment,
+        possibly empty). librdkafka's own ``cgrp.rebalance_cnt`` counts revocations as well,
+        two per eager rebalance. The application's ``on_assign`` is still called, and when
+        it assigns nothing itself confluent-kafka assigns as without a callback."""
+        with self._stats_lock:
+            self._rebalances = self._rebalances or 0
+
+        def counting(consumer: Any, partitions: Any) -> None:
+            with self._stats_lock:
+                self._rebalances = (self._rebalances or 0) + 1
+            if on_assign is not None:
+                on_assign(consumer, partitions)
+
+        return super().subscribe(topics, on_assign=counting, **kwargs)
 
     # -- poll tracking ---------------------------------------------------
     def poll(self, *args: Any, **kwargs: Any) -> Any:
@@ -217,6 +238,7 @@ class InstrumentedConsumer(Consumer):
         with self._stats_lock:
             parts = {tp: dict(v) for tp, v in self._partitions.items()}
             member_id, positions = self._member_id, dict(self._positions)
+            rebalances = self._rebalances
         # Positions as of the last poll (see _track): statistics lag behind, so a consumer
         # that wedges right after assignment would have none.
         for tp, off in positions.items():
@@ -229,6 +251,9 @@ class InstrumentedConsumer(Consumer):
             if offs["committed"] >= 0:
                 item["committed"] = offs["committed"]
             items.append(item)
-        return {"v": VERSION, "kind": "consumer", "group": self._group, "client_id": self._client_id,
-                "member_id": member_id, "host": self._host, "sent_at": now, "last_poll": last_poll,
-                "interval": self._interval, "partitions": items, "closed": closed}
+        report = {"v": VERSION, "kind": "consumer", "group": self._group, "client_id": self._client_id,
+                  "member_id": member_id, "host": self._host, "sent_at": now, "last_poll": last_poll,
+                  "interval": self._interval, "partitions": items, "closed": closed}
+        if rebalances is not None:
+            report["rebalances"] = rebalances
+        return report

@@ -152,6 +152,14 @@ def test_promtool_unit_tests_pass() -> None:
     # group moved past
     ("KafkaConsumerGroupRecordsLost", "(increase(kafka_consumergroup_records_lost_total[15m])) > 0",
      "(kafka_consumergroup_records_lost_total) > 0"),
+    # without the increase() clause an exporter restart (the counter back to 0) is a storm
+    ("KafkaConsumerGroupRebalanceStorm",
+     "            and increase(kafka_consumergroup_rebalances_total[10m]) > 5\n", ""),
+    # increase() alone extrapolates exactly 5 rebalances past 5
+    ("KafkaConsumerGroupRebalanceStorm",
+     "              max_over_time(kafka_consumergroup_rebalances_total[10m])\n"
+     "              - min_over_time(kafka_consumergroup_rebalances_total[10m])\n",
+     "              increase(kafka_consumergroup_rebalances_total[10m])\n"),
     # without the "unless ...unsubscribed" clause a topic the group left pages
     ("KafkaConsumerGroupNearRetention",
      "          unless on (cluster, group, topic)\n"
@@ -322,6 +330,7 @@ def test_expected_alerts_and_severities() -> None:
     assert sev["KafkaConsumerGroupLagGrowing"] == "warning"
     assert sev["KafkaConsumerGroupRewind"] == "info"
     assert sev["KafkaConsumerGroupRecordsLost"] == "critical"
+    assert sev["KafkaConsumerGroupRebalanceStorm"] == "warning"  # a storm is a ticket, not a page
     # a topic the group left is a ticket, never a page
     assert sev["KafkaConsumerGroupAbandonedTopicNearRetention"] == "warning"
     for name in ("KafkaConsumerGroupStalled", "KafkaConsumerGroupStoppedWithLag",

@@ -20,6 +20,7 @@ from exporter.contracts.snapshot import PartitionOffsets
 from exporter.contracts.view import (
     ClusterView,
     GroupProgress,
+    GroupRebalances,
     GroupView,
     MemberView,
     PartitionView,
@@ -62,6 +63,11 @@ def _progress(consume: float, produce: float, eta: float | None, lost: int) -> G
                          below_log_start=0, notes=(), partitions={})
 
 
+def _rebalances(total: int, source: str) -> GroupRebalances:
+    return GroupRebalances(total=total, recent=min(total, 2), window_seconds=600.0, storm=False,
+                           source=source, notes=())
+
+
 def hand_built_views() -> list[ClusterView]:
     """Every family and every kind of value: unknown offsets, floats, escapes, Spark, an
     empty group, a topic the group no longer subscribes to, a duplicate client id, streams
@@ -81,7 +87,8 @@ def hand_built_views() -> list[ClusterView]:
          _pv("orders", 1, 40, None, None),
          # a topic no member subscribes to any more: its rows, and left out of the group's lag
          dataclasses.replace(_pv(ODD, 0, 2, 5, 900.0), unsubscribed=True)),
-        progress=_progress(consume=62.5, produce=12.5, eta=6.0, lost=40))
+        progress=_progress(consume=62.5, produce=12.5, eta=6.0, lost=40),
+        rebalances=_rebalances(7, "membership"))
     odd_group = _gv(
         'gr"oup\\1', "consumer", "empty", "stopped", (f"{ODD}[0]: stopped",), (),
         (_pv(ODD, 0, 5, 2, 600.0, "stopped", stalled=61.0),))
@@ -96,7 +103,7 @@ def hand_built_views() -> list[ClusterView]:
         "wordcount-app", "streams", "stable", "ok", (),
         (_mv("s-1", "wordcount-app-1-StreamThread-1", "/10.0.0.8", 1, None, epoch=14,
              process_id="5b1e0c1e-proc"),),
-        (_pv("orders", 0, 1500, 0, 0.0),), epoch=14)
+        (_pv("orders", 0, 1500, 0, 0.0),), epoch=14, rebalances=_rebalances(0, "epoch"))
     share = _gv(
         "jobs-queue", "share", "stable", "stalled", ("orders[0]: stalled",),
         (_mv("q-1", "worker-1", "/10.0.0.9", 1, None, epoch=3),),

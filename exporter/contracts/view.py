@@ -87,6 +87,20 @@ class GroupProgress:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class GroupRebalances:
+    """A group's rebalances since lagwatch watches it (exporter/evaluate/rebalances.py).
+
+    Kept apart from the judgement like :class:`GroupProgress`: a storm is a note."""
+
+    total: int  # never decreases while the group exists
+    recent: int  # within window_seconds (thresholds.rebalance_window)
+    window_seconds: float
+    storm: bool  # recent > thresholds.rebalance_storm
+    source: str  # epoch (exact) | membership (classic: a lower bound) | clients (their own counters)
+    notes: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class GroupView:
     group: str
     type: GroupType
@@ -100,6 +114,13 @@ class GroupView:
     # members | outside (no members; a client outside group membership commits) | none
     membership: str = "members"
     progress: GroupProgress | None = None  # rates, time to catch up, records lost
+    rebalances: GroupRebalances | None = None  # None for Spark queries
+
+    @property
+    def notes(self) -> tuple[str, ...]:
+        """What follows the judgement's reasons: progress, then rebalance notes."""
+        return ((self.progress.notes if self.progress else ())
+                + (self.rebalances.notes if self.rebalances else ()))
 
     @property
     def max_lag_seconds(self) -> float | None:

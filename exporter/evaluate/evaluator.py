@@ -54,6 +54,7 @@ from exporter.evaluate.memory import (
     remember_uncommitted,
 )
 from exporter.evaluate.progress import ProgressTracker
+from exporter.evaluate.rebalances import RebalanceTracker
 from exporter.evaluate.rules import PartitionFacts, classify, fmt_seconds, note, reason
 from exporter.reports.decode import ConsumerReport, SparkReport
 from exporter.reports.match import match_reports
@@ -114,6 +115,8 @@ class Evaluator:
         self._lag_memo: dict[tuple[str, int, int], float | None] = {}
         # Rates, time to catch up, records lost (exporter/evaluate/progress.py).
         self.progress = ProgressTracker(thresholds.window, interval)
+        # Rebalances per group (exporter/evaluate/rebalances.py).
+        self.rebalances = RebalanceTracker(self._thresholds_of)
 
     # -- entry point ---------------------------------------------------------
     def evaluate(self, snap: Snapshot,
@@ -155,6 +158,7 @@ class Evaluator:
                 self._th_of.pop(gid, None)
                 self.commit_gaps.pop(gid, None)
         views = self.progress.annotate(views, samples, snap.partitions, now)
+        views = self.rebalances.annotate(views, samples, consumer_reports, now)
         views, dropped = self._cap(views)
         view = ClusterView(cluster=self.cluster, up=True, sampled_at=snap.taken_at,
                            sample_duration=snap.duration, partitions=snap.partitions,

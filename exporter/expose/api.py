@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from exporter.contracts.view import ClusterView, GroupProgress, GroupView
+from exporter.contracts.view import ClusterView, GroupProgress, GroupRebalances, GroupView
 
 
 def _round(v: float | None, nd: int = 3) -> float | None:
@@ -36,12 +36,25 @@ def group_summary(g: GroupView) -> dict[str, Any]:
         "type": g.type,
         "state": g.state,
         "status": g.status,
-        # The judgement's reasons, then the progress notes (time to catch up, records lost).
-        "reasons": list(g.reasons) + (list(g.progress.notes) if g.progress else []),
+        # The judgement's reasons, then the progress notes (time to catch up, records lost)
+        # and the rebalance notes (a storm, a livelock's rebalances).
+        "reasons": list(g.reasons) + list(g.notes),
         "members": len(g.members),
         "lag_offsets": g.total_lag,
         "max_lag_seconds": _round(g.max_lag_seconds),
         **progress_summary(g.progress),
+        **rebalance_summary(g.rebalances),
+    }
+
+
+def rebalance_summary(rb: GroupRebalances | None) -> dict[str, Any]:
+    """Rebalances of a group (null for Spark queries, which have none)."""
+    return {
+        "rebalances_total": rb.total if rb else None,
+        "rebalances_recent": rb.recent if rb else None,
+        "rebalance_window_seconds": _round(rb.window_seconds) if rb else None,
+        "rebalance_storm": rb.storm if rb else False,
+        "rebalances_source": rb.source if rb else None,
     }
 
 

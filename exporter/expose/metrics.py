@@ -86,6 +86,12 @@ FAMILIES: tuple[FamilyDoc, ...] = (
               "Records deleted (retention, delete_records) below the log start offset before the "
               "group consumed them, counted as the log start passes its committed offset; 0 from "
               "the group's first sample (losses older than that are not counted)."),
+    FamilyDoc("kafka_consumergroup_rebalances_total", "counter", ("cluster", "group"),
+              "Rebalances of the group since lagwatch watches it (0 at its first sample): consumer, "
+              "streams and share groups exactly, from the group epoch's rises; classic groups at "
+              "least, one per cycle in which the member ids changed (DescribeGroups has no "
+              "generation), or what their instrumented members' own rebalance counts saw when more. "
+              "Not served for Spark queries."),
     FamilyDoc("kafka_consumergroup_member_last_poll_age_seconds", "gauge",
               ("cluster", "group", "client_id"),
               "Seconds since an instrumented member last polled (from its reports)."),

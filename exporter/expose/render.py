@@ -142,6 +142,14 @@ def render_progress(v: ClusterView, fam: dict[str, Lines]) -> None:
         lost.add(gl, pr.records_lost_total)
 
 
+def render_rebalances(v: ClusterView, fam: dict[str, Lines]) -> None:
+    """kafka_consumergroup_rebalances_total per group (exporter/evaluate/rebalances.py)."""
+    out = fam["kafka_consumergroup_rebalances_total"]
+    for g in v.groups.values():
+        if g.rebalances is not None:
+            out.add(_group_labels(v, g.group), g.rebalances.total)
+
+
 def render_unsubscribed(v: ClusterView, fam: dict[str, Lines]) -> None:
     """kafka_consumergroup_topic_unsubscribed: one series per topic a group holds offsets on
     but no member subscribes to, so that alerts can tell an abandoned topic from a consumed
@@ -173,6 +181,7 @@ def render_cluster(v: ClusterView, compat: frozenset[str] = frozenset()) -> Expo
     render_partitions(v, fam)
     render_groups(v, fam, compat)
     render_progress(v, fam)
+    render_rebalances(v, fam)
     render_unsubscribed(v, fam)
     render_spark(v, fam)
     out = list(fam.values())

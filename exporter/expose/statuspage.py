@@ -54,6 +54,15 @@ def _lost(g: GroupView) -> str:
     return f"<span class='down'>{_num(pr.records_lost_total)}</span>"
 
 
+def _rebalances(g: GroupView) -> str:
+    """Rebalances within the storm window, and since lagwatch watches the group."""
+    rb = g.rebalances
+    if rb is None:
+        return "&ndash;"
+    text = _e(f"{rb.recent} / {rb.total}")
+    return f"<span class='down'>{text}</span>" if rb.storm else text
+
+
 def render(views: list[ClusterView], refresh_seconds: int = 10, now: float | None = None) -> str:
     now = time.time() if now is None else now
     out = [
@@ -69,16 +78,16 @@ def render(views: list[ClusterView], refresh_seconds: int = 10, now: float | Non
                    f"</small>{state}</h2>")
         out.append("<table><thead><tr><th>group / query</th><th>type</th><th>status</th>"
                    "<th>lag (offsets)</th><th>lag (seconds)</th><th>members</th>"
-                   "<th>reason</th><th>catch-up</th><th>records lost</th></tr></thead><tbody>")
+                   "<th>reason</th><th>catch-up</th><th>records lost</th>"
+                   "<th title='in the storm window / since watched'>rebalances</th></tr></thead><tbody>")
         groups = sorted(v.groups.values(), key=lambda g: (-SEVERITY[g.status], g.group))
         if not groups:
-            out.append("<tr><td colspan='9'>no consumer groups seen</td></tr>")
+            out.append("<tr><td colspan='10'>no consumer groups seen</td></tr>")
         for g in groups:
             members = ", ".join(f"{m.client_id}@{m.host}" for m in g.members[:5])
             if len(g.members) > 5:
                 members += f" (+{len(g.members) - 5})"
-            notes = g.progress.notes if g.progress else ()
-            reason = "<br>".join(_e(r) for r in (*g.reasons, *notes))
+            reason = "<br>".join(_e(r) for r in (*g.reasons, *g.notes))
             out.append(
                 f"<tr class='group' data-status='{_e(g.status)}'><td>{_e(g.group)}</td>"
                 f"<td>{_e(g.type)}</td><td><span class='st {_e(g.status)}'>{_e(g.status)}</span>"
@@ -86,7 +95,8 @@ def render(views: list[ClusterView], refresh_seconds: int = 10, now: float | Non
                 f"<td class='num'>{_num(g.max_lag_seconds)}</td>"
                 f"<td>{len(g.members)} <span class='reason'>{_e(members)}</span></td>"
                 f"<td class='reason'>{reason}</td>"
-                f"<td class='num'>{_eta(g)}</td><td class='num'>{_lost(g)}</td></tr>")
+                f"<td class='num'>{_eta(g)}</td><td class='num'>{_lost(g)}</td>"
+                f"<td class='num'>{_rebalances(g)}</td></tr>")
         out.append("</tbody></table>")
     out.append(f"<p class='reason'>refreshes every {int(refresh_seconds)}s &middot; "
                "<a href='/metrics'>/metrics</a> &middot; <a href='/api/v1/clusters'>API</a></p>")

@@ -7,7 +7,7 @@ Format (JSON object, UTF-8, at most MAX_REPORT_BYTES), version 1::
                "sent_at": epoch s, "last_poll": epoch s, "interval": s,
                "partitions": [{"topic": str, "partition": int,
                                "position"?: int, "committed"?: int}],
-               "closed"?: bool}
+               "closed"?: bool, "rebalances"?: int}
     spark:    {"v":1, "kind":"spark", "cluster"?: str, "group": str,
                "query_id": str, "run_id": str, "name"?: str|null,
                "sent_at": epoch s, "event": "started"|"progress"|"idle"|"heartbeat"|"terminated",
@@ -17,6 +17,10 @@ Format (JSON object, UTF-8, at most MAX_REPORT_BYTES), version 1::
                "end_offsets": {topic: {partition: offset}},
                "latest_offsets": {topic: {partition: offset}},
                "exception"?: str|null}
+
+``rebalances``: how many rebalances the client took part in, cumulative (the Python
+client counts the assignments librdkafka hands it; the JVM interceptor reports the
+consumer's ``rebalance-total``), when it knows.
 
 Times compared with each other come from the reporter's own clock
 (``sent_at - last_poll``), so clock skew between hosts does not matter.
@@ -64,6 +68,7 @@ class ConsumerReport:
     committed: dict[TP, int]
     closed: bool
     received_at: float
+    rebalances: int | None = None  # the client's own cumulative rebalance count
 
     def poll_age(self, now: float) -> float:
         return max(0.0, self.sent_at - self.last_poll) + max(0.0, now - self.received_at)
@@ -215,7 +220,8 @@ def _consumer(d: dict[str, Any], group: str, sent_at: float, interval: float,
         group=group, client_id=_str(d, "client_id", empty=True) or "",
         member_id=_str(d, "member_id", empty=True) or "", host=_str(d, "host", empty=True) or "",
         sent_at=sent_at, last_poll=last_poll, interval=interval,
-        positions=positions, committed=committed, closed=closed, received_at=received_at)
+        positions=positions, committed=committed, closed=closed, received_at=received_at,
+        rebalances=_offset(d["rebalances"], "rebalances") if d.get("rebalances") is not None else None)
 
 
 def _consumer_partitions(parts: Any) -> tuple[dict[TP, int], dict[TP, int]]:

@@ -45,6 +45,7 @@ public final class LagwatchConsumerInterceptor<K, V> implements ConsumerIntercep
     private Settings settings;
     private Publisher publisher;
     private PollClock pollClock;
+    private RebalanceCount rebalances;
     private ObjectName mbean;
     private String host; // reporter thread only
 
@@ -74,6 +75,7 @@ public final class LagwatchConsumerInterceptor<K, V> implements ConsumerIntercep
                 return;
             }
             pollClock = new PollClock(settings.clientId);
+            rebalances = new RebalanceCount(settings.clientId);
             publisher = Publisher.acquire(settings);
             publisher.register(this);
             registerMBean();
@@ -159,7 +161,7 @@ public final class LagwatchConsumerInterceptor<K, V> implements ConsumerIntercep
                     s.position, s.committed));
         }
         return ReportJson.consumer(settings.cluster, settings.groupId, settings.clientId, host(),
-                now, lastPollMs(now), settings.intervalMs, items, closed);
+                now, lastPollMs(now), settings.intervalMs, items, closed, rebalances.total());
     }
 
     void sent() {

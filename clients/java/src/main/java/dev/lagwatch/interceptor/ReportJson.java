@@ -20,7 +20,8 @@ final class ReportJson {
     }
 
     static String consumer(String cluster, String group, String clientId, String host, long sentAtMs,
-                           long lastPollMs, long intervalMs, List<Partition> partitions, boolean closed) {
+                           long lastPollMs, long intervalMs, List<Partition> partitions, boolean closed,
+                           long rebalances) {
         StringBuilder b = new StringBuilder(256 + 64 * partitions.size());
         b.append("{\"v\":1,\"kind\":\"consumer\"");
         if (cluster != null && !cluster.isEmpty()) {
@@ -52,7 +53,11 @@ final class ReportJson {
             }
             b.append('}');
         }
-        b.append("],\"closed\":").append(closed).append('}');
+        b.append("],\"closed\":").append(closed);
+        if (rebalances >= 0) { // the consumer's own rebalance-total; left out when unknown
+            b.append(",\"rebalances\":").append(rebalances);
+        }
+        b.append('}');
         return b.toString();
     }
 
