@@ -42,6 +42,10 @@ class MemberView:
     last_poll_age: float | None  # from the member's own reports, when instrumented
     epoch: int | None = None  # KIP-848 consumer, streams and share groups
     process_id: str = ""  # Kafka Streams application instance
+    # From the member's own configuration, when instrumented: "auto" (every
+    # auto_commit_interval seconds) or "manual"; None when its reports do not say.
+    commit_mode: str | None = None
+    auto_commit_interval: float | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -87,6 +91,20 @@ class GroupProgress:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class GroupExposure:
+    """Redelivery exposure (at-least-once): records consumers fetched but have not committed,
+    which a crash or a rebalance right now would deliver again (exporter/evaluate/exposure.py).
+
+    Known only from the consumers' own reports (instrumented consumers, Spark listeners)."""
+
+    records: int | None  # summed over ``partitions``; None when no partition's is known
+    partitions: dict[TP, int]  # position - committed, per partition known
+    # "auto", "manual", "mixed" (members differ) or None: what the instrumented members say
+    commit_mode: str | None
+    auto_commit_interval: float | None  # the longest interval of the members in "auto"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class GroupView:
     group: str
     type: GroupType
@@ -100,6 +118,7 @@ class GroupView:
     # members | outside (no members; a client outside group membership commits) | none
     membership: str = "members"
     progress: GroupProgress | None = None  # rates, time to catch up, records lost
+    exposure: GroupExposure | None = None  # records a crash would deliver again; None: unknown
 
     @property
     def max_lag_seconds(self) -> float | None:
