@@ -1,0 +1,192 @@
+"""Redelivery exposure and commit mode (exporter/evaluate/exposure.py), without a broker:
+the report fields (optional, so older reporters' reports keep working), the evaluator's
+position - committed per partition and a Spark query's running batch, and what /metrics,
+the JSON API and the status page serve. The live halves are in tests/test_exposure_live.py."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from exporter.config import Thresholds
+from exporter.contracts.snapshot import GroupSample, Member, PartitionOffsets, Snapshot
+from exporter.evaluate.evaluator import Evaluator
+from exporter.expose.api import group_doc, group_summary
+from exporter.expose.render import render_cluster
+from exporter.expose.statuspage import render
+from exporter.reports.decode import ConsumerReport, SparkReport, decode
+
+pytestmark = pytest.mark.unit  # no broker: runs with `make test-unit`
+
+T0 = 1_800_000_000.0
+A, B = ("orders", 0), ("orders", 1)
+TH = Thresholds(stall_after=30, livelock_after=20, lag_seconds=3600, window=300, report_stale_after=30)
+
+
+def _report(**extra: Any) -> dict[str, Any]:
+    rep: dict[str, Any] = {
+        "v": 1, "kind": "consumer", "group": "g", "client_id": "billing-7", "member_id": "m-1",
+        "host": "/10.0.0.5", "sent_at": T0, "last_poll": T0, "interval": 5,
+        "partitions": [{"topic": "orders", "partition": 0, "position": 160, "committed": 150},
+                       {"topic": "orders", "partition": 1, "position": 75}]}
+    rep.update(extra)
+    return rep
+
+
+def parse_exposition(v: Any) -> list[tuple[str, dict[str, str], float]]:
+    """The samples of a view's families as served (header, then sample lines, per family)."""
+    text = b"".join(header + bytes(lines) for _name, header, lines in render_cluster(v)).decode()
+    return [(s.name, s.labels, s.value) for f in text_string_to_metric_families(text) for s in f.samples]
+
+
+def _decode(rep: dict[str, Any]) -> ConsumerReport | SparkReport:
+    return decode(json.dumps(rep).encode(), "c", T0)
+
+
+def _snap(members: tuple[Member, ...], committed: dict, group: str = "g") -> Snapshot:
+    po = PartitionOffsets(leader=1, replicas=1, isr=1, log_start=0, hw=400, lso=400, leo=400)
+    return Snapshot(cluster="c", taken_at=T0, duration=0.01, partitions={A: po, B: po},
+                    groups={group: GroupSample(group_id=group, type="classic", state="stable",
+                                               members=members, coordinator=1, committed=committed)})
+
+
+MEMBER = Member(member_id="m-1", client_id="billing-7", host="/10.0.0.5", assignment=(A, B))
+
+
+def test_an_older_reporters_report_decodes_without_commit_mode() -> None:
+    rep = _decode(_report())
+    assert isinstance(rep, ConsumerReport)
+    assert (rep.commit_mode, rep.auto_commit_interval) == (None, None)
+    spark = _decode({"v": 1, "kind": "spark", "group": "q", "query_id": "i", "run_id": "r",
+                     "sent_at": T0, "event": "heartbeat", "end_offsets": {"orders": {"0": 5}}})
+    assert isinstance(spark, SparkReport) and spark.running is None
+
+
+def test_commit_mode_and_running_batch_decode() -> None:
+    rep = _decode(_report(commit_mode="auto", auto_commit_interval=5.0))
+    assert isinstance(rep, ConsumerReport)
+    assert (rep.commit_mode, rep.auto_commit_interval) == ("auto", 5.0)
+    rep = _decode(_report(commit_mode="manual"))
+    assert isinstance(rep, ConsumerReport) and (rep.commit_mode, rep.auto_commit_interval) == ("manual", None)
+    base = {"v": 1, "kind": "spark", "group": "q", "query_id": "i", "run_id": "r", "sent_at": T0,
+            "event": "heartbeat"}
+    spark = _decode({**base, "running_batch": {"batch_id": 4, "start_offsets": {"orders": {"0": 10}},
+                                               "end_offsets": {"orders": {"0": 17}}}})
+    assert isinstance(spark, SparkReport) and spark.running is not None
+    assert (spark.running.batch_id, spark.running.start_offsets, spark.running.end_offsets) == (
+        4, {A: 10}, {A: 17})
+    idle = _decode({**base, "running_batch": None})
+    assert isinstance(idle, SparkReport) and idle.running is not None and idle.running.batch_id is None
+
+
+def _evaluate(reports: list[ConsumerReport], committed: dict | None = None,
+              members: tuple[Member, ...] = (MEMBER,)) -> Any:
+    ev = Evaluator("c", TH, interval=10)
+    return ev.evaluate(_snap(members, {A: 150, B: 70} if committed is None else committed),
+                       {"g": reports})
+
+
+def test_exposure_is_position_minus_committed_per_partition() -> None:
+    # A: the report's own committed offset (150); B: none reported yet, the broker's (70).
+    rep = _decode(_report(commit_mode="manual"))
+    assert isinstance(rep, ConsumerReport)
+    v = _evaluate([rep])
+    g = v.groups["g"]
+    assert g.exposure is not None
+    assert g.exposure.partitions == {A: 10, B: 5}
+    assert g.exposure.records == 15
+    assert (g.exposure.commit_mode, g.members[0].commit_mode) == ("manual", "manual")
+    # a position behind the committed offset (a commit after the report): 0, never negative
+    v = _evaluate([rep], committed={A: 150, B: 90})
+    assert v.groups["g"].exposure.partitions == {A: 10, B: 0}
+
+
+def test_older_reports_still_give_exposure_and_no_commit_mode() -> None:
+    rep = _decode(_report())
+    assert isinstance(rep, ConsumerReport)
+    g = _evaluate([rep]).groups["g"]
+    assert g.exposure is not None and g.exposure.records == 15
+    assert g.exposure.commit_mode is None and g.members[0].commit_mode is None
+
+
+def test_no_instrumentation_means_unknown_not_zero() -> None:
+    v = _evaluate([])
+    assert v.groups["g"].exposure is None
+    families = parse_exposition(v)
+    assert not [s for s in families if "redelivery_exposure" in s[0]]
+    assert group_summary(v.groups["g"])["redelivery_exposure_records"] is None
+
+
+def test_members_in_different_modes_are_mixed_with_the_longest_interval() -> None:
+    m2 = Member(member_id="m-2", client_id="billing-8", host="/10.0.0.6", assignment=(B,))
+    m1 = Member(member_id="m-1", client_id="billing-7", host="/10.0.0.5", assignment=(A,))
+    r1 = _decode(_report(commit_mode="auto", auto_commit_interval=5.0,
+                         partitions=[{"topic": "orders", "partition": 0, "position": 151}]))
+    r2 = _decode(_report(member_id="m-2", client_id="billing-8", commit_mode="auto",
+                         auto_commit_interval=1.0,
+                         partitions=[{"topic": "orders", "partition": 1, "position": 72}]))
+    g = _evaluate([r1, r2], members=(m1, m2)).groups["g"]  # type: ignore[list-item]
+    assert (g.exposure.commit_mode, g.exposure.auto_commit_interval) == ("auto", 5.0)
+    assert g.exposure.partitions == {A: 1, B: 2}
+    r3 = _decode(_report(member_id="m-2", client_id="billing-8", commit_mode="manual",
+                         partitions=[{"topic": "orders", "partition": 1, "position": 72}]))
+    g = _evaluate([r1, r3], members=(m1, m2)).groups["g"]  # type: ignore[list-item]
+    assert (g.exposure.commit_mode, g.exposure.auto_commit_interval) == ("mixed", 5.0)
+
+
+def _spark(running: dict | None, absent: bool = False) -> SparkReport:
+    rep: dict[str, Any] = {"v": 1, "kind": "spark", "group": "q", "query_id": "i", "run_id": "r",
+                           "sent_at": T0, "event": "heartbeat", "batch_id": 6,
+                           "batch_started": T0 - 1, "end_offsets": {"orders": {"0": 100, "1": 40}},
+                           "interval": 5}
+    if not absent:
+        rep["running_batch"] = running
+    out = _decode(rep)
+    assert isinstance(out, SparkReport)
+    return out
+
+
+def _spark_view(rep: SparkReport) -> Any:
+    ev = Evaluator("c", TH, interval=10)
+    po = PartitionOffsets(leader=1, replicas=1, isr=1, log_start=0, hw=400, lso=400, leo=400)
+    snap = Snapshot(cluster="c", taken_at=T0, duration=0.01, partitions={A: po, B: po}, groups={})
+    return ev.evaluate(snap, spark_reports={"q": rep})
+
+
+def test_a_spark_querys_running_batch_exposure_is_end_minus_committed() -> None:
+    rep = _spark({"batch_id": 7, "start_offsets": {"orders": {"0": 100, "1": 40}},
+                  "end_offsets": {"orders": {"0": 130, "1": 41}}})
+    v = _spark_view(rep)
+    ex = v.groups["q"].exposure
+    assert ex is not None and ex.partitions == {A: 30, B: 1} and ex.records == 31
+    doc = group_doc("c", v.groups["q"])
+    assert doc["redelivery_exposure_records"] == 31
+    assert [p["redelivery_exposure_records"] for p in doc["partitions"]] == [30, 1]
+    # no batch running: nothing would be re-run
+    ex = _spark_view(_spark(None)).groups["q"].exposure
+    assert ex is not None and ex.partitions == {A: 0, B: 0} and ex.records == 0
+    # an older listener: unknown
+    assert _spark_view(_spark(None, absent=True)).groups["q"].exposure is None
+
+
+def test_metrics_api_and_page_show_exposure_and_commit_mode() -> None:
+    rep = _decode(_report(commit_mode="auto", auto_commit_interval=5.0))
+    assert isinstance(rep, ConsumerReport)
+    v = _evaluate([rep])
+    families = parse_exposition(v)
+    got = {(name, labels.get("topic"), labels.get("partition")): val for name, labels, val in families
+           if "redelivery_exposure" in name}
+    assert got == {("kafka_consumergroup_partition_redelivery_exposure_records", "orders", "0"): 10.0,
+                   ("kafka_consumergroup_partition_redelivery_exposure_records", "orders", "1"): 5.0,
+                   ("kafka_consumergroup_redelivery_exposure_records", None, None): 15.0}
+    doc = group_doc("c", v.groups["g"])
+    assert (doc["redelivery_exposure_records"], doc["commit_mode"], doc["auto_commit_interval_seconds"]) == (
+        15, "auto", 5.0)
+    member = doc["members"][0]
+    assert (member["commit_mode"], member["auto_commit_interval_seconds"]) == ("auto", 5.0)
+    page = render([v], now=T0)
+    assert "redelivery exposure" in page
+    assert "<td class='num exposure'>15 <span class='reason'>auto every 5 s</span></td>" in page
