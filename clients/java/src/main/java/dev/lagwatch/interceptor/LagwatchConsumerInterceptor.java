@@ -159,7 +159,8 @@ public final class LagwatchConsumerInterceptor<K, V> implements ConsumerIntercep
                     s.position, s.committed));
         }
         return ReportJson.consumer(settings.cluster, settings.groupId, settings.clientId, host(),
-                now, lastPollMs(now), settings.intervalMs, items, closed);
+                now, lastPollMs(now), settings.intervalMs, items, closed,
+                settings.autoCommit ? settings.autoCommitIntervalMs : -1);
     }
 
     void sent() {

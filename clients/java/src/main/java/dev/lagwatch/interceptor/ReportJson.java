@@ -20,7 +20,8 @@ final class ReportJson {
     }
 
     static String consumer(String cluster, String group, String clientId, String host, long sentAtMs,
-                           long lastPollMs, long intervalMs, List<Partition> partitions, boolean closed) {
+                           long lastPollMs, long intervalMs, List<Partition> partitions, boolean closed,
+                           long autoCommitIntervalMs) {
         StringBuilder b = new StringBuilder(256 + 64 * partitions.size());
         b.append("{\"v\":1,\"kind\":\"consumer\"");
         if (cluster != null && !cluster.isEmpty()) {
@@ -52,7 +53,14 @@ final class ReportJson {
             }
             b.append('}');
         }
-        b.append("],\"closed\":").append(closed).append('}');
+        b.append("],\"closed\":").append(closed);
+        // the consumer's own configuration: automatic commits every so often (< 0: manual)
+        if (autoCommitIntervalMs >= 0) {
+            b.append(",\"commit_mode\":\"auto\",\"auto_commit_interval\":").append(seconds(autoCommitIntervalMs));
+        } else {
+            b.append(",\"commit_mode\":\"manual\"");
+        }
+        b.append('}');
         return b.toString();
     }
 
