@@ -190,3 +190,129 @@ def test_metrics_api_and_page_show_exposure_and_commit_mode() -> None:
     page = render([v], now=T0)
     assert "redelivery exposure" in page
     assert "<td class='num exposure'>15 <span class='reason'>auto every 5 s</span></td>" in page
+
+
+# -- the Spark listener's reading of the running batch (spark_metrics.offsets.running_batch) --
+# Stand-ins for the py4j handles of a StreamExecution's offset and commit logs, with the
+# calls the listener makes (Scala Option, Tuple2, Seq); tests/test_spark.py reads real ones.
+
+class _Opt:
+    def __init__(self, v: Any = None) -> None:
+        self.v = v
+
+    def isEmpty(self) -> bool:  # noqa: N802 - Scala's name
+        return self.v is None
+
+    def get(self) -> Any:
+        return self.v
+
+
+class _Pair:
+    def __init__(self, a: Any, b: Any) -> None:
+        self.a, self.b = a, b
+
+    def _1(self) -> Any:
+        return self.a
+
+    def _2(self) -> Any:
+        return self.b
+
+
+class _Seq:
+    def __init__(self, items: list[Any]) -> None:
+        self.items = items
+
+    def size(self) -> int:
+        return len(self.items)
+
+    def apply(self, i: int) -> Any:
+        return self.items[i]
+
+
+class _Offset:
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def json(self) -> str:
+        return self.text
+
+
+class _OffsetSeq:
+    def __init__(self, *jsons: str | None) -> None:
+        self.seq = _Seq([_Opt(_Offset(j) if j is not None else None) for j in jsons])
+
+    def offsets(self) -> _Seq:
+        return self.seq
+
+
+class _Log:
+    def __init__(self, batches: dict[int, Any]) -> None:
+        self.batches = batches
+
+    def getLatest(self) -> _Opt:  # noqa: N802
+        if not self.batches:
+            return _Opt()
+        n = max(self.batches)
+        return _Opt(_Pair(n, self.batches[n]))
+
+    def get(self, n: int) -> _Opt:
+        return _Opt(self.batches.get(n))
+
+
+class _Execution:
+    def __init__(self, offsets: dict[int, Any], commits: dict[int, Any]) -> None:
+        self.offsets, self.commits = _Log(offsets), _Log(commits)
+
+    def offsetLog(self) -> _Log:  # noqa: N802
+        return self.offsets
+
+    def commitLog(self) -> _Log:  # noqa: N802
+        return self.commits
+
+
+def test_running_batch_is_read_from_the_offset_and_commit_logs() -> None:
+    from spark_metrics.offsets import running_batch
+
+    logs = {0: _OffsetSeq('{"orders":{"0":100,"1":40}}', "17"),  # a Kafka source and a rate source
+            1: _OffsetSeq('{"orders":{"0":130,"1":41}}', "19")}
+    got = running_batch(_Execution(logs, {0: object()}))
+    assert got == {"batch_id": 1, "start_offsets": {"orders": {"0": 100, "1": 40}},
+                   "end_offsets": {"orders": {"0": 130, "1": 41}}}
+    assert running_batch(_Execution(logs, {0: object(), 1: object()})) is None  # committed
+    assert running_batch(_Execution({}, {})) is None  # nothing planned yet
+    first = running_batch(_Execution({0: _OffsetSeq('{"orders":{"0":5}}', None)}, {}))
+    assert first == {"batch_id": 0, "start_offsets": {}, "end_offsets": {"orders": {"0": 5}}}
+    # what the listener sends decodes, and the exporter's exposure is end - start
+    rep = _spark({"batch_id": got["batch_id"], "start_offsets": got["start_offsets"],  # type: ignore[index]
+                  "end_offsets": got["end_offsets"]})  # type: ignore[index]
+    ex = _spark_view(rep).groups["q"].exposure
+    assert ex is not None and ex.partitions == {A: 30, B: 1}
+
+
+def test_listener_sends_the_running_batch_it_read() -> None:
+    from spark_metrics import LagListener
+    from spark_metrics.listener import _Query
+
+    sent: list[dict[str, Any]] = []
+    lst = LagListener(bootstrap_servers="127.0.0.1:1", group="payments", create_topic=False,
+                      probe_status=False)
+    lst._sender.submit = lambda _key, report: sent.append(report)  # type: ignore[method-assign]
+    q = _Query(query_id="qid", run_id="rid", name="n", group="payments", commit_group=None,
+               started_at=T0, last_event_at=T0)
+
+    class Handle:
+        _jsq = type("W", (), {"streamingQuery": lambda self: _Execution(
+            {0: _OffsetSeq('{"orders":{"0":100}}'), 1: _OffsetSeq('{"orders":{"0":104}}')},
+            {0: object()})})()
+
+    q.handle = Handle()
+    lst._emit(q, "heartbeat", T0)
+    assert "running_batch" not in sent[-1]  # not read yet: unknown
+    lst._read_running(q)
+    lst._emit(q, "heartbeat", q.running_read_at)
+    assert sent[-1]["running_batch"] == {"batch_id": 1, "start_offsets": {"orders": {"0": 100}},
+                                         "end_offsets": {"orders": {"0": 104}}}
+    q.handle = type("Connect", (), {})()  # a handle without the JVM object: stays unknown
+    lst._emit(q, "heartbeat", q.running_read_at + 60)
+    assert "running_batch" not in sent[-1]
+    lst.close(0.1)

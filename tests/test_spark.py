@@ -258,6 +258,7 @@ def driver(request: pytest.FixtureRequest, kafka: KafkaCluster,
     counters = d.close()["main"]
     assert counters.get("callback_errors", 0) == 0, counters
     assert counters.get("parse_errors", 0) == 0, counters
+    assert counters.get("running_batch_unreadable", 0) == 0, counters  # read on every version
 
 
 class Exporter:
@@ -531,6 +532,19 @@ def test_hung_batch_is_livelocked_and_survives_exporter_restart(
         q = driver.call("query", name=name)
         assert q["active"] and q["trigger_active"], q  # Spark agrees: still in the batch
         assert g["spark"]["batch_running_seconds"] >= LIVELOCK_AFTER
+
+        # Redelivery exposure: the hung batch's end offsets (Spark's offset log, read from
+        # the checkpoint here) against batch 0's, what a restart of the query runs again.
+        planned = driver.call("planned", name=name, batch=1)
+        want = {p: planned[str(p)] - initial[p] for p in initial}
+        assert sum(want.values()) > 0, planned  # batch 1 was planned for records that arrived
+
+        def exposure() -> Any:
+            g = exporter.group(name)
+            got = g and {p["partition"]: p["redelivery_exposure_records"] for p in g["partitions"]}
+            return g if got == want and g["redelivery_exposure_records"] == sum(want.values()) else None
+
+        wait_for(exposure, 30, f"exposure {want} of the hung batch of {name}")
 
         # The producer stops: lag = HW - endOffset of batch 0, exactly what the test wrote.
         delivered = writer.stop()

@@ -38,11 +38,12 @@ def consumer_exposure(parts: Iterable[PartitionView],
 
 def spark_exposure(spark: SparkReport) -> dict[TP, int] | None:
     """The running batch's records per partition (0 everywhere when none runs); None when the
-    listener cannot tell (an older one, or a driver it cannot inspect)."""
+    listener cannot tell (an older one, or a driver it cannot inspect). A terminated query's
+    planned batch counts too: Spark runs it again when the query restarts."""
     rb = spark.running
     if rb is None:
         return None
-    if rb.batch_id is None or spark.terminated:
+    if rb.batch_id is None:
         return dict.fromkeys(spark.end_offsets, 0)
     return {tp: max(0, end - rb.start_offsets[tp]) for tp, end in rb.end_offsets.items()
             if tp in rb.start_offsets}
