@@ -25,7 +25,7 @@ import pytest
 from confluent_kafka import Producer
 
 from devenv.groups_tool import describe_group
-from devenv.jars import SPARK35_VERSION, SPARK_VERSION, spark_kafka_jars
+from devenv.jars import SPARK35_VERSION, SPARK_NEWEST_VERSION, SPARK_VERSION, spark_kafka_jars
 from devenv.kafka import KafkaCluster
 from devenv.pyenvs import spark_python
 from exporter.reports.decode import decode
@@ -232,7 +232,7 @@ REPORT_EXPIRY = 12.0
 HEARTBEAT = 1.0
 
 
-@pytest.fixture(scope="module", params=[SPARK_VERSION, SPARK35_VERSION],
+@pytest.fixture(scope="module", params=[SPARK_VERSION, SPARK_NEWEST_VERSION, SPARK35_VERSION],
                 ids=lambda v: f"pyspark-{v}")
 def driver(request: pytest.FixtureRequest, kafka: KafkaCluster,
            dists: dict[str, Dist]) -> Iterator[SparkDriverProcess]:
