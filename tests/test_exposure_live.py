@@ -57,6 +57,16 @@ def _wait_served(exp: ExporterProcess, group: str, want: tuple[Any, ...], what: 
     return doc
 
 
+def _page_cell(exp: ExporterProcess, group: str) -> str:
+    """The redelivery-exposure cell of the group's row on the status page."""
+    code, body, _ = exp.get("/")
+    assert code == 200
+    page = body.decode()
+    row = page[page.index(f"<td>{group}</td>"):]
+    row = row[:row.index("</tr>")]
+    return row[row.index("<td class='num exposure'>"):]
+
+
 @contextmanager
 def python_consumer(kafka: KafkaCluster, topic: str, group: str, records: int,
                     commit: dict[int, int] | None, **conf: Any) -> Iterator[InstrumentedConsumer]:
@@ -102,6 +112,8 @@ def test_python_consumer_manual_commits_exposure_is_position_minus_committed(
     with python_consumer(kafka, topic, group, 50, {0: 12, 1: 20}, **{"enable.auto.commit": False}):
         doc = _wait_served(exporter, group, (18, {0: 18, 1: 0}, "manual", None),
                            "exposure 30-12 and 20-20, manual")
+        page = _page_cell(exporter, group)
+    assert page == "<td class='num exposure'>18 <span class='reason'>manual</span></td>"
     parts = {p["partition"]: (p["position_offset"], p["committed_offset"]) for p in doc["partitions"]}
     assert parts == {0: (30, 12), 1: (20, 20)}
     assert [m["commit_mode"] for m in doc["members"]] == ["manual"]
@@ -151,6 +163,8 @@ def test_jvm_consumer_with_auto_commit_shows_auto_and_its_interval(
         assert app.event("EXPOSED", HANG_GUARD) == ["40", "-1"]
         doc = _wait_served(exporter, group, (0, {0: 0}, "auto", 2.0),
                            "auto commits every 2 s, everything committed", SEE + AUTO_INTERVAL_CYCLES)
+        page = _page_cell(exporter, group)
     finally:
         app.stop()
     assert doc["partitions"][0]["committed_offset"] == 40
+    assert page == "<td class='num exposure'>0 <span class='reason'>auto every 2 s</span></td>"
