@@ -316,3 +316,18 @@ def test_listener_sends_the_running_batch_it_read() -> None:
     lst._emit(q, "heartbeat", q.running_read_at + 60)
     assert "running_batch" not in sent[-1]
     lst.close(0.1)
+
+
+def test_recordings_keep_the_new_report_fields() -> None:
+    """--record writes reports with exporter/recording.py's typed JSON: the new fields round-trip,
+    and a report without them is written as before (defaults left out)."""
+    from exporter.recording import _dec, _enc
+
+    rep = _decode(_report(commit_mode="auto", auto_commit_interval=5.0))
+    assert _dec(ConsumerReport, json.loads(json.dumps(_enc(rep)))) == rep
+    old = _decode(_report())
+    assert "commit_mode" not in _enc(old) and "auto_commit_interval" not in _enc(old)
+    spark = _spark({"batch_id": 7, "start_offsets": {"orders": {"0": 100}},
+                    "end_offsets": {"orders": {"0": 130}}})
+    assert _dec(SparkReport, json.loads(json.dumps(_enc(spark)))) == spark
+    assert "running" not in _enc(_spark(None, absent=True))
