@@ -391,7 +391,10 @@ class LagListener(StreamingQueryListener):
         # what a restart would run again; after termination the last batch read stays, as
         # Spark re-runs it when the query starts again
         if q.running_read_at and (q.terminated or now - q.running_read_at <= 3 * self.heartbeat_interval):
-            report["running_batch"] = q.running
+            running = q.running
+            if running is not None and q.batch_id is not None and running["batch_id"] <= q.batch_id:
+                running = None  # completed since it was read: its progress event came first
+            report["running_batch"] = running
         if self.cluster:
             report["cluster"] = self.cluster
         self._sender.submit(report_key("spark", q.group, q.query_id), report)

@@ -312,6 +312,9 @@ def test_listener_sends_the_running_batch_it_read() -> None:
     lst._emit(q, "heartbeat", q.running_read_at)
     assert sent[-1]["running_batch"] == {"batch_id": 1, "start_offsets": {"orders": {"0": 100}},
                                          "end_offsets": {"orders": {"0": 104}}}
+    q.batch_id = 1  # batch 1's progress event: it completed since it was read
+    lst._emit(q, "progress", q.running_read_at)
+    assert sent[-1]["running_batch"] is None
     q.handle = type("Connect", (), {})()  # a handle without the JVM object: stays unknown
     lst._emit(q, "heartbeat", q.running_read_at + 60)
     assert "running_batch" not in sent[-1]
