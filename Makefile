@@ -9,6 +9,7 @@ KAFKA_VERSION := 4.2.1
 KAFKA_LEGACY_VERSION := 3.9.2
 SPARK_VERSION := 4.0.0
 SPARK35_VERSION := 3.5.3
+SPARK_NEWEST_VERSION := 4.2.0
 PYTEST_ARGS ?=
 
 .PHONY: test test-unit record demo runtime-setup setup prereqs jars pyenvs interceptor system-packages go-tools lint dashboards manifests clean
@@ -51,10 +52,11 @@ jars:
 	@tools/fetch-jars streams $(KAFKA_VERSION) .cache/kafka-streams-$(KAFKA_VERSION)/libs
 	@tools/fetch-jars spark $(SPARK_VERSION) .cache/spark-kafka-$(SPARK_VERSION)/libs
 	@tools/fetch-jars spark $(SPARK35_VERSION) .cache/spark-kafka-$(SPARK35_VERSION)/libs
+	@tools/fetch-jars spark $(SPARK_NEWEST_VERSION) .cache/spark-kafka-$(SPARK_NEWEST_VERSION)/libs
 
-# A PySpark 3.5 driver virtualenv and a wheelhouse (release and light-client tests), cached.
+# PySpark 3.5 and newest driver virtualenvs and a wheelhouse (release and light-client tests), cached.
 pyenvs: $(VENV)/.installed
-	@$(PY) -m devenv.pyenvs $(SPARK35_VERSION)
+	@$(PY) -m devenv.pyenvs $(SPARK35_VERSION) $(SPARK_NEWEST_VERSION)
 
 interceptor:
 	@tools/build-interceptor

@@ -17,6 +17,10 @@ SPARK_VERSION = "4.0.0"
 # The Spark 3.5 driver the tests run (its own virtualenv, devenv/pyenvs.py). 3.5.3 is the newest
 # 3.5 whose connector resolves with all its dependencies from Maven Central as reachable here.
 SPARK35_VERSION = "3.5.3"
+# The newest PySpark whose Kafka connector (spark-sql-kafka-0-10_2.13) resolves from Maven
+# Central as reachable here: 4.2.1's and 4.3.0's are not served. Its driver runs in its own
+# virtualenv too (devenv/pyenvs.py), like 3.5's.
+SPARK_NEWEST_VERSION = "4.2.0"
 
 
 class JarsMissing(RuntimeError):

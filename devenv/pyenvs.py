@@ -1,13 +1,14 @@
 """Second Python environments for the tests, built once by ``make setup`` and cached in .cache/.
 
-* a PySpark 3.5 driver virtualenv (pyspark cannot be two versions in one process, and the
-  suite's own venv has pyspark 4.0), holding pyspark and lagwatch-client's dependencies;
+* PySpark driver virtualenvs, 3.5 and the newest (pyspark cannot be two versions in one
+  process, and the suite's own venv has pyspark 4.0), holding pyspark and lagwatch-client's
+  dependencies;
   the tests install the lagwatch-client wheel they build into it;
 * a wheelhouse with the runtime dependencies of both distributions and the build backend,
   so the release and light-client tests install into fresh virtualenvs without the network.
 
 Both are keyed by what they hold (pyspark and Python versions, the requirement list), so a
-version bump builds a new one next to the old. ``python -m devenv.pyenvs 3.5.3`` builds them.
+version bump builds a new one next to the old. ``python -m devenv.pyenvs 3.5.3 4.2.0`` builds them.
 """
 
 from __future__ import annotations
@@ -86,5 +87,6 @@ def wheelhouse(fetch: bool = True) -> Path:
 
 
 if __name__ == "__main__":
-    spark_python(sys.argv[1] if len(sys.argv) > 1 else SPARK35_VERSION)
+    for v in sys.argv[1:] or [SPARK35_VERSION]:
+        spark_python(v)
     wheelhouse()

@@ -92,6 +92,7 @@ class InstrumentedConsumer(Consumer):
                  reports_config: dict[str, Any] | None = None, cluster: str | None = None) -> None:
         conf = dict(conf)
         user_stats_cb: Callable[[str], None] | None = conf.pop("stats_cb", None)
+        user_on_commit: Callable[[Any, Any], None] | None = conf.pop("on_commit", None)
         self._stats_lock = threading.Lock()
         self._partitions: dict[tuple[str, int], dict[str, int]] = {}
         self._user_stats_cb = user_stats_cb
@@ -101,7 +102,14 @@ class InstrumentedConsumer(Consumer):
             if user_stats_cb is not None:
                 user_stats_cb(raw)
 
+        def on_commit(err: Any, partitions: Any) -> None:
+            if err is None:
+                self._committed_now(partitions)
+            if user_on_commit is not None:
+                user_on_commit(err, partitions)
+
         conf["stats_cb"] = stats_cb
+        conf["on_commit"] = on_commit
         conf.setdefault("statistics.interval.ms", int(max(1.0, report_interval / 2) * 1000))
         super().__init__(conf)
         self._errors = 0  # under _stats_lock: the polling, stats and reporter threads count
@@ -113,6 +121,10 @@ class InstrumentedConsumer(Consumer):
         self._interval = report_interval
         self._member_id = ""
         self._positions: dict[tuple[str, int], int] = {}
+        # Offsets this consumer committed (commit() and on_commit, automatic commits too):
+        # librdkafka's statistics only catch up at their next interval, during a poll.
+        self._committed: dict[tuple[str, int], int] = {}
+        self._commit_mode = commit_mode(conf)
         self._snapshot_at = 0.0
         # Rebalances this member took part in: the assignments librdkafka handed it (see
         # subscribe); None until it subscribes (an assign()-only consumer has none).
@@ -198,6 +210,24 @@ class InstrumentedConsumer(Consumer):
             return
         with self._stats_lock:
             self._member_id, self._positions = member_id, positions
+            # forget commits of partitions no longer assigned: another member commits them now
+            self._committed = {tp: off for tp, off in self._committed.items() if tp in positions}
+
+    def commit(self, *args: Any, **kwargs: Any) -> Any:
+        """``Consumer.commit``; a synchronous commit's offsets are reported at once."""
+        result = super().commit(*args, **kwargs)
+        if result:
+            self._committed_now(result)
+        return result
+
+    def _committed_now(self, partitions: Any) -> None:
+        try:
+            with self._stats_lock:
+                for tp in partitions or ():
+                    if tp.error is None and tp.offset >= 0:
+                        self._committed[(tp.topic, tp.partition)] = tp.offset
+        except Exception:  # noqa: BLE001 - counted, never raised into the application
+            self._count_error()
 
     def close(self, *args: Any, **kwargs: Any) -> Any:
         with contextlib.suppress(Exception):
@@ -239,10 +269,14 @@ class InstrumentedConsumer(Consumer):
             parts = {tp: dict(v) for tp, v in self._partitions.items()}
             member_id, positions = self._member_id, dict(self._positions)
             rebalances = self._rebalances
+            committed = dict(self._committed)
         # Positions as of the last poll (see _track): statistics lag behind, so a consumer
         # that wedges right after assignment would have none.
         for tp, off in positions.items():
             parts.setdefault(tp, {"position": OFFSET_INVALID, "committed": OFFSET_INVALID})["position"] = off
+        for tp, off in committed.items():
+            if tp in parts:
+                parts[tp]["committed"] = off
         items = []
         for (t, p), offs in sorted(parts.items()):
             item: dict[str, Any] = {"topic": t, "partition": p}
@@ -253,7 +287,30 @@ class InstrumentedConsumer(Consumer):
             items.append(item)
         report = {"v": VERSION, "kind": "consumer", "group": self._group, "client_id": self._client_id,
                   "member_id": member_id, "host": self._host, "sent_at": now, "last_poll": last_poll,
-                  "interval": self._interval, "partitions": items, "closed": closed}
+                  "interval": self._interval, "partitions": items, "closed": closed,
+                  **self._commit_mode}
         if rebalances is not None:
             report["rebalances"] = rebalances
         return report
+
+
+def _flag(v: Any, default: bool) -> bool:
+    """A librdkafka boolean property as given: a bool, or "true"/"false" text."""
+    if v is None:
+        return default
+    if isinstance(v, str):
+        return v.strip().lower() in ("true", "1", "yes")
+    return bool(v)
+
+
+def commit_mode(conf: dict[str, Any]) -> dict[str, Any]:
+    """The report's ``commit_mode`` fields from the consumer's own configuration:
+    ``enable.auto.commit`` (librdkafka's default true) and ``auto.commit.interval.ms``
+    (default 5000)."""
+    if not _flag(conf.get("enable.auto.commit"), True):
+        return {"commit_mode": "manual"}
+    try:
+        interval = float(conf.get("auto.commit.interval.ms", 5000)) / 1000
+    except (TypeError, ValueError):
+        return {"commit_mode": "auto"}
+    return {"commit_mode": "auto", "auto_commit_interval": interval}

@@ -48,7 +48,7 @@ except ImportError:  # pragma: no cover - an older or Connect-only PySpark
     JStreamingQueryListener = None
 
 from lagwatch_client.wire import DEFAULT_REPORTS_TOPIC, MAX_NAME, VERSION, report_key
-from spark_metrics.offsets import Offsets, parse_progress
+from spark_metrics.offsets import Offsets, parse_progress, running_batch
 from spark_metrics.sender import Counters, RateLimitedLog, ReportSender
 
 log = logging.getLogger("lagwatch.spark")
@@ -78,6 +78,9 @@ class _Query:
     trigger_active: bool | None = None
     probed_at: float = 0.0
     inactive_seen_at: float | None = None
+    # the batch planned and not committed (offsets.running_batch), when the probe could read it
+    running: dict[str, Any] | None = None
+    running_read_at: float = 0.0
     handle: Any = None
     handle_misses: int = 0
     probe_thread: threading.Thread | None = None
@@ -385,6 +388,13 @@ class LagListener(StreamingQueryListener):
             "end_offsets": q.end_offsets, "latest_offsets": q.latest_offsets,
             "exception": q.exception,
         }
+        # what a restart would run again; after termination the last batch read stays, as
+        # Spark re-runs it when the query starts again
+        if q.running_read_at and (q.terminated or now - q.running_read_at <= 3 * self.heartbeat_interval):
+            running = q.running
+            if running is not None and q.batch_id is not None and running["batch_id"] <= q.batch_id:
+                running = None  # completed since it was read: its progress event came first
+            report["running_batch"] = running
         if self.cluster:
             report["cluster"] = self.cluster
         self._sender.submit(report_key("spark", q.group, q.query_id), report)
@@ -443,10 +453,25 @@ class LagListener(StreamingQueryListener):
                 q.probed_at = now
                 if not active:
                     q.inactive_seen_at = now
+            self._read_running(q)
         except Exception:  # noqa: BLE001
             self._counters.inc("probe_errors")
             q.handle = None
             q.handle_misses += 1
+
+    def _read_running(self, q: _Query) -> None:
+        """The batch planned and not committed, from the query's own offset and commit logs;
+        left unknown where the query's JVM object is out of reach (Spark Connect)."""
+        jsq = getattr(q.handle, "_jsq", None)
+        if jsq is None:
+            return
+        try:
+            running = running_batch(jsq.streamingQuery())
+        except Exception:  # noqa: BLE001 - another Spark's internals: left unknown
+            self._counters.inc("running_batch_unreadable")
+            return
+        with self._lock:
+            q.running, q.running_read_at = running, time.time()
 
     def _find_query(self, query_id: str) -> Any:
         sessions: list[Any] = [self.spark]  # set by Spark Connect

@@ -200,3 +200,46 @@ def parse_progress(progress: Any) -> ProgressInfo:
         if latest:
             _merge(info.latest_offsets, latest, max)
     return info
+
+
+def running_batch(execution: Any) -> dict[str, Any] | None:
+    """The micro-batch a query planned and has not committed, read from its ``StreamExecution``
+    (classic PySpark: ``query._jsq.streamingQuery()``, through py4j): Spark writes a batch's
+    end offsets to the offset log before running it and the batch id to the commit log once
+    done, and re-runs a planned, uncommitted batch after a restart. None when no batch is
+    planned beyond the last committed one; raises when the logs cannot be read.
+
+    ``{"batch_id": N, "start_offsets": <offset log N-1>, "end_offsets": <offset log N>}``,
+    each the Kafka sources' offsets merged like :func:`parse_progress` (other sources left out).
+    """
+    planned = execution.offsetLog().getLatest()
+    if planned.isEmpty():
+        return None
+    batch_id = int(planned.get()._1())
+    done = execution.commitLog().getLatest()
+    if not done.isEmpty() and int(done.get()._1()) >= batch_id:
+        return None
+    start: Offsets = {}
+    if batch_id > 0:
+        prev = execution.offsetLog().get(batch_id - 1)
+        if not prev.isEmpty():
+            start = kafka_offsets(prev.get())
+    return {"batch_id": batch_id, "start_offsets": start, "end_offsets": kafka_offsets(planned.get()._2())}
+
+
+def kafka_offsets(offset_seq: Any) -> Offsets:
+    """The Kafka sources' offsets of an ``OffsetSeq`` (one optional offset per source, as JSON):
+    a Kafka source's is ``{"topic": {"partition": offset}}``; any other shape is another source."""
+    out: Offsets = {}
+    offsets = offset_seq.offsets()
+    for i in range(int(offsets.size())):
+        opt = offsets.apply(i)
+        if opt.isEmpty():
+            continue
+        try:
+            parsed = parse_offsets(str(opt.get().json()))
+        except OffsetParseError:
+            continue
+        if parsed and all(isinstance(parts, dict) for parts in parsed.values()):
+            _merge(out, parsed, min)
+    return out

@@ -21,6 +21,7 @@ import importlib.util
 import json
 import os
 import sys
+import tempfile
 import time
 import traceback
 from typing import Any
@@ -53,6 +54,7 @@ class Driver:
                                                             heartbeat_interval=heartbeat)}
         self.spark.streams.addListener(self.listeners["main"])
         self.queries: dict[str, Any] = {}
+        self.checkpoints: dict[str, str] = {}
 
     def hello(self) -> dict[str, Any]:
         return {"pyspark": pyspark.__version__, "python": sys.executable,
@@ -66,9 +68,11 @@ class Driver:
               .option("subscribe", topic).option("startingOffsets", "earliest").load())
         if hang_flag is not None:
             df = df.select(_hold_udf(hang_flag)(F.col("value").cast("string")).alias("v"))
-        q = (df.writeStream.format("noop").queryName(name)
+        checkpoint = tempfile.mkdtemp(prefix=f"lagwatch-cp-{name}-")
+        q = (df.writeStream.format("noop").queryName(name).option("checkpointLocation", checkpoint)
              .trigger(processingTime=f"{trigger_ms} milliseconds").start())
         self.queries[name] = q
+        self.checkpoints[name] = checkpoint
         return {"id": str(q.id)}
 
     def query(self, name: str) -> dict[str, Any]:
@@ -80,6 +84,16 @@ class Driver:
                 "caught_up": last is not None and _caught_up(last),
                 "end_offsets": None if last is None else _offset_sum(last, "endOffset"),
                 "latest_offsets": None if last is None else _offset_sum(last, "latestOffset")}
+
+    def planned(self, name: str, batch: int) -> dict[str, int]:
+        """The end offsets Spark wrote to the query's offset log for ``batch`` before running
+        it, read from the checkpoint's file (``v1``, the metadata, then one line per source):
+        the test's own reading, beside the listener's (spark_metrics.offsets.running_batch)."""
+        with open(os.path.join(self.checkpoints[name], "offsets", str(batch))) as f:
+            lines = f.read().splitlines()
+        assert lines[0] == "v1", lines
+        (topic_offsets,) = json.loads(lines[2]).values()  # one source, one topic
+        return {p: int(o) for p, o in topic_offsets.items()}
 
     def stop(self, name: str) -> dict[str, Any]:
         self.queries[name].stop()

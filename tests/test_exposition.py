@@ -19,6 +19,7 @@ import pytest
 from exporter.contracts.snapshot import PartitionOffsets
 from exporter.contracts.view import (
     ClusterView,
+    GroupExposure,
     GroupProgress,
     GroupRebalances,
     GroupView,
@@ -88,7 +89,9 @@ def hand_built_views() -> list[ClusterView]:
          # a topic no member subscribes to any more: its rows, and left out of the group's lag
          dataclasses.replace(_pv(ODD, 0, 2, 5, 900.0), unsubscribed=True)),
         progress=_progress(consume=62.5, produce=12.5, eta=6.0, lost=40),
-        rebalances=_rebalances(7, "membership"))
+        rebalances=_rebalances(7, "membership"),
+        exposure=GroupExposure(records=50, partitions={("orders", 0): 50}, commit_mode="auto",
+                               auto_commit_interval=5.0))
     odd_group = _gv(
         'gr"oup\\1', "consumer", "empty", "stopped", (f"{ODD}[0]: stopped",), (),
         (_pv(ODD, 0, 5, 2, 600.0, "stopped", stalled=61.0),))
@@ -97,7 +100,9 @@ def hand_built_views() -> list[ClusterView]:
         (_pv("orders", 0, 1500, 0, 0.0),),
         spark=SparkInfo(query_id="q-1", run_id="run-1", batch_id=42, batch_duration_seconds=1.5,
                         input_rows_per_second=1000.0, processed_rows_per_second=None,
-                        last_progress_age=0.5, batch_running_seconds=None, active=True))
+                        last_progress_age=0.5, batch_running_seconds=None, active=True),
+        exposure=GroupExposure(records=0, partitions={("orders", 0): 0}, commit_mode=None,
+                               auto_commit_interval=None))
     idle = _gv("idle", "classic", "empty", "ok", (), (), ())
     streams = _gv(
         "wordcount-app", "streams", "stable", "ok", (),
@@ -196,6 +201,11 @@ def test_golden_files_hold_what_the_view_says() -> None:
     assert value(m, "kafka_consumergroup_records_lost_total", group="billing") == 40
     assert value(m, "kafka_consumergroup_records_lost_total", group="jobs-queue") == 0
     assert value(m, "kafka_consumergroup_records_lost_total", group="idle") is None  # no progress
+    assert value(m, "kafka_consumergroup_partition_redelivery_exposure_records", group="billing",
+                 topic="orders", partition="0") == 50
+    assert value(m, "kafka_consumergroup_redelivery_exposure_records", group="billing") == 50
+    assert value(m, "kafka_consumergroup_redelivery_exposure_records", group="spark-etl") == 0
+    assert value(m, "kafka_consumergroup_redelivery_exposure_records", group="idle") is None
     assert value(m, "lagwatch_data_age_seconds", cluster="prod-eu") == 2.5
     assert value(m, "lagwatch_data_age_seconds", cluster="dr") is None
     assert value(m, "lagwatch_errors_total", cluster="prod-eu", stage="worker_crash") == 1

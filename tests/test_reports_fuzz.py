@@ -130,7 +130,8 @@ def test_arbitrary_json(value: Any) -> None:
 @FUZZ
 @given(valid_reports, st.data())
 def test_one_field_replaced_by_garbage(report: dict[str, Any], data: st.DataObject) -> None:
-    key = data.draw(st.sampled_from(sorted(report) + ["partitions", "end_offsets", "closed"]))
+    key = data.draw(st.sampled_from(sorted(report) + ["partitions", "end_offsets", "closed", "commit_mode",
+                                                       "auto_commit_interval", "running_batch"]))
     report[key] = data.draw(json_values)
     decode_or_reason(json.dumps(report).encode())
 
@@ -246,6 +247,26 @@ HOSTILE: list[tuple[str, bytes | None, str]] = [
                                  "end_offsets": {"t": {str(i): 0 for i in range(10_001)}}}),
      "too_many_partitions"),
     ("closed-string", raw(consumer(closed="yes")), "wrong_type"),
+    ("commit-mode-unknown", raw(consumer(commit_mode="sometimes")), "wrong_type"),
+    ("commit-mode-bool", raw(consumer(commit_mode=True)), "wrong_type"),
+    ("auto-commit-interval-string", raw(consumer(commit_mode="auto", auto_commit_interval="5s")),
+     "wrong_type"),
+    ("auto-commit-interval-negative", raw(consumer(commit_mode="auto", auto_commit_interval=-1)),
+     "absurd_value"),
+    ("auto-commit-interval-with-manual", raw(consumer(commit_mode="manual", auto_commit_interval=5)),
+     "wrong_type"),
+    ("spark-running-batch-list", raw({"v": 1, "kind": "spark", "group": "q", "query_id": "i",
+                                      "run_id": "r", "sent_at": NOW, "event": "heartbeat",
+                                      "running_batch": [1]}), "wrong_type"),
+    ("spark-running-batch-no-id", raw({"v": 1, "kind": "spark", "group": "q", "query_id": "i",
+                                       "run_id": "r", "sent_at": NOW, "event": "heartbeat",
+                                       "running_batch": {"end_offsets": {"t": {"0": 5}}}}),
+     "wrong_type"),
+    ("spark-running-batch-negative-offset", raw({"v": 1, "kind": "spark", "group": "q", "query_id": "i",
+                                                 "run_id": "r", "sent_at": NOW, "event": "heartbeat",
+                                                 "running_batch": {"batch_id": 3,
+                                                                   "end_offsets": {"t": {"0": -5}}}}),
+     "absurd_value"),
     ("spark-bad-event", raw({"v": 1, "kind": "spark", "group": "q", "query_id": "i", "run_id": "r",
                              "sent_at": NOW, "event": "exploded"}), "wrong_type"),
     ("spark-offset-map-list", raw({"v": 1, "kind": "spark", "group": "q", "query_id": "i", "run_id": "r",

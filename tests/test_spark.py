@@ -14,7 +14,6 @@ import copy
 import json
 import os
 import re
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -25,7 +24,7 @@ import pytest
 from confluent_kafka import Producer
 
 from devenv.groups_tool import describe_group
-from devenv.jars import SPARK35_VERSION, SPARK_VERSION, spark_kafka_jars
+from devenv.jars import SPARK35_VERSION, SPARK_NEWEST_VERSION, spark_kafka_jars
 from devenv.kafka import KafkaCluster
 from devenv.pyenvs import spark_python
 from exporter.reports.decode import decode
@@ -232,32 +231,34 @@ REPORT_EXPIRY = 12.0
 HEARTBEAT = 1.0
 
 
-@pytest.fixture(scope="module", params=[SPARK_VERSION, SPARK35_VERSION],
+# The oldest supported line and the newest PySpark whose connector resolves (devenv/jars.py).
+# 4.0.0 (the suite's own pyspark, still used by the parsing tests above) is left out: a
+# third driver adds about 2.5 minutes to this file, run by one xdist worker (--dist
+# loadfile), and make test has to stay within 12 minutes on 2 cores.
+@pytest.fixture(scope="module", params=[SPARK_NEWEST_VERSION, SPARK35_VERSION],
                 ids=lambda v: f"pyspark-{v}")
 def driver(request: pytest.FixtureRequest, kafka: KafkaCluster,
            dists: dict[str, Dist]) -> Iterator[SparkDriverProcess]:
     """A PySpark driver process (tests/spark_driver.py) with a LagListener, per Spark version.
 
-    4.0 runs with the suite's interpreter; 3.5 with its own virtualenv, into which the
-    lagwatch-client wheel built from this checkout is installed (nothing else is: the
-    venv holds pyspark and confluent-kafka). One driver serves every test of its version.
+    Each runs with its own virtualenv (devenv/pyenvs.py), into which the lagwatch-client
+    wheel built from this checkout is installed (nothing else is: the venv holds pyspark and
+    confluent-kafka). One driver serves every test of its version.
     """
     version = request.param
-    if version == SPARK_VERSION:
-        python = Path(sys.executable)
-    else:
-        python = spark_python(version)
-        pip_install(python, "--no-deps", "--force-reinstall", dists["lagwatch-client"].wheel)
+    python = spark_python(version)
+    pip_install(python, "--no-deps", "--force-reinstall", dists["lagwatch-client"].wheel)
     d = SparkDriverProcess(python, kafka.bootstrap_servers, spark_kafka_jars(version), HEARTBEAT)
     assert d.hello["pyspark"] == version
-    if version != SPARK_VERSION:  # a driver with only the light install
-        assert distributions(python) == {"lagwatch-client", "confluent-kafka", "pyspark", "py4j"}
-        assert d.hello["importable"] == [], d.hello
-        assert d.hello["spark_metrics"].startswith(str(python.parent.parent)), d.hello
+    # a driver with only the light install
+    assert distributions(python) == {"lagwatch-client", "confluent-kafka", "pyspark", "py4j"}
+    assert d.hello["importable"] == [], d.hello
+    assert d.hello["spark_metrics"].startswith(str(python.parent.parent)), d.hello
     yield d
     counters = d.close()["main"]
     assert counters.get("callback_errors", 0) == 0, counters
     assert counters.get("parse_errors", 0) == 0, counters
+    assert counters.get("running_batch_unreadable", 0) == 0, counters  # read on every version
 
 
 class Exporter:
@@ -531,6 +532,19 @@ def test_hung_batch_is_livelocked_and_survives_exporter_restart(
         q = driver.call("query", name=name)
         assert q["active"] and q["trigger_active"], q  # Spark agrees: still in the batch
         assert g["spark"]["batch_running_seconds"] >= LIVELOCK_AFTER
+
+        # Redelivery exposure: the hung batch's end offsets (Spark's offset log, read from
+        # the checkpoint here) against batch 0's, what a restart of the query runs again.
+        planned = driver.call("planned", name=name, batch=1)
+        want = {p: planned[str(p)] - initial[p] for p in initial}
+        assert sum(want.values()) > 0, planned  # batch 1 was planned for records that arrived
+
+        def exposure() -> Any:
+            g = exporter.group(name)
+            got = g and {p["partition"]: p["redelivery_exposure_records"] for p in g["partitions"]}
+            return g if got == want and g["redelivery_exposure_records"] == sum(want.values()) else None
+
+        wait_for(exposure, 30, f"exposure {want} of the hung batch of {name}")
 
         # The producer stops: lag = HW - endOffset of batch 0, exactly what the test wrote.
         delivered = writer.stop()

@@ -6,6 +6,7 @@ import java.util.Properties;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.ConsumerRecords;
 import org.apache.kafka.clients.consumer.KafkaConsumer;
+import org.apache.kafka.clients.consumer.OffsetAndMetadata;
 import org.apache.kafka.common.TopicPartition;
 import org.apache.kafka.common.serialization.ByteArrayDeserializer;
 
@@ -19,7 +20,10 @@ import org.apache.kafka.common.serialization.ByteArrayDeserializer;
  * wedges while the consumer's heartbeat thread keeps it in the group; it commits what it read
  * first unless `precommit=false`: a consumer wedged on its very first batch commits nothing),
  * drain (consume `count`
- * records as fast as possible, then keep polling for `linger` seconds).
+ * records as fast as possible, then keep polling for `linger` seconds), exposure (consume
+ * `count` records of a one-partition topic, commit offset `commitat` of it unless it is -1,
+ * print EXPOSED position committed, then keep polling without committing anything else
+ * unless the consumer's own automatic commits do).
  * Prints READY once assigned, BLOCKED epoch position, STAT epoch records errors sent every
  * half second, DRAINED seconds records cpu-seconds (measured from `warmup` seconds after the
  * first record), and EXIT records errors sent.
@@ -66,6 +70,8 @@ public final class LagConsumer {
         double linger = Double.parseDouble(a.getOrDefault("linger", "0"));
         double warmup = Double.parseDouble(a.getOrDefault("warmup", "0"));
         boolean precommit = Boolean.parseBoolean(a.getOrDefault("precommit", "true"));
+        long commitAt = Long.parseLong(a.getOrDefault("commitat", "-1"));
+        boolean exposed = false;
         p.putIfAbsent("bootstrap.servers", a.get("bootstrap"));
         p.putIfAbsent("group.id", a.get("group"));
         p.putIfAbsent("auto.offset.reset", "earliest");
@@ -107,8 +113,16 @@ public final class LagConsumer {
                     }
                 }
             }
-            if (!batch.isEmpty() && !mode.equals("drain")) {
+            if (!batch.isEmpty() && !mode.equals("drain") && !mode.equals("exposure")) {
                 c.commitSync();
+            }
+            if (mode.equals("exposure") && !exposed && records >= count) {
+                exposed = true;
+                TopicPartition tp = new TopicPartition(a.get("topic"), 0);
+                if (commitAt >= 0) {
+                    c.commitSync(Map.of(tp, new OffsetAndMetadata(commitAt)));
+                }
+                say("EXPOSED " + c.position(tp) + " " + commitAt);
             }
             double t = now();
             if (t - lastStat >= 0.5) {

@@ -42,6 +42,10 @@ class MemberView:
     last_poll_age: float | None  # from the member's own reports, when instrumented
     epoch: int | None = None  # KIP-848 consumer, streams and share groups
     process_id: str = ""  # Kafka Streams application instance
+    # From the member's own configuration, when instrumented: "auto" (every
+    # auto_commit_interval seconds) or "manual"; None when its reports do not say.
+    commit_mode: str | None = None
+    auto_commit_interval: float | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -101,6 +105,20 @@ class GroupRebalances:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class GroupExposure:
+    """Redelivery exposure (at-least-once): records consumers fetched but have not committed,
+    which a crash or a rebalance right now would deliver again (exporter/evaluate/exposure.py).
+
+    Known only from the consumers' own reports (instrumented consumers, Spark listeners)."""
+
+    records: int | None  # summed over ``partitions``; None when no partition's is known
+    partitions: dict[TP, int]  # position - committed, per partition known
+    # "auto", "manual", "mixed" (members differ) or None: what the instrumented members say
+    commit_mode: str | None
+    auto_commit_interval: float | None  # the longest interval of the members in "auto"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class GroupView:
     group: str
     type: GroupType
@@ -115,6 +133,7 @@ class GroupView:
     membership: str = "members"
     progress: GroupProgress | None = None  # rates, time to catch up, records lost
     rebalances: GroupRebalances | None = None  # None for Spark queries
+    exposure: GroupExposure | None = None  # records a crash would deliver again; None: unknown
 
     @property
     def notes(self) -> tuple[str, ...]:

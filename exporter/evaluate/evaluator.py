@@ -30,6 +30,7 @@ from exporter.contracts.status import Status
 from exporter.contracts.view import (
     SEVERITY,
     ClusterView,
+    GroupExposure,
     GroupView,
     MemberView,
     PartitionView,
@@ -37,6 +38,7 @@ from exporter.contracts.view import (
 )
 from exporter.evaluate.cadence import Gaps, learn_commit_gaps, member_allowance, new_gaps
 from exporter.evaluate.constants import REPORT_STALE_INTERVALS, UNREADABLE_GRACE_CYCLES
+from exporter.evaluate.exposure import consumer_exposure, group_exposure, spark_exposure
 from exporter.evaluate.lag import HwHistory, lag_seconds
 from exporter.evaluate.memory import (
     GroupMemory,
@@ -243,7 +245,7 @@ class Evaluator:
                          reasons=tuple(_group_reasons(g, st, parts, spark, membership, now)),
                          members=_member_views(g, c.report_by_member, now), partitions=tuple(parts),
                          spark=_spark_info(spark, now) if spark else None, epoch=g.epoch,
-                         membership=membership)
+                         membership=membership, exposure=_exposure(c, parts))
         st.last_view = view
         return view
 
@@ -452,13 +454,25 @@ def _group_status(g: GroupSample, parts: list[PartitionView], spark: SparkReport
 
 def _member_views(g: GroupSample, report_by_member: dict[str, ConsumerReport],
                   now: float) -> tuple[MemberView, ...]:
-    return tuple(
-        MemberView(member_id=m.member_id, client_id=m.client_id, host=m.host,
-                   partitions=len(m.assignment),
-                   last_poll_age=report_by_member[m.member_id].poll_age(now)
-                   if m.member_id in report_by_member else None,
-                   epoch=m.epoch, process_id=m.process_id)
-        for m in g.members)
+    def view(m: Member) -> MemberView:
+        rep = report_by_member.get(m.member_id)
+        return MemberView(member_id=m.member_id, client_id=m.client_id, host=m.host,
+                          partitions=len(m.assignment),
+                          last_poll_age=rep.poll_age(now) if rep is not None else None,
+                          epoch=m.epoch, process_id=m.process_id,
+                          commit_mode=rep.commit_mode if rep is not None else None,
+                          auto_commit_interval=rep.auto_commit_interval if rep is not None else None)
+    return tuple(view(m) for m in g.members)
+
+
+def _exposure(c: _GroupCycle, parts: list[PartitionView]) -> GroupExposure | None:
+    """Records fetched and not committed (exporter/evaluate/exposure.py): the Spark query's
+    running batch, else the instrumented consumers' position - committed."""
+    if c.spark is not None:
+        return group_exposure(spark_exposure(c.spark), ())
+    reports = {id(r): r for r in (*c.report_by_member.values(), *c.report_of.values())}
+    per_tp = consumer_exposure(parts, lambda tp: _report_for(c, tp, c.owner_of.get(tp)))
+    return group_exposure(per_tp, reports.values())
 
 def _reports_of(g: GroupSample, reports: list[ConsumerReport]
                 ) -> tuple[dict[TP, ConsumerReport], dict[str, ConsumerReport]]:

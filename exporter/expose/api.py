@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from exporter.contracts.view import ClusterView, GroupProgress, GroupRebalances, GroupView
+from exporter.contracts.view import ClusterView, GroupExposure, GroupProgress, GroupRebalances, GroupView
 
 
 def _round(v: float | None, nd: int = 3) -> float | None:
@@ -44,6 +44,7 @@ def group_summary(g: GroupView) -> dict[str, Any]:
         "max_lag_seconds": _round(g.max_lag_seconds),
         **progress_summary(g.progress),
         **rebalance_summary(g.rebalances),
+        **exposure_summary(g.exposure),
     }
 
 
@@ -55,6 +56,16 @@ def rebalance_summary(rb: GroupRebalances | None) -> dict[str, Any]:
         "rebalance_window_seconds": _round(rb.window_seconds) if rb else None,
         "rebalance_storm": rb.storm if rb else False,
         "rebalances_source": rb.source if rb else None,
+    }
+
+
+def exposure_summary(ex: GroupExposure | None) -> dict[str, Any]:
+    """Records fetched and not committed (what a crash now delivers again) and the commit
+    mode the instrumented members report (null when unknown)."""
+    return {
+        "redelivery_exposure_records": ex.records if ex else None,
+        "commit_mode": ex.commit_mode if ex else None,
+        "auto_commit_interval_seconds": _round(ex.auto_commit_interval) if ex else None,
     }
 
 
@@ -77,7 +88,8 @@ def group_doc(cluster: str, g: GroupView) -> dict[str, Any]:
     doc["members"] = [
         {"member_id": m.member_id, "client_id": m.client_id, "host": m.host,
          "partitions": m.partitions, "last_poll_age_seconds": _round(m.last_poll_age),
-         "member_epoch": m.epoch, "process_id": m.process_id or None}
+         "member_epoch": m.epoch, "process_id": m.process_id or None,
+         "commit_mode": m.commit_mode, "auto_commit_interval_seconds": _round(m.auto_commit_interval)}
         for m in g.members
     ]
     doc["group_epoch"] = g.epoch
@@ -87,7 +99,9 @@ def group_doc(cluster: str, g: GroupView) -> dict[str, Any]:
          "position_offset": p.position, "lag_offsets": p.lag_offsets,
          "lag_seconds": _round(p.lag_seconds), "stalled_seconds": _round(p.stalled_seconds),
          "status": p.status, "reason": p.reason or None, "owner": p.owner or None,
-         "subscribed": not p.unsubscribed, **_partition_progress(g, p.topic, p.partition)}
+         "subscribed": not p.unsubscribed, **_partition_progress(g, p.topic, p.partition),
+         "redelivery_exposure_records": g.exposure.partitions.get((p.topic, p.partition))
+         if g.exposure else None}
         for p in g.partitions
     ]
     if g.spark is not None:

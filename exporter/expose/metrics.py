@@ -92,6 +92,16 @@ FAMILIES: tuple[FamilyDoc, ...] = (
               "least, one per cycle in which the member ids changed (DescribeGroups has no "
               "generation), or what their instrumented members' own rebalance counts saw when more. "
               "Not served for Spark queries."),
+    FamilyDoc("kafka_consumergroup_partition_redelivery_exposure_records", "gauge",
+              ("cluster", "group", "topic", "partition"),
+              "Records fetched but not committed (at-least-once): position - committed, from the "
+              "consumer's own report; for a Spark query the running micro-batch's end - start "
+              "offsets (0 while none runs). What a crash or a rebalance right now would deliver "
+              "again. Only for instrumented consumers and Spark queries; absent when unknown."),
+    FamilyDoc("kafka_consumergroup_redelivery_exposure_records", "gauge", ("cluster", "group"),
+              "Records the group's consumers fetched but have not committed, summed over its "
+              "partitions (partition_redelivery_exposure_records): what a crash or a rebalance "
+              "right now would deliver again. Absent when no member reports its position."),
     FamilyDoc("kafka_consumergroup_member_last_poll_age_seconds", "gauge",
               ("cluster", "group", "client_id"),
               "Seconds since an instrumented member last polled (from its reports)."),

@@ -150,6 +150,21 @@ def render_rebalances(v: ClusterView, fam: dict[str, Lines]) -> None:
             out.add(_group_labels(v, g.group), g.rebalances.total)
 
 
+def render_exposure(v: ClusterView, fam: dict[str, Lines]) -> None:
+    """Records fetched and not committed, per partition and per group
+    (exporter/evaluate/exposure.py); absent where unknown."""
+    per_tp = fam["kafka_consumergroup_partition_redelivery_exposure_records"]
+    total = fam["kafka_consumergroup_redelivery_exposure_records"]
+    for g in v.groups.values():
+        ex = g.exposure
+        if ex is None or ex.records is None:
+            continue
+        gl = _group_labels(v, g.group)
+        total.add(gl, ex.records)
+        for (topic, partition), n in ex.partitions.items():
+            per_tp.add(f'{gl},topic="{escape_label(topic)}",partition="{partition}"', n)
+
+
 def render_unsubscribed(v: ClusterView, fam: dict[str, Lines]) -> None:
     """kafka_consumergroup_topic_unsubscribed: one series per topic a group holds offsets on
     but no member subscribes to, so that alerts can tell an abandoned topic from a consumed
@@ -182,6 +197,7 @@ def render_cluster(v: ClusterView, compat: frozenset[str] = frozenset()) -> Expo
     render_groups(v, fam, compat)
     render_progress(v, fam)
     render_rebalances(v, fam)
+    render_exposure(v, fam)
     render_unsubscribed(v, fam)
     render_spark(v, fam)
     out = list(fam.values())

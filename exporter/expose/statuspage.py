@@ -63,6 +63,22 @@ def _rebalances(g: GroupView) -> str:
     return f"<span class='down'>{text}</span>" if rb.storm else text
 
 
+def commit_mode_text(mode: str | None, interval: float | None) -> str:
+    """"auto every 5s", "manual", "mixed" or "" (not reported)."""
+    if mode == "auto" and interval is not None:
+        return f"auto every {fmt_duration(interval)}"
+    return mode or ""
+
+
+def _exposure(g: GroupView) -> str:
+    """Records a crash now would deliver again, and the commit mode the members report."""
+    ex = g.exposure
+    if ex is None:
+        return "&ndash;"
+    mode = commit_mode_text(ex.commit_mode, ex.auto_commit_interval)
+    return f"{_num(ex.records)}" + (f" <span class='reason'>{_e(mode)}</span>" if mode else "")
+
+
 def render(views: list[ClusterView], refresh_seconds: int = 10, now: float | None = None) -> str:
     now = time.time() if now is None else now
     out = [
@@ -79,10 +95,12 @@ def render(views: list[ClusterView], refresh_seconds: int = 10, now: float | Non
         out.append("<table><thead><tr><th>group / query</th><th>type</th><th>status</th>"
                    "<th>lag (offsets)</th><th>lag (seconds)</th><th>members</th>"
                    "<th>reason</th><th>catch-up</th><th>records lost</th>"
+                   "<th title='records fetched and not committed: a crash or a rebalance now "
+                   "delivers them again'>redelivery exposure</th>"
                    "<th title='in the storm window / since watched'>rebalances</th></tr></thead><tbody>")
         groups = sorted(v.groups.values(), key=lambda g: (-SEVERITY[g.status], g.group))
         if not groups:
-            out.append("<tr><td colspan='10'>no consumer groups seen</td></tr>")
+            out.append("<tr><td colspan='11'>no consumer groups seen</td></tr>")
         for g in groups:
             members = ", ".join(f"{m.client_id}@{m.host}" for m in g.members[:5])
             if len(g.members) > 5:
@@ -96,6 +114,7 @@ def render(views: list[ClusterView], refresh_seconds: int = 10, now: float | Non
                 f"<td>{len(g.members)} <span class='reason'>{_e(members)}</span></td>"
                 f"<td class='reason'>{reason}</td>"
                 f"<td class='num'>{_eta(g)}</td><td class='num'>{_lost(g)}</td>"
+                f"<td class='num exposure'>{_exposure(g)}</td>"
                 f"<td class='num'>{_rebalances(g)}</td></tr>")
         out.append("</tbody></table>")
     out.append(f"<p class='reason'>refreshes every {int(refresh_seconds)}s &middot; "

@@ -7,7 +7,8 @@ Format (JSON object, UTF-8, at most MAX_REPORT_BYTES), version 1::
                "sent_at": epoch s, "last_poll": epoch s, "interval": s,
                "partitions": [{"topic": str, "partition": int,
                                "position"?: int, "committed"?: int}],
-               "closed"?: bool, "rebalances"?: int}
+               "closed"?: bool, "rebalances"?: int,
+               "commit_mode"?: "auto"|"manual", "auto_commit_interval"?: s}
     spark:    {"v":1, "kind":"spark", "cluster"?: str, "group": str,
                "query_id": str, "run_id": str, "name"?: str|null,
                "sent_at": epoch s, "event": "started"|"progress"|"idle"|"heartbeat"|"terminated",
@@ -16,7 +17,15 @@ Format (JSON object, UTF-8, at most MAX_REPORT_BYTES), version 1::
                "processed_rows_per_second"?: number, "interval": s,
                "end_offsets": {topic: {partition: offset}},
                "latest_offsets": {topic: {partition: offset}},
-               "exception"?: str|null}
+               "exception"?: str|null,
+               "running_batch"?: null|{"batch_id": int, "start_offsets": {topic: {partition: offset}},
+                                       "end_offsets": {topic: {partition: offset}}}}
+
+Fields marked ``?`` are optional, so that reports of older reporters keep decoding:
+``commit_mode`` is the consumer's own configuration (``enable.auto.commit``, with
+``auto.commit.interval.ms`` as ``auto_commit_interval`` in seconds); ``running_batch`` is
+the micro-batch Spark has planned (its offset log) but not committed (its commit log):
+null when none is, absent when the listener cannot tell.
 
 ``rebalances``: how many rebalances the client took part in, cumulative (the Python
 client counts the assignments librdkafka hands it; the JVM interceptor reports the
@@ -69,9 +78,23 @@ class ConsumerReport:
     closed: bool
     received_at: float
     rebalances: int | None = None  # the client's own cumulative rebalance count
+    commit_mode: str | None = None  # "auto" | "manual"; None from reporters that do not say
+    auto_commit_interval: float | None = None  # seconds, with commit_mode "auto"
 
     def poll_age(self, now: float) -> float:
         return max(0.0, self.sent_at - self.last_poll) + max(0.0, now - self.received_at)
+
+
+COMMIT_MODES = ("auto", "manual")
+
+
+@dataclass(frozen=True, slots=True)
+class RunningBatch:
+    """A Spark micro-batch planned (offset log) and not yet committed (commit log)."""
+
+    batch_id: int | None
+    start_offsets: dict[TP, int]  # where it starts: the end of the last committed batch
+    end_offsets: dict[TP, int]
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +116,9 @@ class SparkReport:
     latest_offsets: dict[TP, int]
     exception: str | None
     received_at: float
+    # The batch planned but not committed: None when unknown (older listeners), else
+    # RunningBatch (no batch running: empty offset maps, batch_id None).
+    running: RunningBatch | None = None
 
     @property
     def terminated(self) -> bool:
@@ -216,12 +242,43 @@ def _consumer(d: dict[str, Any], group: str, sent_at: float, interval: float,
         raise ReportError("wrong_type", "closed must be a boolean")
     last_poll = _num(d, "last_poll", lo=1e9, hi=1e11)
     assert last_poll is not None
+    mode, auto_interval = _commit_mode(d)
     return ConsumerReport(
         group=group, client_id=_str(d, "client_id", empty=True) or "",
         member_id=_str(d, "member_id", empty=True) or "", host=_str(d, "host", empty=True) or "",
         sent_at=sent_at, last_poll=last_poll, interval=interval,
         positions=positions, committed=committed, closed=closed, received_at=received_at,
-        rebalances=_offset(d["rebalances"], "rebalances") if d.get("rebalances") is not None else None)
+        rebalances=_offset(d["rebalances"], "rebalances") if d.get("rebalances") is not None else None,
+        commit_mode=mode, auto_commit_interval=auto_interval)
+
+
+def _commit_mode(d: dict[str, Any]) -> tuple[str | None, float | None]:
+    """(``commit_mode``, ``auto_commit_interval``): both optional, the interval only with "auto"."""
+    mode = d.get("commit_mode")
+    if mode is not None and mode not in COMMIT_MODES:
+        raise ReportError("wrong_type", f"commit_mode must be one of {', '.join(COMMIT_MODES)}")
+    auto_interval = _num(d, "auto_commit_interval", required=False, lo=0.0, hi=86400 * 365)
+    if auto_interval is not None and mode != "auto":
+        raise ReportError("wrong_type", "auto_commit_interval without commit_mode auto")
+    return mode, auto_interval
+
+
+def _running_batch(d: dict[str, Any]) -> RunningBatch | None:
+    """A Spark report's ``running_batch``: None when absent (the listener cannot tell),
+    an empty RunningBatch when null (no batch running)."""
+    if "running_batch" not in d:
+        return None
+    rb = d["running_batch"]
+    if rb is None:
+        return RunningBatch(batch_id=None, start_offsets={}, end_offsets={})
+    if not isinstance(rb, dict):
+        raise ReportError("wrong_type", "running_batch must be an object or null")
+    batch_id = rb.get("batch_id")
+    if batch_id is None:
+        raise ReportError("wrong_type", "running_batch.batch_id must be an integer")
+    return RunningBatch(batch_id=_offset(batch_id, "running_batch.batch_id"),
+                        start_offsets=_offset_map(rb.get("start_offsets"), "running_batch.start_offsets"),
+                        end_offsets=_offset_map(rb.get("end_offsets"), "running_batch.end_offsets"))
 
 
 def _consumer_partitions(parts: Any) -> tuple[dict[TP, int], dict[TP, int]]:
@@ -269,4 +326,5 @@ def _spark(d: dict[str, Any], group: str, sent_at: float, interval: float,
         interval=interval,
         end_offsets=_offset_map(d.get("end_offsets"), "end_offsets"),
         latest_offsets=_offset_map(d.get("latest_offsets"), "latest_offsets"),
-        exception=(exc[:2000] if exc else None), received_at=received_at)
+        exception=(exc[:2000] if exc else None), received_at=received_at,
+        running=_running_batch(d))

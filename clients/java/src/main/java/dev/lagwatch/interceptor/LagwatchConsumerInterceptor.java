@@ -161,7 +161,8 @@ public final class LagwatchConsumerInterceptor<K, V> implements ConsumerIntercep
                     s.position, s.committed));
         }
         return ReportJson.consumer(settings.cluster, settings.groupId, settings.clientId, host(),
-                now, lastPollMs(now), settings.intervalMs, items, closed, rebalances.total());
+                now, lastPollMs(now), settings.intervalMs, items, closed, rebalances.total(),
+                settings.autoCommit ? settings.autoCommitIntervalMs : -1);
     }
 
     void sent() {

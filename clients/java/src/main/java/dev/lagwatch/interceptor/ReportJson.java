@@ -21,7 +21,7 @@ final class ReportJson {
 
     static String consumer(String cluster, String group, String clientId, String host, long sentAtMs,
                            long lastPollMs, long intervalMs, List<Partition> partitions, boolean closed,
-                           long rebalances) {
+                           long rebalances, long autoCommitIntervalMs) {
         StringBuilder b = new StringBuilder(256 + 64 * partitions.size());
         b.append("{\"v\":1,\"kind\":\"consumer\"");
         if (cluster != null && !cluster.isEmpty()) {
@@ -56,6 +56,12 @@ final class ReportJson {
         b.append("],\"closed\":").append(closed);
         if (rebalances >= 0) { // the consumer's own rebalance-total; left out when unknown
             b.append(",\"rebalances\":").append(rebalances);
+        }
+        // the consumer's own configuration: automatic commits every so often (< 0: manual)
+        if (autoCommitIntervalMs >= 0) {
+            b.append(",\"commit_mode\":\"auto\",\"auto_commit_interval\":").append(seconds(autoCommitIntervalMs));
+        } else {
+            b.append(",\"commit_mode\":\"manual\"");
         }
         b.append('}');
         return b.toString();

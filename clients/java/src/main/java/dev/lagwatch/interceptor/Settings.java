@@ -55,6 +55,10 @@ final class Settings {
     final long intervalMs;
     final long logIntervalMs;
     final List<String> consumerBootstrap;
+    /** The consumer's own {@code enable.auto.commit} (default true), reported as its commit mode. */
+    final boolean autoCommit;
+    /** The consumer's {@code auto.commit.interval.ms} (default 5000). */
+    final long autoCommitIntervalMs;
     /** Producer properties, sorted: equal maps share one {@link Publisher}. */
     final Map<String, Object> producer;
 
@@ -67,6 +71,9 @@ final class Settings {
         intervalMs = Math.max(100, number(c.get(PREFIX + "report.interval.ms"), DEFAULT_INTERVAL_MS));
         logIntervalMs = Math.max(0, number(c.get(PREFIX + "log.interval.ms"), DEFAULT_LOG_INTERVAL_MS));
         consumerBootstrap = list(c.get("bootstrap.servers"));
+        Object auto = c.get("enable.auto.commit");
+        autoCommit = auto == null || text(auto).isEmpty() || Boolean.parseBoolean(text(auto));
+        autoCommitIntervalMs = Math.max(0, number(c.get("auto.commit.interval.ms"), 5000));
         Map<String, Object> p = new TreeMap<>(PRODUCER_DEFAULTS);
         for (Map.Entry<String, ?> e : c.entrySet()) {
             String k = e.getKey();
