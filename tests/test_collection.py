@@ -5,6 +5,7 @@ with the same values."""
 
 from __future__ import annotations
 
+import dataclasses
 import pickle
 import re
 
@@ -107,11 +108,15 @@ def test_requests_per_cycle_do_not_grow_with_groups_and_pre_kip709_brokers_match
 @pytest.mark.unit
 def test_error_records_are_typed_and_cross_the_worker_pipe() -> None:
     assert tuple(ErrorStage) == ERROR_STAGES  # the label values of lagwatch_errors_total
-    e = pickle.loads(pickle.dumps(ErrorRecord("describe_group", "orders: NotCoordinator", "orders")))
-    assert e == ("describe_group", "orders: NotCoordinator")  # still a (stage, message) pair
-    assert (e.stage, e.group) == (ErrorStage.DESCRIBE_GROUP, "orders")
+    e = pickle.loads(pickle.dumps(ErrorRecord(stage="describe_group", group="orders",
+                                              message="orders: NotCoordinator", code=16)))
+    assert e == ErrorRecord(stage=ErrorStage.DESCRIBE_GROUP, group="orders",
+                            message="orders: NotCoordinator", code=16)
+    assert e.stage is ErrorStage.DESCRIBE_GROUP and str(e) == "describe_group: orders: NotCoordinator"
     with pytest.raises(ValueError):
-        ErrorRecord("descibe_group", "a typo is no new label value")
+        ErrorRecord(stage="descibe_group", message="a typo is no new label value")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        e.group = "billing"  # type: ignore[misc]
 
 
 @pytest.mark.unit
