@@ -5,7 +5,7 @@ then a SIGKILL of a group coordinator must not crash the Kafka worker, fail a cy
     .venv/bin/python -m bench.broker_faults [--out bench/results/broker-faults.md]
 
 One 3-broker KRaft cluster (replication factor 3), the exporter (``python -m exporter``,
-2 s interval), and 200 groups:
+2 s interval, ``--interval`` to change it), and 200 groups:
 
 - 196 commit-only groups, caught up on quiet topics (``ok``, no members);
 - 3 live groups (devenv/fleet_consumer.py, one commit per record; two classic, one KIP-848)
@@ -41,6 +41,7 @@ import yaml
 from devenv.fleet_workloads import Proc, ProducerProcess, TopicSpec, coordinators, create_topics, in_child
 from devenv.kafka import KafkaCluster
 from devenv.procs import children
+from exporter.evaluate.constants import UNREADABLE_GRACE_CYCLES
 from tests.exporter_proc import ExporterProcess, select, value
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -71,6 +72,8 @@ class Recorder(threading.Thread):
         self.scrapes: list[dict[str, Any]] = []
         self.missed = 0
         self.stop_flag = threading.Event()
+        self.expected: dict[str, str] = {}  # set once the fleet shows its statuses
+        self.reasons: dict[str, tuple[str, list[str]]] = {}  # group -> (status, reasons) off it
 
     def run(self) -> None:
         while not self.stop_flag.wait(0.5):
@@ -89,6 +92,16 @@ class Recorder(threading.Thread):
                 "errors": {dict(lab)["stage"]: v for lab, v in
                            select(m, "lagwatch_errors_total", cluster=CLUSTER).items()},
                 "duration": value(m, "lagwatch_cycle_duration_seconds", cluster=CLUSTER)})
+            self._why(statuses)
+
+    def _why(self, statuses: dict[str, str]) -> None:
+        """The reasons of the first few groups seen off their expected status."""
+        off = [g for g, want in self.expected.items() if statuses.get(g, "absent") != want
+               and g not in self.reasons]
+        for g in off[:2] if len(self.reasons) < 6 else ():
+            with contextlib.suppress(Exception):
+                doc = self.exp.api(f"clusters/{CLUSTER}/groups/{g}")
+                self.reasons[g] = (doc.get("status", "?"), list(doc.get("reasons", []))[:3])
 
     def last(self) -> dict[str, Any]:
         while not self.scrapes:
@@ -218,6 +231,7 @@ def run(workdir: Path, log: Any) -> Run:
         log("waiting for 200 groups: 199 ok, 1 stalled")
         rec.wait(lambda s: s["statuses"].get(stalled) == "stalled"
                  and all(s["statuses"].get(g) == "ok" for g in healthy), 300, "the fleet's statuses")
+        rec.expected = {**dict.fromkeys(healthy, "ok"), stalled: "stalled"}
         rec.wait_cycles(5)
         before = rec.last()
         coords = _coordinators(cluster, [*lives, stalled]) | _coordinators(cluster, list(commit_only))
@@ -234,7 +248,8 @@ def run(workdir: Path, log: Any) -> Run:
         rec.wait_cycles(15)
         r = Run(faults, rec, healthy, stalled, faults[0].start, faults[-1].end,
                 (before["t"], before["stalled_seconds"] or 0.0))
-        r.crashes_in_log = exp.output().count("Kafka worker process died")
+        out = exp.output()
+        r.crashes_in_log = out.count("Kafka worker process died") + out.count("Kafka worker did not answer")
         for p in procs:
             if not p.alive():
                 r.notes.append(f"consumer {p.name} died: {p.log_path.read_text()[-500:]}")
@@ -278,7 +293,8 @@ def analyse(r: Run) -> tuple[list[str], list[str]]:
     cyc = [x["cycles"] for x in during]
     figures = [
         f"| cycles from the first fault to the end | {cyc[-1] - cyc[0]:.0f} |",
-        f"| scrapes (every 0.5 s) / unanswered | {len(s)} / {r.rec.missed} |",
+        f"| scrapes / unanswered / longest gap between two | {len(s)} / {r.rec.missed} / "
+        f"{max(b['t'] - a['t'] for a, b in zip(s, s[1:], strict=False)):.1f} s |",
         f"| scrapes with `lagwatch_up` != 1 | {len(down)} |",
         f"| failed cycles by error stage ({', '.join(FAILED_STAGES)}) | "
         f"{', '.join(f'{k} {v:.0f}' for k, v in failed.items())} |",
@@ -306,6 +322,8 @@ def analyse(r: Run) -> tuple[list[str], list[str]]:
         checks.append(f"the stalled group was not stalled throughout: {dict(stalled)}")
     if restarts or abs(drift) > 3 * INTERVAL:
         checks.append(f"stalled_seconds restarted or drifted: {restarts[:3]}, drift {drift:+.1f} s")
+    figures += [f"| reasons of `{g}` when `{st}` | {'; '.join(rs)} |"
+                for g, (st, rs) in r.rec.reasons.items()]
     return figures, checks + r.notes
 
 
@@ -324,7 +342,10 @@ def report(r: Run, figures: list[str], checks: list[str], started: float, load: 
         f"{INTERVAL:g} s interval (request timeout 5 s, `stall_after` {STALL_AFTER:g} s), 196 "
         "commit-only groups caught up, 3 live groups (two classic, one KIP-848) and one stalled "
         "group (a member polling without committing while records arrive); a broker restart, then "
-        "SIGKILL of the stalled group's coordinator. A recorder scraped `/metrics` every 0.5 s.", "",
+        "SIGKILL of the stalled group's coordinator. A recorder scraped `/metrics` continuously "
+        f"(at most every 0.5 s). The exporter keeps an unreadable group's last judgement for "
+        f"{UNREADABLE_GRACE_CYCLES} cycles ({UNREADABLE_GRACE_CYCLES * INTERVAL:g} s here), then "
+        "shows it `error`.", "",
         f"- Machine: {os.cpu_count()} cores ({cpu}), {platform.system()} {platform.release()}; the "
         f"brokers, consumers and exporter on it, shared with other engineers' test runs (load "
         f"average {load[0]} at the start, {load[1]} at the end).",
@@ -335,9 +356,12 @@ def report(r: Run, figures: list[str], checks: list[str], started: float, load: 
 
 
 def main(argv: list[str] | None = None) -> int:
+    global INTERVAL  # noqa: PLW0603 - read by the recorder, the config and the report
     ap = argparse.ArgumentParser(prog="python -m bench.broker_faults", description=__doc__.split("\n")[0])
     ap.add_argument("--out", default=None, help="write the Markdown report here")
+    ap.add_argument("--interval", type=float, default=INTERVAL, help="exporter sampling interval, seconds")
     opts = ap.parse_args(argv)
+    INTERVAL = opts.interval
     started = time.time()
     load0 = f"{os.getloadavg()[0]:.1f}"
 
