@@ -82,8 +82,12 @@ class Recorder(threading.Thread):
             except Exception:  # noqa: BLE001 - counted: an unanswered scrape
                 self.missed += 1
                 continue
-            statuses = {dict(lab)["group"]: dict(lab)["status"] for lab, v in
-                        select(m, "kafka_consumergroup_status", cluster=CLUSTER).items() if v == 1}
+            try:  # statuses with their reasons, from the same record
+                docs = {d["group"]: d for d in _group_docs(self.exp.api(f"clusters/{CLUSTER}/groups"))}
+            except Exception:  # noqa: BLE001 - counted: an unanswered scrape
+                self.missed += 1
+                continue
+            statuses = {g: d["status"] for g, d in docs.items()}
             stalled = select(m, "kafka_consumergroup_stalled_seconds", group=self.stalled_group)
             self.scrapes.append({
                 "t": time.time(), "cycles": value(m, "lagwatch_cycles_total", cluster=CLUSTER) or 0,
@@ -92,16 +96,11 @@ class Recorder(threading.Thread):
                 "errors": {dict(lab)["stage"]: v for lab, v in
                            select(m, "lagwatch_errors_total", cluster=CLUSTER).items()},
                 "duration": value(m, "lagwatch_cycle_duration_seconds", cluster=CLUSTER)})
-            self._why(statuses)
-
-    def _why(self, statuses: dict[str, str]) -> None:
-        """The reasons of the first few groups seen off their expected status."""
-        off = [g for g, want in self.expected.items() if statuses.get(g, "absent") != want
-               and g not in self.reasons]
-        for g in off[:2] if len(self.reasons) < 6 else ():
-            with contextlib.suppress(Exception):
-                doc = self.exp.api(f"clusters/{CLUSTER}/groups/{g}")
-                self.reasons[g] = (doc.get("status", "?"), list(doc.get("reasons", []))[:3])
+            off = [g for g, want in self.expected.items() if statuses.get(g, "absent") != want
+                   and g not in self.reasons]
+            for g in off[:max(0, 6 - len(self.reasons))]:
+                d = docs.get(g, {})
+                self.reasons[g] = (d.get("status", "absent"), list(d.get("reasons", []))[:3])
 
     def last(self) -> dict[str, Any]:
         while not self.scrapes:
@@ -119,6 +118,10 @@ class Recorder(threading.Thread):
     def wait_cycles(self, n: int) -> None:
         start = self.last()["cycles"]
         self.wait(lambda s: s["cycles"] >= start + n, n * INTERVAL * 10 + 60, f"{n} cycles")
+
+
+def _group_docs(doc: Any) -> list[dict[str, Any]]:
+    return doc["groups"] if isinstance(doc, dict) else doc
 
 
 @dataclass
@@ -356,12 +359,13 @@ def report(r: Run, figures: list[str], checks: list[str], started: float, load: 
 
 
 def main(argv: list[str] | None = None) -> int:
-    global INTERVAL  # noqa: PLW0603 - read by the recorder, the config and the report
+    global INTERVAL, STALL_AFTER  # noqa: PLW0603 - read by the recorder, the config and the report
     ap = argparse.ArgumentParser(prog="python -m bench.broker_faults", description=__doc__.split("\n")[0])
     ap.add_argument("--out", default=None, help="write the Markdown report here")
     ap.add_argument("--interval", type=float, default=INTERVAL, help="exporter sampling interval, seconds")
+    ap.add_argument("--stall-after", type=float, default=STALL_AFTER, help="thresholds.stall_after, seconds")
     opts = ap.parse_args(argv)
-    INTERVAL = opts.interval
+    INTERVAL, STALL_AFTER = opts.interval, opts.stall_after
     started = time.time()
     load0 = f"{os.getloadavg()[0]:.1f}"
 
