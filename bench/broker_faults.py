@@ -16,7 +16,8 @@ One 3-broker KRaft cluster (replication factor 3), the exporter (``python -m exp
 Once every group shows its status, the faults, one after the other: a broker restart
 (SIGTERM, controlled shutdown) of a broker that coordinates some groups but not the stalled
 one, then SIGKILL of the stalled group's coordinator, restarted once its groups have moved.
-A recorder scrapes ``/metrics`` every 0.5 s throughout. Exit status 1 if a check failed.
+A recorder reads ``/metrics`` and the JSON API continuously (at most every 0.5 s). Exit
+status 1 if a check failed.
 """
 
 from __future__ import annotations
