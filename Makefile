@@ -5,7 +5,8 @@ SHELL := /bin/sh
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
-KAFKA_VERSION := 4.2.1
+KAFKA_VERSION := 4.4.0
+KAFKA_CLIENTS_VERSION := 4.2.1
 KAFKA_LEGACY_VERSION := 3.9.2
 SPARK_VERSION := 4.0.0
 SPARK35_VERSION := 3.5.3
@@ -49,7 +50,8 @@ $(VENV)/.installed: pyproject.toml
 jars:
 	@tools/fetch-jars kafka $(KAFKA_VERSION) .cache/kafka-$(KAFKA_VERSION)/libs
 	@tools/fetch-jars kafka $(KAFKA_LEGACY_VERSION) .cache/kafka-$(KAFKA_LEGACY_VERSION)/libs
-	@tools/fetch-jars streams $(KAFKA_VERSION) .cache/kafka-streams-$(KAFKA_VERSION)/libs
+	@tools/fetch-jars kafka $(KAFKA_CLIENTS_VERSION) .cache/kafka-$(KAFKA_CLIENTS_VERSION)/libs
+	@tools/fetch-jars streams $(KAFKA_CLIENTS_VERSION) .cache/kafka-streams-$(KAFKA_CLIENTS_VERSION)/libs
 	@tools/fetch-jars spark $(SPARK_VERSION) .cache/spark-kafka-$(SPARK_VERSION)/libs
 	@tools/fetch-jars spark $(SPARK35_VERSION) .cache/spark-kafka-$(SPARK35_VERSION)/libs
 	@tools/fetch-jars spark $(SPARK_NEWEST_VERSION) .cache/spark-kafka-$(SPARK_NEWEST_VERSION)/libs

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import functools
+import zipfile
 from dataclasses import dataclass
+from pathlib import Path
 
 from devenv.kafka import KafkaCluster
 
@@ -68,7 +71,18 @@ def list_groups(cluster: KafkaCluster) -> list[str]:
 
 SHARE_GROUP_COMMAND = "org.apache.kafka.tools.consumer.group.ShareGroupCommand"
 STREAMS_GROUP_COMMAND = "org.apache.kafka.tools.streams.StreamsGroupCommand"
-CONFIG_COMMAND = "kafka.admin.ConfigCommand"  # kafka-configs (still in the core jar in 4.2)
+
+
+@functools.cache
+def _config_command(libs: Path) -> str:
+    """kafka-configs' main class: in kafka-tools (Java) from Kafka 4.4 on, in the core jar
+    (Scala) before."""
+    java = "org.apache.kafka.tools.ConfigCommand"
+    for jar in sorted(libs.glob("kafka-tools-*.jar")):
+        with zipfile.ZipFile(jar) as z:
+            if java.replace(".", "/") + ".class" in z.namelist():
+                return java
+    return "kafka.admin.ConfigCommand"
 
 
 def _tables(text: str) -> list[dict[str, str]]:
@@ -102,7 +116,7 @@ def set_share_auto_offset_reset_earliest(cluster: KafkaCluster, group: str) -> N
     themselves. Set it before the group's first member joins; it only matters for partitions the
     group has no state for yet.
     """
-    cluster.run_tool(CONFIG_COMMAND, "--bootstrap-server", cluster.bootstrap_servers,
+    cluster.run_tool(_config_command(cluster.libs), "--bootstrap-server", cluster.bootstrap_servers,
                      "--entity-type", "groups", "--entity-name", group,
                      "--alter", "--add-config", "share.auto.offset.reset=earliest")
 

@@ -12,7 +12,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 CACHE = Path(os.environ.get("LAGWATCH_CACHE", ROOT / ".cache"))
-DEFAULT_KAFKA_VERSION = "4.2.1"
+# The brokers the suite, the demo and the benchmarks run (3.9.2 is the legacy check).
+DEFAULT_KAFKA_VERSION = "4.4.0"
+# The JVM clients and Kafka Streams of devenv/jvm, and the kafka-clients jar that
+# exporter/kafka/messages/ copies its message definitions from.
+CLIENTS_KAFKA_VERSION = "4.2.1"
 SPARK_VERSION = "4.0.0"
 # The Spark 3.5 driver the tests run (its own virtualenv, devenv/pyenvs.py). 3.5.3 is the newest
 # 3.5 whose connector resolves with all its dependencies from Maven Central as reachable here.
@@ -57,7 +61,7 @@ def spark_kafka_jars(version: str = SPARK_VERSION, fetch: bool = True) -> list[P
     return sorted(dest.glob("*.jar"))
 
 
-def kafka_streams_libs(version: str = DEFAULT_KAFKA_VERSION, fetch: bool = True) -> Path:
+def kafka_streams_libs(version: str = CLIENTS_KAFKA_VERSION, fetch: bool = True) -> Path:
     """Kafka Streams and its kafka-clients (no RocksDB), for JVM consumer tests."""
     dest = CACHE / f"kafka-streams-{version}" / "libs"
     if not (dest / ".complete").exists():

@@ -16,7 +16,7 @@ import threading
 import time
 from pathlib import Path
 
-from devenv.jars import CACHE, DEFAULT_KAFKA_VERSION, interceptor_jar, kafka_libs, kafka_streams_libs
+from devenv.jars import CACHE, CLIENTS_KAFKA_VERSION, interceptor_jar, kafka_libs, kafka_streams_libs
 from devenv.kafka import die_with_parent, java_binary
 
 SOURCES = Path(__file__).resolve().parent / "jvm"
@@ -42,7 +42,7 @@ def compiled() -> Path:
     return out
 
 
-def classpath(kafka_version: str = DEFAULT_KAFKA_VERSION, streams: bool = False) -> str:
+def classpath(kafka_version: str = CLIENTS_KAFKA_VERSION, streams: bool = False) -> str:
     libs = kafka_streams_libs(kafka_version) if streams else kafka_libs(kafka_version)
     return f"{libs}/*:{interceptor_jar()}:{compiled()}"
 
@@ -50,7 +50,7 @@ def classpath(kafka_version: str = DEFAULT_KAFKA_VERSION, streams: bool = False)
 class JvmApp:
     """One program as a child process; its stdout lines are collected with their arrival time."""
 
-    def __init__(self, main: str, *args: str, kafka_version: str = DEFAULT_KAFKA_VERSION,
+    def __init__(self, main: str, *args: str, kafka_version: str = CLIENTS_KAFKA_VERSION,
                  streams: bool = False, jvm_opts: tuple[str, ...] = ()) -> None:
         self.name = main
         self.lines: list[tuple[float, str]] = []

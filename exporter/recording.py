@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from exporter.config import GroupThresholds, Thresholds
+from exporter.contracts.errors import ErrorRecord
 from exporter.contracts.snapshot import Snapshot
 from exporter.evaluate.evaluator import Evaluator
 from exporter.reports.decode import ConsumerReport, SparkReport
@@ -80,6 +81,8 @@ def _dec(tp: Any, v: Any) -> Any:
     if origin in (typing.Union, types.UnionType):
         inner = [a for a in typing.get_args(tp) if a is not type(None)]
         return _dec(inner[0], v)
+    if tp is ErrorRecord and isinstance(v, list):  # written as a [stage, message] pair before
+        return ErrorRecord(stage=v[0], message=v[1])
     if dataclasses.is_dataclass(tp):
         hints = typing.get_type_hints(tp)
         return tp(**{k: _dec(hints[k], x) for k, x in v.items()})

@@ -22,7 +22,7 @@ from exporter.contracts.sampling import SamplerMemory
 from exporter.contracts.snapshot import Snapshot
 from exporter.evaluate.evaluator import Evaluator
 from exporter.expose.render import render_cluster
-from exporter.kafka.worker import KafkaWorker, SampleResult, WorkerCrashed
+from exporter.kafka.worker import KafkaWorker, SampleReply, WorkerCrashed
 from exporter.logs import TRANSITION
 from exporter.recording import Writer, header
 from exporter.reports.decode import SparkReport
@@ -97,7 +97,7 @@ class ClusterRunner:
         t0 = time.monotonic()
         try:
             try:
-                res: SampleResult | None = self.worker.sample(self.memory)
+                res: SampleReply | None = self.worker.sample(self.memory)
                 crash = ""
             except WorkerCrashed as e:
                 if self._stop.is_set():  # killed by our own shutdown: nothing to report
@@ -106,7 +106,7 @@ class ClusterRunner:
             if res is None:
                 snap = Snapshot(cluster=self.cfg.name, taken_at=time.time(),
                                 duration=time.monotonic() - t0, partitions={}, groups={},
-                                errors=(ErrorRecord(ErrorStage.WORKER_CRASH, crash),), ok=False)
+                                errors=(ErrorRecord(stage=ErrorStage.WORKER_CRASH, message=crash),), ok=False)
                 consumer_reports: dict = {}
                 spark_reports: dict = {}
             else:
@@ -115,7 +115,7 @@ class ClusterRunner:
                 self._count(res)
                 if res.memory is not None:
                     self.memory = res.memory
-            self.errors.update(stage for stage, _msg in snap.errors)
+            self.errors.update(e.stage for e in snap.errors)
             exact_ts: dict[tuple[str, int, int], float] = {}
             if snap.ok:
                 exact_ts = self._exact_timestamps(snap, spark_reports)
@@ -131,8 +131,8 @@ class ClusterRunner:
                     log.error("cluster %s: %s", self.cfg.name, crash)
             elif self._failures:
                 log.info("cluster %s: sampling recovered", self.cfg.name)
-            for stage, msg in snap.errors if snap.ok else ():
-                log.warning("cluster %s: %s: %s", self.cfg.name, stage, msg)
+            for e in snap.errors if snap.ok else ():
+                log.warning("cluster %s: %s: %s", self.cfg.name, e.stage, e.message)
             # The render is part of the cycle: the record is complete before anyone sees it.
             exposition = render_cluster(view, self.compat)
             self.store.publish(ClusterRecord(view=view, stats=self._stats(t0), exposition=exposition))
@@ -168,7 +168,7 @@ class ClusterRunner:
                          cycle_duration=time.monotonic() - t0, errors=frozen_counts(self.errors),
                          reports_received=self.reports_received, reports_dropped=self.reports_dropped)
 
-    def _count(self, res: SampleResult) -> None:
+    def _count(self, res: SampleReply) -> None:
         """Keep the counters, not the result (its snapshot would stay alive for a cycle).
         A restarted worker counts requests from 0 again: the total stays monotonic."""
         if self._worker_gen != self.worker.restarts:  # a new worker process

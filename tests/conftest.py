@@ -21,7 +21,7 @@ from tests.exporter_proc import ExporterProcess, parse_metrics
 from tests.recorded import record_dir
 
 ROOT_DIR = Path(__file__).resolve().parent.parent
-KAFKA_VERSION = os.environ.get("LAGWATCH_TEST_KAFKA_VERSION", "4.2.1")
+KAFKA_VERSION = os.environ.get("LAGWATCH_TEST_KAFKA_VERSION", "4.4.0")
 
 
 # Waits are hang guards, not timing assertions (those count exporter cycles): each waits

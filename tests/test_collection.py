@@ -5,6 +5,7 @@ with the same values."""
 
 from __future__ import annotations
 
+import dataclasses
 import pickle
 import re
 
@@ -15,11 +16,14 @@ from devenv.kafka import KafkaCluster
 from exporter.config import ClusterConfig, Filters
 from exporter.contracts.errors import ErrorRecord, ErrorStage
 from exporter.expose.metrics import ERROR_STAGES
+from exporter.kafka import broker_requests
 from exporter.kafka.broker_requests import (
     MAX_ELEMENTS,
     UNKNOWN_WEIGHT,
     BrokerRequests,
     _chunks,
+    _list_offsets_request,
+    _partition_chunks,
     kafka_python_config,
     parse_offset_fetch,
 )
@@ -40,6 +44,25 @@ def test_batches_stay_under_the_element_limit() -> None:
     assert _chunks(["huge", "small"], {"huge": 2 * MAX_ELEMENTS, "small": 1}) == [["huge"], ["small"]]
     # groups never read before count as UNKNOWN_WEIGHT each: 2,000 of them are one request
     assert len(_chunks([f"g{i}" for i in range(2000)], {})) == 2000 * UNKNOWN_WEIGHT // MAX_ELEMENTS + 1
+
+
+@pytest.mark.unit
+def test_list_offsets_requests_stay_under_the_element_limit(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each ListOffsets (one per leader) is split so that its topics plus partitions stay
+    within MAX_ELEMENTS: Kafka 4.4 rejects a decoded array over 1,000,000 elements."""
+    assert MAX_ELEMENTS < 1_000_000
+    # 100,000 partitions on one leader (2,000 groups x 50 partitions): still one request
+    assert len(_partition_chunks([("t", p) for p in range(100_000)])) == 1
+    assert [len(c) for c in _partition_chunks([("t", p) for p in range(300_000)])] == [
+        MAX_ELEMENTS - 1, 300_000 - MAX_ELEMENTS + 1]
+    monkeypatch.setattr(broker_requests, "MAX_ELEMENTS", 10)
+    tps = [(t, p) for t in ("a", "b", "c") for p in range(7)]
+    chunks = _partition_chunks(tps)
+    assert sorted(tp for c in chunks for tp in c) == sorted(tps)
+    assert len(chunks) == 3
+    for c in chunks:
+        req = _list_offsets_request(c, -1, -1, 0)
+        assert len(req.topics) + sum(len(t.partitions) for t in req.topics) <= 10
 
 
 @pytest.mark.unit
@@ -107,11 +130,15 @@ def test_requests_per_cycle_do_not_grow_with_groups_and_pre_kip709_brokers_match
 @pytest.mark.unit
 def test_error_records_are_typed_and_cross_the_worker_pipe() -> None:
     assert tuple(ErrorStage) == ERROR_STAGES  # the label values of lagwatch_errors_total
-    e = pickle.loads(pickle.dumps(ErrorRecord("describe_group", "orders: NotCoordinator", "orders")))
-    assert e == ("describe_group", "orders: NotCoordinator")  # still a (stage, message) pair
-    assert (e.stage, e.group) == (ErrorStage.DESCRIBE_GROUP, "orders")
+    e = pickle.loads(pickle.dumps(ErrorRecord(stage="describe_group", group="orders",
+                                              message="orders: NotCoordinator", code=16)))
+    assert e == ErrorRecord(stage=ErrorStage.DESCRIBE_GROUP, group="orders",
+                            message="orders: NotCoordinator", code=16)
+    assert e.stage is ErrorStage.DESCRIBE_GROUP and str(e) == "describe_group: orders: NotCoordinator"
     with pytest.raises(ValueError):
-        ErrorRecord("descibe_group", "a typo is no new label value")
+        ErrorRecord(stage="descibe_group", message="a typo is no new label value")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        e.group = "billing"  # type: ignore[misc]
 
 
 @pytest.mark.unit

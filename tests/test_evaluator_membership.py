@@ -11,6 +11,7 @@ from __future__ import annotations
 import pytest
 
 from exporter.config import Thresholds
+from exporter.contracts.errors import ErrorRecord
 from exporter.contracts.snapshot import TP, GroupSample, Member, PartitionOffsets, Snapshot
 from exporter.contracts.status import Status
 from exporter.contracts.view import GroupView
@@ -95,7 +96,7 @@ def test_an_empty_group_first_listed_after_a_sampling_error_is_not_taken_for_a_n
     whose offsets do not move, not given an outside client's allowance."""
     ev = Evaluator("c", _th(30), interval=1)
     ev.evaluate(Snapshot(cluster="c", taken_at=T0, duration=0.01, partitions={NEW: _offsets(0)}, groups={},
-                         errors=(("list_groups", "broker 2: timed out"),)))
+                         errors=(ErrorRecord(stage="list_groups", message="broker 2: timed out"),)))
     views = [_sample(ev, t, {NEW: 0}, {NEW: RATE * t}) for t in range(1, 10)]
     assert views[-1].status == Status.STOPPED and views[-1].membership == "none"
 

@@ -10,7 +10,7 @@ from exporter.config import ClusterConfig
 from exporter.contracts.errors import ErrorRecord
 from exporter.contracts.sampling import ListedGroup
 from exporter.contracts.snapshot import GroupSample
-from exporter.kafka.sampler import LISTING_GRACE_CYCLES, Sampler
+from exporter.kafka.sampler import GROUP_ID_NOT_FOUND, LISTING_GRACE_CYCLES, Sampler
 
 pytestmark = pytest.mark.unit
 
@@ -44,12 +44,28 @@ def test_a_group_back_in_the_listing_starts_its_grace_afresh(sampler: Sampler) -
 
 def test_a_bridged_group_the_coordinator_calls_dead_goes_at_once(sampler: Sampler) -> None:
     sampler._bridge(_listing("orders", "gone", "streams-app"), _listing("orders"))
-    errors = [ErrorRecord("describe_group", "streams-app: GroupIdNotFoundError (69)", "streams-app"),
-              ErrorRecord("describe_group", "orders: COORDINATOR_LOAD_IN_PROGRESS", "orders")]
+    load = ErrorRecord(stage="describe_group", group="orders", code=14,
+                       message="orders: COORDINATOR_LOAD_IN_PROGRESS")
+    errors = [ErrorRecord(stage="describe_group", group="streams-app", code=GROUP_ID_NOT_FOUND,
+                          message="streams-app: GroupIdNotFoundError (69)"), load]
     groups = {"orders": GroupSample(group_id="orders", type="classic", state="stable"),
               "gone": GroupSample(group_id="gone", type="classic", state="dead"),
               "streams-app": GroupSample(group_id="streams-app", type="streams", state="unknown",
                                          error="describe: GroupIdNotFoundError (69)")}
     assert sorted(sampler._drop_gone(groups, errors)) == ["orders"]
-    assert errors == [("describe_group", "orders: COORDINATOR_LOAD_IN_PROGRESS")]
-    assert errors[0].group == "orders"
+    assert errors == [load]
+
+
+def test_a_deleted_group_is_recognised_by_its_error_code_not_its_text(sampler: Sampler) -> None:
+    """The code decides: a message that names GROUP_ID_NOT_FOUND with another code keeps its
+    group, a code 69 with any message drops it."""
+    sampler._bridge(_listing("orders", "renamed", "deleted"), _listing("orders"))
+    misleading = ErrorRecord(stage="offset_fetch", group="renamed", code=15,
+                             message="renamed: GROUP_ID_NOT_FOUND GroupIdNotFound (a quoted text)")
+    errors = [misleading,
+              ErrorRecord(stage="describe_group", group="deleted", code=GROUP_ID_NOT_FOUND, message="?")]
+    groups = {g: GroupSample(group_id=g, type="consumer", state="unknown", error="describe: ?")
+              for g in ("orders", "renamed", "deleted")}
+    assert sorted(sampler._drop_gone(groups, errors)) == ["orders", "renamed"]
+    assert errors == [misleading]
+    assert GROUP_ID_NOT_FOUND == 69  # Kafka's protocol error code, not a local number

@@ -17,7 +17,7 @@ import pytest
 from kafka.protocol.admin import DescribeGroupsResponse
 from kafka.protocol.consumer.metadata import ConsumerProtocolSubscription
 
-from devenv.jars import kafka_libs
+from devenv.jars import CLIENTS_KAFKA_VERSION, kafka_libs
 from devenv.kafka import KafkaCluster
 from exporter.kafka import messages as kafka_messages
 from exporter.kafka.broker_requests import (
@@ -258,7 +258,7 @@ def test_classic_member_subscriptions_from_their_metadata() -> None:
 def test_shipped_message_definitions_are_kafkas_own() -> None:
     """exporter/kafka/messages/*.json equal the kafka-clients jar's (the jars `make setup`
     fetches from Maven Central)."""
-    jar = next(kafka_libs().glob("kafka-clients-*.jar"))
+    jar = next(kafka_libs(CLIENTS_KAFKA_VERSION).glob("kafka-clients-*.jar"))
     shipped = sorted(Path(kafka_messages.__file__).parent.glob("*.json"))
     assert len(shipped) == 8
     with zipfile.ZipFile(jar) as z:

@@ -3,6 +3,7 @@ the ``stage`` label of lagwatch_errors_total) and the group an error concerns.""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from enum import StrEnum
 
 
@@ -21,25 +22,17 @@ class ErrorStage(StrEnum):
     CYCLE = "cycle"  # the runner's own cycle raised
 
 
-class ErrorRecord(tuple):
-    """One error: a (stage, message) pair, as Snapshot.errors has always held, plus the
-    group it concerns (None for a broker or the whole cycle) as an attribute, so nobody
-    parses the group id back out of the message."""
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ErrorRecord:
+    """One error of a cycle."""
 
-    group: str | None
+    stage: ErrorStage  # where it happened; a string is converted, a typo raises ValueError
+    message: str  # what happened, for people (logs, last_error); never parsed
+    group: str | None = None  # the group it concerns; None for a broker or the whole cycle
+    code: int | None = None  # the Kafka error code of a per-group answer (None: no answer)
 
-    def __new__(cls, stage: ErrorStage | str, message: str, group: str | None = None) -> ErrorRecord:
-        self = super().__new__(cls, (ErrorStage(stage), message))
-        self.group = group
-        return self
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "stage", ErrorStage(self.stage))
 
-    def __getnewargs__(self) -> tuple[ErrorStage, str, str | None]:  # type: ignore[override]
-        return self[0], self[1], self.group
-
-    @property
-    def stage(self) -> ErrorStage:
-        return self[0]
-
-    @property
-    def message(self) -> str:
-        return self[1]
+    def __str__(self) -> str:
+        return f"{self.stage}: {self.message}"

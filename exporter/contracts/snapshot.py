@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from exporter.contracts.errors import ErrorRecord
+
 TP = tuple[str, int]  # (topic, partition)
 
 
@@ -85,6 +87,6 @@ class Snapshot:
     duration: float
     partitions: dict[TP, PartitionOffsets]
     groups: dict[str, GroupSample]
-    errors: tuple[tuple[str, str], ...] = ()  # (stage, message) of failures this cycle
+    errors: tuple[ErrorRecord, ...] = ()  # the failures of this cycle
     ok: bool = True  # False when the cluster itself could not be read
     brokers: int = 0

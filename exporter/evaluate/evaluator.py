@@ -134,7 +134,7 @@ class Evaluator:
                 cluster=self.cluster, up=False, sampled_at=prev.sampled_at if prev else 0.0,
                 sample_duration=snap.duration, partitions=prev.partitions if prev else {},
                 groups=prev.groups if prev else {},
-                last_error="; ".join(f"{s}: {m}" for s, m in snap.errors),
+                last_error="; ".join(str(e) for e in snap.errors),
                 brokers=snap.brokers)
         self._update_history(snap, now)
         self._lag_memo: dict[tuple[str, int, int], float | None] = {}
@@ -164,7 +164,7 @@ class Evaluator:
         views, dropped = self._cap(views)
         view = ClusterView(cluster=self.cluster, up=True, sampled_at=snap.taken_at,
                            sample_duration=snap.duration, partitions=snap.partitions,
-                           groups=views, last_error="; ".join(f"{s}: {m}" for s, m in snap.errors[:3]),
+                           groups=views, last_error="; ".join(str(e) for e in snap.errors[:3]),
                            brokers=snap.brokers, dropped_group_partitions=dropped)
         self.last_good = view
         return view

@@ -380,11 +380,12 @@ class BrokerRequests:
     def list_offsets(self, by_leader: dict[int, list[TP]], timestamp: int = LATEST,
                      replica_id: int = -1, isolation_level: int = 0
                      ) -> tuple[dict[TP, int], list[str]]:
-        """One ListOffsets per leader for all its partitions. ``replica_id`` -2 asks for the
-        leader's log end offset (DEBUGGING_REPLICA_ID); -1 with ``timestamp`` -2 / -1 for
-        the log start offset / the high watermark (isolation 0) or LSO (isolation 1)."""
-        calls = [(leader, _list_offsets_request(tps, timestamp, replica_id, isolation_level))
-                 for leader, tps in by_leader.items()]
+        """One ListOffsets per leader for all its partitions (split by MAX_ELEMENTS).
+        ``replica_id`` -2 asks for the leader's log end offset (DEBUGGING_REPLICA_ID); -1
+        with ``timestamp`` -2 / -1 for the log start offset / the high watermark
+        (isolation 0) or LSO (isolation 1)."""
+        calls = [(leader, _list_offsets_request(part, timestamp, replica_id, isolation_level))
+                 for leader, tps in by_leader.items() for part in _partition_chunks(tps)]
         return _offsets_of(calls, self._gather(calls))
 
     def log_end_offsets(self, by_leader: dict[int, list[TP]]) -> tuple[dict[TP, int], list[str]]:
@@ -545,8 +546,10 @@ class BrokerRequests:
         return out
 
 
-# Array elements one batched response may carry (groups + topics + partitions): well under
-# the 1,000,000 that Kafka 4.4's readers accept for one decoded array.
+# Array elements one batched request or response may carry (groups + topics + partitions,
+# all its arrays together): well under the 1,000,000 elements that Kafka 4.4's readers
+# accept for one decoded array, whichever array of a message holds them. OffsetFetch and
+# the describes are split by group (_chunks), ListOffsets by partition (_partition_chunks).
 MAX_ELEMENTS = 250_000
 UNKNOWN_WEIGHT = 100  # elements assumed for a group not read before
 
@@ -562,6 +565,22 @@ def _chunks(ids: list[str], weight: dict[str, int]) -> list[list[str]]:
             total = 0
         out[-1].append(g)
         total += w
+    return out
+
+
+def _partition_chunks(tps: list[TP]) -> list[list[TP]]:
+    """``tps`` in runs whose topics plus partitions stay within MAX_ELEMENTS: one
+    ListOffsets each (a leader of fewer partitions gets one request)."""
+    out: list[list[TP]] = [[]]
+    total, topic = 0, None
+    for tp in sorted(tps):
+        cost = 1 if tp[0] == topic else 2  # a topic's first partition also opens its entry
+        if out[-1] and total + cost > MAX_ELEMENTS:
+            out.append([])
+            total, cost = 0, 2
+        out[-1].append(tp)
+        total += cost
+        topic = tp[0]
     return out
 
 

@@ -31,6 +31,7 @@ from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
+from kafka.errors import GroupIdNotFoundError
 
 from exporter.config import ClusterConfig
 from exporter.contracts.errors import ErrorRecord, ErrorStage
@@ -49,6 +50,9 @@ log = logging.getLogger("lagwatch.sampler")
 # Errors that explain a metadata timeout: librdkafka reports them only through error_cb.
 _CREDENTIAL_ERRORS = (KafkaError._AUTHENTICATION, KafkaError.SASL_AUTHENTICATION_FAILED, KafkaError._SSL)
 CREDENTIAL_GRACE = 1.0  # seconds a metadata request may still answer after a credential error
+# The error code with which a coordinator says a group does not exist (deleted), in the
+# answer of a KIP-848 / streams / share describe; a classic group is "dead" instead.
+GROUP_ID_NOT_FOUND = GroupIdNotFoundError.errno
 
 
 def client_config(cfg: ClusterConfig, **extra: Any) -> dict[str, Any]:
@@ -195,8 +199,8 @@ class Sampler:
 
         def failed(stage: ErrorStage, why: str, brokers: int = 0) -> Snapshot:
             return Snapshot(cluster=self.cfg.name, taken_at=taken_at, duration=time.monotonic() - t0,
-                            partitions={}, groups={}, errors=(ErrorRecord(stage, why),), ok=False,
-                            brokers=brokers)
+                            partitions={}, groups={}, errors=(ErrorRecord(stage=stage, message=why),),
+                            ok=False, brokers=brokers)
 
         if self.extra is None:
             return failed(ErrorStage.METADATA, f"unsupported client settings: {self._unsupported}")
@@ -254,7 +258,7 @@ class Sampler:
         except Exception as e:  # noqa: BLE001 - fall back to the last known list of groups
             got, failures = {}, [_err_text(e)]
         listed = {g: lg for g, lg in got.items() if self.cfg.filters.group_ok(g)}
-        errors.extend(ErrorRecord(ErrorStage.LIST_GROUPS, f) for f in failures)
+        errors.extend(ErrorRecord(stage=ErrorStage.LIST_GROUPS, message=f) for f in failures)
         if self._new_types is None and not failures:
             self._new_types = self.extra.new_group_types()  # from the version answer: no request
             if not self._new_types:
@@ -266,7 +270,8 @@ class Sampler:
         if failures and not got:
             if not self.memory.last_listed:
                 return None, "; ".join(failures)
-            errors.append(ErrorRecord(ErrorStage.LIST_GROUPS, "using the groups known last cycle"))
+            errors.append(ErrorRecord(stage=ErrorStage.LIST_GROUPS,
+                                      message="using the groups known last cycle"))
         if failures:
             listed = {**self.memory.last_listed, **listed}
         listed = self._bridge(self.memory.last_listed, listed)
@@ -295,14 +300,14 @@ class Sampler:
     def _drop_gone(self, groups: dict[str, GroupSample], errors: list[ErrorRecord]
                    ) -> dict[str, GroupSample]:
         """Bridged groups that the coordinator says no longer exist go at once (deleted)."""
+        not_found = {e.group for e in errors if e.code == GROUP_ID_NOT_FOUND}
         gone = {gid for gid in self.memory.absent if gid in groups and (
-            groups[gid].state == "dead" or any(
-                code in (groups[gid].error or "") for code in ("GroupIdNotFound", "GROUP_ID_NOT_FOUND")))}
+            groups[gid].state == "dead" or gid in not_found)}
         for gid in gone:
             del groups[gid]
             del self.memory.absent[gid]
         if gone:
-            errors[:] = [e for e in errors if getattr(e, "group", None) not in gone]
+            errors[:] = [e for e in errors if e.group not in gone]
         return groups
 
     def _bridge(self, last: dict[str, Any], now: dict[str, Any]) -> dict[str, Any]:
@@ -332,10 +337,10 @@ class Sampler:
         try:
             got = call(*args)
         except Exception as e:  # noqa: BLE001 - isolated to these groups
-            errors.append(ErrorRecord(stage, _err_text(e)))
+            errors.append(ErrorRecord(stage=stage, message=_err_text(e)))
             return {g: e for g in args[0]}
         finally:
-            errors.extend(ErrorRecord(stage, f) for f in self.extra.take_failures())
+            errors.extend(ErrorRecord(stage=stage, message=f) for f in self.extra.take_failures())
         return got
 
     def _read_groups(self, listed: dict[str, ListedGroup], errors: list[ErrorRecord]
@@ -379,8 +384,8 @@ class Sampler:
             except Exception as e:  # noqa: BLE001 - the values stay unknown this cycle
                 got, failures = {}, [_err_text(e)]
             if failures:
-                errors.append(ErrorRecord(ErrorStage.LEO if name == "leo" else ErrorStage.LIST_OFFSETS,
-                                          f"{name}: {'; '.join(failures)}"))
+                errors.append(ErrorRecord(stage=ErrorStage.LEO if name == "leo" else ErrorStage.LIST_OFFSETS,
+                                          message=f"{name}: {'; '.join(failures)}"))
             values[name] = got
         return {tp: PartitionOffsets(
             leader=pm.leader, replicas=len(pm.replicas), isr=len(pm.isrs),
@@ -443,9 +448,15 @@ def _committed(gid: str, offs: Committed | Exception | None, errors: list[ErrorR
         return {}, "offset fetch: no answer"
     if offs.error is not None:
         if offs.error_code != REQUEST_FAILED:  # a failed request was counted once
-            errors.append(ErrorRecord(ErrorStage.OFFSET_FETCH, f"{gid}: {offs.error}", gid))
+            errors.append(_group_error(ErrorStage.OFFSET_FETCH, gid, offs))
         return {}, f"offset fetch: {offs.error}"
     return offs.offsets, None
+
+
+def _group_error(stage: ErrorStage, gid: str, answer: Committed | DescribedGroup | ShareOffsets
+                 ) -> ErrorRecord:
+    """A group's own error in a broker's answer, with its Kafka error code."""
+    return ErrorRecord(stage=stage, group=gid, message=f"{gid}: {answer.error}", code=answer.error_code)
 
 
 def _described(gid: str, gtype: GroupType, lst: ListedGroup, d: DescribedGroup | Exception | None,
@@ -479,7 +490,7 @@ def _described_error(gid: str, d: DescribedGroup | Exception | None,
         return "describe: no answer"
     if d.error is not None:
         if d.error_code != REQUEST_FAILED:  # a failed request was counted once
-            errors.append(ErrorRecord(ErrorStage.DESCRIBE_GROUP, f"{gid}: {d.error}", gid))
+            errors.append(_group_error(ErrorStage.DESCRIBE_GROUP, gid, d))
         return f"describe: {d.error}"
     return None
 
@@ -506,7 +517,7 @@ def _share(gid: str, d: DescribedGroup | Exception | None, offs: ShareOffsets | 
     """A share group: its start offsets stand where a consumer group's committed offsets do."""
     error = _described_error(gid, d, errors)
     if isinstance(offs, ShareOffsets) and offs.error is not None and offs.error_code != REQUEST_FAILED:
-        errors.append(ErrorRecord(ErrorStage.OFFSET_FETCH, f"{gid}: {offs.error}", gid))
+        errors.append(_group_error(ErrorStage.OFFSET_FETCH, gid, offs))
     offs_error = (f"offset fetch: {_err_text(offs)}" if isinstance(offs, Exception) else
                   f"offset fetch: {offs.error}" if offs is not None and offs.error else None)
     if offs_error:

@@ -13,7 +13,8 @@ abort costs one cycle: the main process keeps serving what it knew with
 and starts a new child, which re-reads the compacted reports topic.
 A Python exception inside the child's sampling is no crash: the child reports
 it as that cycle's ``sample_exception`` error and keeps running.
-Messages are pickled dataclasses over the child's stdin/stdout pipes.
+Messages are the pickled dataclasses of exporter/contracts/worker.py over the child's
+stdin/stdout pipes.
 """
 
 from __future__ import annotations
@@ -27,7 +28,6 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING, Any
 
@@ -36,7 +36,14 @@ from exporter.config import ClusterConfig, Thresholds
 from exporter.contracts.errors import ErrorRecord, ErrorStage
 from exporter.contracts.sampling import SamplerMemory
 from exporter.contracts.snapshot import TP, Snapshot
-from exporter.reports.decode import ConsumerReport, SparkReport
+from exporter.contracts.worker import (
+    SampleReply,
+    SampleRequest,
+    Timestamps,
+    TimestampsReply,
+    TimestampsRequest,
+    WorkerStart,
+)
 
 if TYPE_CHECKING:
     from exporter.kafka.sampler import Sampler
@@ -47,20 +54,6 @@ log = logging.getLogger("lagwatch.worker")
 
 class WorkerCrashed(Exception):
     pass
-
-
-@dataclass
-class SampleResult:
-    snapshot: Snapshot
-    consumer_reports: dict[str, list[ConsumerReport]]
-    spark_reports: dict[str, SparkReport]
-    requests_total: int
-    reports_received: dict[str, int]
-    reports_dropped: dict[str, int]
-    reports_requests: int = 0  # Kafka requests of the reports tail, cumulative in this worker
-    # The sampler's memory after this cycle, for the runner to keep and send with the next
-    # request; None when the cycle raised (the runner keeps what it sent).
-    memory: SamplerMemory | None = None
 
 
 class _Pipe:
@@ -87,7 +80,7 @@ class _Pipe:
                 c.close()
 
 
-def _serve(conn: _Pipe, cfg: ClusterConfig, thresholds: Thresholds, log_level: str) -> None:
+def _serve(conn: _Pipe, start: WorkerStart) -> None:
     """Child process main loop: answer requests until the parent goes away."""
     with contextlib.suppress(Exception):  # die with the parent even if it is SIGKILLed
         ctypes.CDLL("libc.so.6").prctl(1, signal.SIGKILL)
@@ -100,7 +93,8 @@ def _serve(conn: _Pipe, cfg: ClusterConfig, thresholds: Thresholds, log_level: s
     # failovers; the Python stack of every thread, dumped to the log, says which request
     # was in flight, which a bug report upstream needs (and the exit code alone does not).
     faulthandler.enable(all_threads=True)
-    logs.setup(log_level)
+    cfg = start.cluster
+    logs.setup(start.log_level)
     from exporter.kafka.sampler import Sampler, client_config
     from exporter.kafka.timestamps import RecordTimestamps
     from exporter.reports.reader import ReportReader
@@ -109,7 +103,7 @@ def _serve(conn: _Pipe, cfg: ClusterConfig, thresholds: Thresholds, log_level: s
     exact = RecordTimestamps(client_config(cfg), cfg.request_timeout)
     reports: ReportReader | None = None
     if cfg.reports_enabled:
-        reports = ReportReader(cfg, thresholds)
+        reports = ReportReader(cfg, start.thresholds)
         reports.start()
         # Replay the compacted reports before the first view, so that right after a
         # restart a hung Spark query or a livelocked consumer is already known; unless the
@@ -121,58 +115,67 @@ def _serve(conn: _Pipe, cfg: ClusterConfig, thresholds: Thresholds, log_level: s
     counts: tuple[int, dict[str, int], dict[str, int], int] = (0, {}, {}, 0)
     while True:
         try:
-            kind, arg = conn.recv()
+            req = conn.recv()
         except (EOFError, OSError):
             break
-        if kind == "sample":
+        if isinstance(req, SampleRequest):
+            reply: SampleReply | TimestampsReply = _sample_or_fail(sampler, reports, req, counts)
+            counts = _counts(reply)
+        elif isinstance(req, TimestampsRequest):
             try:
-                reply = _sample(sampler, reports, arg)
-                counts = _counts(reply)
-            except Exception as e:  # noqa: BLE001 - a bug must cost one cycle, not the worker
-                log.exception("cluster %s: sampling raised an exception (a bug in lagwatch; the "
-                              "Kafka worker keeps running)", cfg.name)
-                reply = _failed(cfg.name, counts, f"{type(e).__name__}: {e}")
-            try:
-                conn.send(reply)
-            except OSError:
-                break
-            del reply  # the snapshot must not stay alive until the next cycle
-        elif kind == "timestamps":
-            try:
-                conn.send(("ok", exact.lookup(arg)))
+                reply = TimestampsReply(found=exact.lookup(req.wanted))
             except Exception as e:  # noqa: BLE001 - reported to the parent, which counts it
-                conn.send(("error", str(e)))
+                reply = TimestampsReply(found={}, error=str(e))
+        else:  # a parent of another version: no answer, the parent's deadline restarts us
+            log.error("cluster %s: unknown request %s", cfg.name, type(req).__name__)
+            continue
+        try:
+            conn.send(reply)
+        except OSError:
+            break
+        del reply  # the snapshot must not stay alive until the next cycle
     if reports:
         reports.stop()
     exact.close()
     sampler.close()
 
 
-def _counts(reply: SampleResult) -> tuple[int, dict[str, int], dict[str, int], int]:
+def _sample_or_fail(sampler: Sampler, reports: ReportReader | None, req: SampleRequest,
+                    counts: tuple[int, dict[str, int], dict[str, int], int]) -> SampleReply:
+    """The cycle's reply; a Python exception is that cycle's sample_exception error."""
+    try:
+        return _sample(sampler, reports, req.memory)
+    except Exception as e:  # noqa: BLE001 - a bug must cost one cycle, not the worker
+        log.exception("cluster %s: sampling raised an exception (a bug in lagwatch; the "
+                      "Kafka worker keeps running)", sampler.cfg.name)
+        return _failed(sampler.cfg.name, counts, f"{type(e).__name__}: {e}")
+
+
+def _counts(reply: SampleReply) -> tuple[int, dict[str, int], dict[str, int], int]:
     """The counters of a reply, for a later cycle that raises (they must never go back)."""
     return reply.requests_total, reply.reports_received, reply.reports_dropped, reply.reports_requests
 
 
 def _sample(sampler: Sampler, reports: ReportReader | None, memory: SamplerMemory | None
-            ) -> SampleResult:
+            ) -> SampleReply:
     if memory is not None:  # what the runner kept from the last cycle
         sampler.memory = memory
     consumer_reports, spark_reports = reports.current() if reports else ({}, {})
     spark_topics = {t for r in spark_reports.values() for (t, _) in r.end_offsets}
     snap = sampler.sample(extra_topics=spark_topics)
-    return SampleResult(snap, consumer_reports, spark_reports, sampler.requests_total,
+    return SampleReply(snap, consumer_reports, spark_reports, sampler.requests_total,
                         dict(reports.received) if reports else {},
                         dict(reports.dropped) if reports else {},
                         reports.requests if reports else 0, sampler.memory)
 
 
 def _failed(cluster: str, counts: tuple[int, dict[str, int], dict[str, int], int], error: str
-            ) -> SampleResult:
+            ) -> SampleReply:
     """A cycle whose sampling raised: no data, one sample_exception error; the counters
     are the last ones known (they must never go back)."""
     snap = Snapshot(cluster=cluster, taken_at=time.time(), duration=0.0, partitions={}, groups={},
-                    errors=(ErrorRecord(ErrorStage.SAMPLE_EXCEPTION, error),), ok=False)
-    return SampleResult(snap, {}, {}, *counts)
+                    errors=(ErrorRecord(stage=ErrorStage.SAMPLE_EXCEPTION, message=error),), ok=False)
+    return SampleReply(snap, {}, {}, *counts)
 
 
 def child_main() -> None:
@@ -182,10 +185,10 @@ def child_main() -> None:
     os.dup2(2, 1)
     conn = _Pipe(0, proto_out)
     try:
-        cfg, thresholds, log_level = conn.recv()
+        start = conn.recv()
     except (EOFError, OSError):
         return
-    _serve(conn, cfg, thresholds, log_level)
+    _serve(conn, start)
 
 
 class KafkaWorker:
@@ -226,10 +229,10 @@ class KafkaWorker:
         self.conn = _Pipe(os.dup(self.proc.stdout.fileno()), os.dup(self.proc.stdin.fileno()))
         self.proc.stdout.close()
         self.proc.stdin.close()
-        self.conn.send((self.cfg, self.thresholds, self.log_level))
+        self.conn.send(WorkerStart(self.cfg, self.thresholds, self.log_level))
         return self.conn
 
-    def _call(self, msg: tuple[str, Any], timeout: float) -> Any:
+    def _call(self, msg: SampleRequest | TimestampsRequest, timeout: float) -> Any:
         conn = self._ensure()
         try:
             conn.send(msg)
@@ -245,16 +248,19 @@ class KafkaWorker:
         code = self.proc.returncode if self.proc is not None else None
         return WorkerCrashed(f"Kafka worker process died (exit code {code}); restarting")
 
-    def sample(self, memory: SamplerMemory | None = None) -> SampleResult:
+    def sample(self, memory: SamplerMemory | None = None) -> SampleReply:
         """One cycle; ``memory`` is what the last cycle left (the worker keeps nothing)."""
         # Every stage of a cycle has its own request timeout; this only guards against a hang.
-        return self._call(("sample", memory), self.cfg.request_timeout * 12 + 30)
+        reply = self._call(SampleRequest(memory), self.cfg.request_timeout * 12 + 30)
+        assert isinstance(reply, SampleReply), type(reply)
+        return reply
 
-    def timestamps(self, wanted: list[tuple[TP, int]]) -> dict[tuple[str, int, int], float]:
-        status, value = self._call(("timestamps", wanted), self.cfg.request_timeout * 3 + 10)
-        if status != "ok":
-            raise RuntimeError(value)
-        return value
+    def timestamps(self, wanted: list[tuple[TP, int]]) -> Timestamps:
+        reply = self._call(TimestampsRequest(wanted), self.cfg.request_timeout * 3 + 10)
+        assert isinstance(reply, TimestampsReply), type(reply)
+        if reply.error is not None:
+            raise RuntimeError(reply.error)
+        return reply.found
 
     def _reap(self) -> None:
         if self.conn is not None:

@@ -1,0 +1,66 @@
+"""The messages between the runner (main process) and its Kafka worker process, pickled
+over the worker's pipe: one start message, then one request at a time, each answered by
+exactly one reply. The worker keeps nothing between requests that the runner needs: the
+sampler's memory travels with each SampleRequest and comes back with its SampleReply."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from exporter.contracts.sampling import SamplerMemory
+from exporter.contracts.snapshot import TP, Snapshot
+
+if TYPE_CHECKING:  # only annotations: the contracts import no application module
+    from exporter.config import ClusterConfig, Thresholds
+    from exporter.reports.decode import ConsumerReport, SparkReport
+
+# (topic, partition, offset) -> the record's timestamp, seconds since the epoch
+Timestamps = dict[tuple[str, int, int], float]
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerStart:
+    """The first message a new worker reads: what it samples and how it logs."""
+
+    cluster: ClusterConfig  # the one cluster this worker reads
+    thresholds: Thresholds  # for the reports reader's liveness judgement of report streams
+    log_level: str  # the root log level of the worker process
+
+
+@dataclass(frozen=True, slots=True)
+class SampleRequest:
+    """Sample one cycle."""
+
+    memory: SamplerMemory | None  # what the last cycle left; None: start from nothing
+
+
+@dataclass(slots=True)
+class SampleReply:
+    """One cycle's sample, with the worker's counters (cumulative, never going back)."""
+
+    snapshot: Snapshot  # what the cycle saw; ok=False when the cluster could not be read
+    consumer_reports: dict[str, list[ConsumerReport]]  # per group, its clients' latest reports
+    spark_reports: dict[str, SparkReport]  # per Spark query, its latest report
+    requests_total: int  # Kafka requests sent for sampling
+    reports_received: dict[str, int]  # per report kind, reports decoded
+    reports_dropped: dict[str, int]  # per reason, reports refused
+    reports_requests: int = 0  # Kafka requests of the reports tail
+    # The sampler's memory after this cycle, for the runner to keep and send with the next
+    # request; None when the cycle raised (the runner keeps what it sent).
+    memory: SamplerMemory | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TimestampsRequest:
+    """Read the timestamps of the records at these offsets (exact lag seconds)."""
+
+    wanted: list[tuple[TP, int]]  # (partition, offset) pairs
+
+
+@dataclass(frozen=True, slots=True)
+class TimestampsReply:
+    """The timestamps found, or why none could be read."""
+
+    found: Timestamps  # empty when error is set
+    error: str | None = None  # the reader's failure; the runner counts it as exact_lag
