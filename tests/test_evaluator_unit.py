@@ -302,11 +302,11 @@ def test_spark_hung_batch_is_livelocked_and_terminated_query_stopped() -> None:
 def test_unreadable_group_keeps_last_values_then_turns_error() -> None:
     """A coordinator failover makes a group unreadable for a few cycles: its last judgement
     stands for UNREADABLE_GRACE_CYCLES cycles (4), then it is `error`, values kept."""
-    ev = Evaluator("c", TH, interval=10)
+    ev = Evaluator("c", TH, interval=20)
     ev.evaluate(_snap(T0, 100, 150, (MEMBER,)))
 
     def bad(i: int) -> Snapshot:
-        return Snapshot(cluster="c", taken_at=T0 + 10 * i, duration=0.01,
+        return Snapshot(cluster="c", taken_at=T0 + 20 * i, duration=0.01,
                         partitions={TP: _offsets(3, 160)},
                         groups={"g": GroupSample(group_id="g", type="classic", state="unknown",
                                                  error="offset fetch: timed out")})
@@ -316,8 +316,25 @@ def test_unreadable_group_keeps_last_values_then_turns_error() -> None:
     assert "timed out" in got[-1].reasons[0]
     assert got[-1].partitions[0].committed == 100  # what we knew is not lost
     # readable again: judged afresh, and a later failure gets its grace again
-    assert ev.evaluate(_snap(T0 + 60, 110, 170, (MEMBER,))).groups["g"].status == "ok"
+    assert ev.evaluate(_snap(T0 + 120, 110, 170, (MEMBER,))).groups["g"].status == "ok"
     assert ev.evaluate(bad(7)).groups["g"].status == "ok"
+
+
+def test_unreadable_grace_is_at_least_a_coordinator_failover() -> None:
+    """At a short interval the grace is UNREADABLE_GRACE_SECONDS (60 s), not 4 cycles: a
+    SIGKILLed coordinator's groups stay unreadable for 20-30 s while the controller fences
+    its broker and the new coordinator loads the offsets."""
+    ev = Evaluator("c", TH, interval=2)
+    ev.evaluate(_snap(T0, 100, 150, (MEMBER,)))
+
+    def bad(t: float) -> Snapshot:
+        return Snapshot(cluster="c", taken_at=T0 + t, duration=0.01,
+                        partitions={TP: _offsets(3, 160)},
+                        groups={"g": GroupSample(group_id="g", type="classic", state="unknown",
+                                                 error="offset fetch: NOT_COORDINATOR")})
+    got = [ev.evaluate(bad(t)).groups["g"].status for t in range(2, 64, 2)]
+    # unreadable from t=2: ok while less than 60 s have passed (t < 62), then error
+    assert got == ["ok"] * 30 + ["error"], got
 
 
 def test_cardinality_cap_keeps_worst_groups() -> None:

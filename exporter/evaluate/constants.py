@@ -27,7 +27,14 @@ failover or a rebalance can show a group empty for one cycle."""
 UNREADABLE_GRACE_CYCLES: Final = 4
 """Cycles a group may be unreadable, its last judgement standing, before it is ``error``:
 a coordinator failing over or a broker restarting leaves a group unreadable for a cycle
-or three."""
+or three (and at least ``UNREADABLE_GRACE_SECONDS``)."""
+
+UNREADABLE_GRACE_SECONDS: Final = 60.0
+"""The grace's floor in seconds, for short intervals: when a coordinator dies, the
+controller first fences its broker (``broker.session.timeout.ms``, 9 s by default), then
+elects new leaders for its ``__consumer_offsets`` partitions, whose new coordinator loads
+them before it answers; 20-29 s on a small local cluster (bench/results/broker-faults.md),
+longer with large offsets partitions."""
 
 QUIET_FRACTION: Final = 0.5
 """Fraction of ``stall_after`` without a new record after which a lag only ages (a

@@ -37,7 +37,11 @@ from exporter.contracts.view import (
     SparkInfo,
 )
 from exporter.evaluate.cadence import Gaps, learn_commit_gaps, member_allowance, new_gaps
-from exporter.evaluate.constants import REPORT_STALE_INTERVALS, UNREADABLE_GRACE_CYCLES
+from exporter.evaluate.constants import (
+    REPORT_STALE_INTERVALS,
+    UNREADABLE_GRACE_CYCLES,
+    UNREADABLE_GRACE_SECONDS,
+)
 from exporter.evaluate.exposure import consumer_exposure, group_exposure, spark_exposure
 from exporter.evaluate.lag import HwHistory, lag_seconds
 from exporter.evaluate.memory import (
@@ -277,7 +281,8 @@ class Evaluator:
         if st.unreadable_since is None:
             st.unreadable_since = now
         if (prev is not None and prev.status != Status.ERROR
-                and now - st.unreadable_since < UNREADABLE_GRACE_CYCLES * self.interval):
+                and now - st.unreadable_since < max(UNREADABLE_GRACE_CYCLES * self.interval,
+                                                    UNREADABLE_GRACE_SECONDS)):
             # A coordinator failing over or a broker restarting leaves a group unreadable
             # for a cycle or three: its last judgement stands meanwhile (the error is
             # counted), so a healthy group is not flagged and its alerts keep their `for:`.
