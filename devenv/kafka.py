@@ -191,7 +191,11 @@ class KafkaCluster:
         return kafka_libs(self.version)
 
     # -- lifecycle -------------------------------------------------------
-    def start(self, timeout: float = 90.0) -> KafkaCluster:
+    # Start timeouts are hang guards: a broker is ready in 5-20 s on an idle machine, far
+    # later on a starved one, and a broker that died is seen at once (Broker.alive).
+    START_TIMEOUT = 300.0
+
+    def start(self, timeout: float = START_TIMEOUT) -> KafkaCluster:
         java = java_binary()
         reap_orphans()
         libs = self.libs
@@ -287,7 +291,7 @@ class KafkaCluster:
         )
         out.close()
 
-    def wait_ready(self, timeout: float = 90.0, brokers: list[Broker] | None = None) -> None:
+    def wait_ready(self, timeout: float = START_TIMEOUT, brokers: list[Broker] | None = None) -> None:
         """Wait until every broker answers metadata and sees all live nodes."""
         from confluent_kafka.admin import AdminClient
 
@@ -334,7 +338,7 @@ class KafkaCluster:
             b.proc.kill()
             b.proc.wait(10)
 
-    def restart_broker(self, b: Broker, timeout: float = 90.0) -> None:
+    def restart_broker(self, b: Broker, timeout: float = START_TIMEOUT) -> None:
         self.stop_broker(b)
         self._spawn(b)
         self.wait_ready(timeout, [b])

@@ -76,7 +76,7 @@ class ExporterProcess:
         except urllib.error.HTTPError as e:
             return e.code, e.read(), dict(e.headers)
 
-    def wait_ready(self, timeout: float = 60) -> ExporterProcess:
+    def wait_ready(self, timeout: float = 180) -> ExporterProcess:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:

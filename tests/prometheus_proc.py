@@ -82,7 +82,7 @@ class PrometheusProcess:
         except OSError:
             return ""
 
-    def wait_ready(self, timeout: float = 30) -> PrometheusProcess:
+    def wait_ready(self, timeout: float = 120) -> PrometheusProcess:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
