@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from exporter.contracts.snapshot import TP, GroupSample, PartitionOffsets
 from exporter.contracts.view import GroupProgress, GroupView, PartitionProgress, PartitionView
 from exporter.evaluate.rates import (
-    Point,
+    Points,
     Rates,
     add_point,
     catchup_seconds,
@@ -34,7 +34,7 @@ MAX_LOST_NOTES = 3
 
 @dataclass(slots=True)
 class PartMemory:
-    points: list[Point] = field(default_factory=list)
+    points: Points = field(default_factory=Points)
     counted_to: int | None = None  # see exporter.evaluate.retention
 
 
@@ -56,7 +56,7 @@ class _Row:
     log_start: int | None
     rates: Rates | None  # this partition's own, over its own span
     owner: str  # the member that owns it ("" for none): its partitions share its time
-    points: list[Point]  # its samples (exporter/evaluate/rates.py)
+    points: Points  # its samples (exporter/evaluate/rates.py)
 
 
 @dataclass(frozen=True, slots=True)
