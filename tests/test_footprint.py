@@ -63,7 +63,8 @@ def test_a_large_family_is_held_deflated_and_served_as_the_same_text(monkeypatch
     view = _view(300, 50)  # 15,000 group-partitions: several families past PACK_ABOVE
     packed = _record(view)
     assert any(isinstance(body, Packed) for _n, _h, body in packed.exposition)
-    held = sum(len(body.data) if isinstance(body, Packed) else len(body) for _n, _h, body in packed.exposition)
+    held = sum(len(body.data) if isinstance(body, Packed) else len(body)
+               for _n, _h, body in packed.exposition)
     served = body_of(scrape([packed], None, NOW)[0])
     assert held < len(served) / 5  # the labels repeat: deflate shrinks them many times
     monkeypatch.setattr(textformat, "PACK_ABOVE", 1 << 40)
