@@ -206,7 +206,8 @@ class Config:
     history_points: int = setting("(time, HW) points kept per partition for lag in seconds", 120)
     metrics_detail: str = setting(
         "/metrics per-partition group series: for every group (`full`), or only for groups that "
-        "are not `ok` (`bounded`; per-group series always, every partition in the JSON API)",
+        "are not `ok`, with one status series per group (`bounded`; per-group series always, "
+        "every partition in the JSON API)",
         "full", flag="--metrics-detail", choices=METRICS_DETAIL, see="metrics.md#bounded-metrics")
     log_level: str = setting(f"how much to log: {', '.join(LOG_LEVELS[:-1])} or {LOG_LEVELS[-1]}", "INFO",
                              flag="--log-level", metavar="LEVEL")

@@ -134,12 +134,18 @@ def test_bounded_mode_serves_partitions_only_of_groups_not_ok() -> None:
     assert full["kafka_consumergroup_lag_offsets"] == 2000 and full["kafka_consumergroup_lag"] == 2000
     assert bounded["kafka_consumergroup_lag_offsets"] == 20  # 2 groups x 10 partitions
     assert bounded["kafka_consumergroup_lag"] == 20  # kafka_exporter's name too
-    # per-group series for every group, in both modes
-    assert bounded["kafka_consumergroup_status"] == full["kafka_consumergroup_status"] == 200 * len(Status)
+    # per-group series for every group, in both modes; bounded: only the status that is 1
+    assert full["kafka_consumergroup_status"] == 200 * len(Status)
+    assert bounded["kafka_consumergroup_status"] == 200
     assert bounded["kafka_consumergroup_lag_offsets_sum"] == 200
+    assert full["kafka_consumergroup_lag_offsets_sum"] == 200
     m = parse_metrics(bounded_body.decode())
     stopped = {dict(labels)["group"] for (n, labels) in m if n == "kafka_consumergroup_lag_offsets"}
     assert stopped == {"g00000", "g00100"}
+    status = {(dict(labels)["group"], dict(labels)["status"]): v for (n, labels), v in m.items()
+              if n == "kafka_consumergroup_status"}
+    assert status[("g00100", "stopped")] == 1 and status[("g00001", "ok")] == 1
+    assert set(status.values()) == {1}
 
 
 def test_metrics_detail_goes_through_the_configuration() -> None:

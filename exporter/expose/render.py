@@ -81,7 +81,8 @@ def render_partitions(v: ClusterView, fam: dict[str, Lines]) -> None:
 def render_groups(v: ClusterView, fam: dict[str, Lines], compat: frozenset[str],
                   bounded: bool = False) -> None:
     """kafka_consumergroup_*: each group's state, status and per-partition lag; with
-    ``bounded`` (``metrics_detail: bounded``), per-partition lag only of groups not ``ok``."""
+    ``bounded`` (``metrics_detail: bounded``), per-partition lag only of groups not ``ok``
+    and only the status series that is 1."""
     info, members, status = (fam["kafka_consumergroup_info"], fam["kafka_consumergroup_members"],
                              fam["kafka_consumergroup_status"])
     max_lag, lag_sum = fam["kafka_consumergroup_max_lag_seconds"], fam["kafka_consumergroup_lag_offsets_sum"]
@@ -101,7 +102,7 @@ def render_groups(v: ClusterView, fam: dict[str, Lines], compat: frozenset[str],
             members.add(gl, len(g.members))
         if g.epoch is not None and g.epoch >= 0:
             epoch.add(gl, g.epoch)
-        for st in STATUSES:
+        for st in (g.status,) if bounded else STATUSES:  # bounded: the current one, 1
             status.add(f'{gl},status="{st}"', 1 if st == g.status else 0)
         mls = g.max_lag_seconds
         if finite(mls):
