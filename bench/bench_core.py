@@ -132,7 +132,11 @@ def measure(cluster: KafkaCluster, groups: int, partitions: int, cycles: int, de
             worker_rss = sum(memory_mb(k, "VmHWM") for k in children(proc.pid))
         finally:
             proc.terminate()
-            proc.wait(30)
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:  # a busy machine: the figures are taken already
+                proc.kill()
+                proc.wait(30)
     per_cycle = ((reqs[-1][1] - reqs[1][1]) / (reqs[-1][0] - reqs[1][0])
                  if len(reqs) >= 3 and reqs[-1][0] > reqs[1][0] else float("nan"))
     rest = [c - s for c, s in zip(cycle_times, sample_times, strict=True)]

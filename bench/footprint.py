@@ -6,7 +6,8 @@ groups x P partitions from synthetic snapshots, with tracemalloc's top allocatio
 
 The snapshots are the ones bench/bench_core.py makes a broker serve (one topic, every
 group committed on every partition, no members), the high watermark advancing on a
-tenth of the partitions each cycle. A benchmark, not a test: nothing is asserted.
+tenth of the partitions each cycle (``--idle``: standing still, as on the broker of
+bench/bench_core.py once its setup is done). A benchmark, not a test: nothing is asserted.
 """
 
 from __future__ import annotations
@@ -24,10 +25,11 @@ from exporter.evaluate.evaluator import Evaluator
 from exporter.expose.render import render_cluster
 
 
-def snapshot(groups: int, partitions: int, cycle: int, t: float, not_ok: float = 1.0) -> Snapshot:
+def snapshot(groups: int, partitions: int, cycle: int, t: float, not_ok: float = 1.0,
+             produce: bool = True) -> Snapshot:
     topic = f"bench-{groups}x{partitions}"
     parts = {(topic, p): PartitionOffsets(leader=1, replicas=1, isr=1, log_start=0,
-                                          hw=100 + (cycle if p % 10 == 0 else 0),
+                                          hw=100 + (cycle if produce and p % 10 == 0 else 0),
                                           lso=100, leo=100) for p in range(partitions)}
     every = max(1, round(1 / not_ok)) if not_ok > 0 else 0
     gs = {}
@@ -57,6 +59,7 @@ def main() -> int:
     ap.add_argument("--not-ok", type=float, default=1.0, help="fraction of groups with lag")
     ap.add_argument("--trace", action="store_true", help="tracemalloc: top allocation sites")
     ap.add_argument("--bounded", action="store_true")
+    ap.add_argument("--idle", action="store_true", help="no records produced: the HW stands still")
     args = ap.parse_args()
     ev = Evaluator("bench", Thresholds(), 15.0)
     if args.trace:
@@ -65,7 +68,7 @@ def main() -> int:
     ev_s, re_s, size = [], [], 0
     exposition = None
     for c in range(args.cycles):
-        snap = snapshot(args.groups, args.partitions, c, t + 15 * c, args.not_ok)
+        snap = snapshot(args.groups, args.partitions, c, t + 15 * c, args.not_ok, not args.idle)
         s = time.process_time()
         view = ev.evaluate(snap)
         ev_s.append(time.process_time() - s)
