@@ -64,6 +64,7 @@ def load(argv: list[str] | None) -> Config:
         "compat": args.compat,
         "web_config": args.web_config,
         "log_level": args.log_level,
+        "metrics_detail": args.metrics_detail,
         "record_dir": args.record,
     }
     if args.listen is not None:

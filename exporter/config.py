@@ -28,6 +28,8 @@ DEFAULT_CLUSTER_NAME = "default"
 LAG_MODES = ("interpolate", "exact")
 COMPAT_MODES = ("kafka_exporter",)
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+# /metrics: every group-partition's series, or only those of groups that are not `ok`.
+METRICS_DETAIL = ("full", "bounded")
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 _ENV_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 # librdkafka properties whose values must never be printed.
@@ -208,6 +210,11 @@ class Config:
         "cardinality cap on group partitions (a group without partitions counts 1); the worst "
         "groups are kept", 500_000)
     history_points: int = setting("(time, HW) points kept per partition for lag in seconds", 120)
+    metrics_detail: str = setting(
+        "/metrics per-partition group series: for every group (`full`), or only for groups that "
+        "are not `ok`, with one status series per group (`bounded`; per-group series always, "
+        "every partition in the JSON API)",
+        "full", flag="--metrics-detail", choices=METRICS_DETAIL, see="metrics.md#bounded-metrics")
     log_level: str = setting(f"how much to log: {', '.join(LOG_LEVELS[:-1])} or {LOG_LEVELS[-1]}", "INFO",
                              flag="--log-level", metavar="LEVEL")
     web_config: str | None = setting(
@@ -312,7 +319,7 @@ _CLUSTER_KEYS = {"name", "bootstrap_servers", "client", "interval", "request_tim
                  "groups", "topics", "reports_topic", "reports", "thresholds", "group_thresholds"}
 _TOP_KEYS = {"clusters", "listen", "interval", "thresholds", "compat", "max_group_partitions",
              "history_points", "log_level", "lag_mode", "web_config", "request_timeout",
-             "record_dir", "group_thresholds"}
+             "record_dir", "group_thresholds", "metrics_detail"}
 
 
 def _threshold_values(raw: Any, where: str, keys: set[str]) -> dict[str, float]:
@@ -475,9 +482,17 @@ def build_config(file_data: dict[str, Any], overrides: dict[str, Any]) -> Config
         history_points=int(_positive(_top(data, "history_points"), "history_points", minimum=2,
                                      integer=True)),
         log_level=log_level,
+        metrics_detail=_metrics_detail(data),
         web_config=web_config,
         record_dir=record_dir,
     )
+
+
+def _metrics_detail(data: dict[str, Any]) -> str:
+    detail = _top(data, "metrics_detail")
+    if detail not in METRICS_DETAIL:
+        raise ConfigError("metrics_detail", f"expected one of {', '.join(METRICS_DETAIL)}, got {detail!r}")
+    return detail
 
 
 def _top_thresholds(data: dict[str, Any], overrides: dict[str, Any]) -> Thresholds:

@@ -37,6 +37,7 @@ class ClusterRunner:
         self.cfg = cfg
         self.store = store
         self.compat = config.compat
+        self.bounded = config.metrics_detail == "bounded"
         self.evaluator = Evaluator(cfg.name, config.cluster_thresholds(cfg), cfg.interval,
                                    config.history_points, config.max_group_partitions,
                                    cfg.group_thresholds)
@@ -134,7 +135,7 @@ class ClusterRunner:
             for e in snap.errors if snap.ok else ():
                 log.warning("cluster %s: %s: %s", self.cfg.name, e.stage, e.message)
             # The render is part of the cycle: the record is complete before anyone sees it.
-            exposition = render_cluster(view, self.compat)
+            exposition = render_cluster(view, self.compat, self.bounded)
             self.store.publish(ClusterRecord(view=view, stats=self._stats(t0), exposition=exposition))
             return snap.ok
         except Exception:  # noqa: BLE001 - the thread must survive anything

@@ -210,21 +210,22 @@ class Evaluator:
         return kept, total - used
 
     def lag_inputs(self, snap: Snapshot, lag_mode: str) -> list[tuple[TP, int]]:
-        """(tp, committed) pairs whose lag seconds need the record's own timestamp."""
-        want = []
+        """(tp, committed) pairs whose lag seconds need the record's own timestamp, each
+        once (many groups often stand at the same offset of a partition)."""
+        want: dict[tuple[TP, int], None] = {}
         for g in snap.groups.values():
             for tp, off in g.committed.items():
                 po = snap.partitions.get(tp)
                 if po is None or po.hw is None or off >= po.hw:
                     continue
                 if lag_mode == "exact":
-                    want.append((tp, off))
+                    want[tp, off] = None
                     continue
                 h = self.hw_history.get(tp)
                 # Older than our table (or no table yet): interpolation cannot tell.
                 if h is None or not h.points or h.points[0][1] > off:
-                    want.append((tp, off))
-        return want
+                    want[tp, off] = None
+        return list(want)
 
     # -- one group -----------------------------------------------------------
     def _group(self, g: GroupSample, st: GroupMemory, partitions: dict[TP, PartitionOffsets],

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import bisect
 import collections
-import dataclasses
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -396,8 +395,11 @@ def remember(obs: Observation, status: Status, share: tuple[float | None, float 
     if share is not None:
         moved_at, above_from = share
         changed_at = changed_at if moved_at is None else moved_at
-    return dataclasses.replace(after, changed_at=changed_at, above_from=above_from,
-                               trend=after.trend._replace(lagging=lagging))
+    # Built directly, not with dataclasses.replace: this runs for every group-partition.
+    trend = after.trend if after.trend.lagging == lagging else after.trend._replace(lagging=lagging)
+    return PartitionMemory(committed=after.committed, changed_at=changed_at, data=after.data,
+                           floor=after.floor, rewind=after.rewind, lag_since=after.lag_since,
+                           trend=trend, ownership=after.ownership, above_from=above_from)
 
 @dataclass
 class GroupMemory:

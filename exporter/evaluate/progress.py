@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from exporter.contracts.snapshot import TP, GroupSample, PartitionOffsets
 from exporter.contracts.view import GroupProgress, GroupView, PartitionProgress, PartitionView
 from exporter.evaluate.rates import (
-    Point,
+    Points,
     Rates,
     add_point,
     catchup_seconds,
@@ -34,7 +34,7 @@ MAX_LOST_NOTES = 3
 
 @dataclass(slots=True)
 class PartMemory:
-    points: list[Point] = field(default_factory=list)
+    points: Points = field(default_factory=Points)
     counted_to: int | None = None  # see exporter.evaluate.retention
 
 
@@ -56,7 +56,7 @@ class _Row:
     log_start: int | None
     rates: Rates | None  # this partition's own, over its own span
     owner: str  # the member that owns it ("" for none): its partitions share its time
-    points: list[Point]  # its samples (exporter/evaluate/rates.py)
+    points: Points  # its samples (exporter/evaluate/rates.py)
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,10 +79,13 @@ class ProgressTracker:
         # up: records between two commits (or two Spark triggers), not a backlog.
         self.settle = max(interval, window / 10)
         self.groups: dict[str, GroupMemo] = {}
+        # One object per distinct PartitionProgress of a cycle (they are frozen).
+        self._shared: dict[PartitionProgress, PartitionProgress] = {}
 
     def annotate(self, views: dict[str, GroupView], samples: dict[str, GroupSample],
                  partitions: dict[TP, PartitionOffsets], now: float) -> dict[str, GroupView]:
         out: dict[str, GroupView] = {}
+        self._shared = {}
         for gid, v in views.items():
             memo = self.groups.setdefault(gid, GroupMemo())
             sample = samples.get(gid)
@@ -92,6 +95,7 @@ class ProgressTracker:
             out[gid] = dataclasses.replace(v, progress=memo.last) if memo.last else v
         for gid in [g for g in self.groups if g not in views]:
             del self.groups[gid]  # deleted group: its series vanish with it
+        self._shared = {}
         return out
 
     def _group(self, memo: GroupMemo, v: GroupView, partitions: dict[TP, PartitionOffsets],
@@ -105,7 +109,7 @@ class ProgressTracker:
         for tp in [tp for tp in memo.parts if tp not in seen]:
             del memo.parts[tp]
             memo.lost.pop(tp, None)
-        return summarize(rows, memo, self.settle, self.min_span)
+        return summarize(rows, memo, self.settle, self.min_span, self._shared)
 
     def _observe(self, memo: GroupMemo, p: PartitionView, po: PartitionOffsets | None,
                  now: float) -> _Row | None:
@@ -131,7 +135,8 @@ class ProgressTracker:
                     pm.points)
 
 
-def summarize(rows: list[_Row], memo: GroupMemo, settle: float, span_min: float) -> GroupProgress:
+def summarize(rows: list[_Row], memo: GroupMemo, settle: float, span_min: float,
+              shared: dict[PartitionProgress, PartitionProgress] | None = None) -> GroupProgress:
     """The group's rates, time to catch up and notes.
 
     The partitions are pooled by owner: one consumer's partitions share its time
@@ -148,6 +153,8 @@ def summarize(rows: list[_Row], memo: GroupMemo, settle: float, span_min: float)
     if pools and not losing and all(p.rates is not None for p in pools):
         eta = max(p.eta for p in pools if p.eta is not None)
     parts = {r.tp: _partition(r, memo, pools) for r in rows}
+    if shared is not None:  # equal figures, one object: idle partitions all read 0/s
+        parts = {tp: shared.setdefault(pp, pp) for tp, pp in parts.items()}
     notes = _pace_notes(eta, group, losing, len(pools)) + _lost_notes(rows)
     return GroupProgress(
         window_seconds=group.span if group else 0.0, consume_rate=group.consume if group else None,

@@ -14,7 +14,7 @@ also negotiates OpenMetrics. Unknown values are left out, never NaN.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -22,15 +22,19 @@ from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import Collector
 
 from exporter.contracts.snapshot import PartitionOffsets
+from exporter.contracts.status import Status
 from exporter.contracts.view import STATUSES, ClusterView
 from exporter.expose.metrics import DOC, ERROR_STAGES, FAMILIES
-from exporter.expose.textformat import Lines, escape_label, finite
+from exporter.expose.textformat import Lines, Packed, escape_label, finite
 
 if TYPE_CHECKING:
     from exporter.store import ClusterRecord
 
-# One family of one cluster: (name, "# HELP/# TYPE" header, read-only sample lines).
-Family = tuple[str, bytes, memoryview]
+# One family of one cluster: (name, "# HELP/# TYPE" header, read-only sample lines, or
+# the deflated lines of a large family: exporter/expose/textformat.py).
+Family = tuple[str, bytes, memoryview | Packed]
+# What a scrape writes: text, or a family to inflate as it is written (:func:`write_chunks`).
+Chunk = bytes | memoryview | Packed
 Exposition = tuple[Family, ...]
 
 _PARTITIONS = ("kafka_partition_log_start_offset", "kafka_partition_high_watermark_offset",
@@ -74,8 +78,11 @@ def render_partitions(v: ClusterView, fam: dict[str, Lines]) -> None:
         isr.add(lab, po.isr)
 
 
-def render_groups(v: ClusterView, fam: dict[str, Lines], compat: frozenset[str]) -> None:
-    """kafka_consumergroup_*: each group's state, status and per-partition lag."""
+def render_groups(v: ClusterView, fam: dict[str, Lines], compat: frozenset[str],
+                  bounded: bool = False) -> None:
+    """kafka_consumergroup_*: each group's state, status and per-partition lag; with
+    ``bounded`` (``metrics_detail: bounded``), per-partition lag only of groups not ``ok``
+    and only the status series that is 1."""
     info, members, status = (fam["kafka_consumergroup_info"], fam["kafka_consumergroup_members"],
                              fam["kafka_consumergroup_status"])
     max_lag, lag_sum = fam["kafka_consumergroup_max_lag_seconds"], fam["kafka_consumergroup_lag_offsets_sum"]
@@ -95,7 +102,7 @@ def render_groups(v: ClusterView, fam: dict[str, Lines], compat: frozenset[str])
             members.add(gl, len(g.members))
         if g.epoch is not None and g.epoch >= 0:
             epoch.add(gl, g.epoch)
-        for st in STATUSES:
+        for st in (g.status,) if bounded else STATUSES:  # bounded: the current one, 1
             status.add(f'{gl},status="{st}"', 1 if st == g.status else 0)
         mls = g.max_lag_seconds
         if finite(mls):
@@ -107,6 +114,8 @@ def render_groups(v: ClusterView, fam: dict[str, Lines], compat: frozenset[str])
             if m.last_poll_age is not None and m.client_id not in seen_clients:
                 seen_clients.add(m.client_id)
                 poll_age.add(f'{gl},client_id="{escape_label(m.client_id)}"', m.last_poll_age)
+        if bounded and g.status == Status.OK:
+            continue
         gtl: dict[str, str] = {}
         for p in g.partitions:
             tl = gtl.get(p.topic)
@@ -190,11 +199,13 @@ def render_spark(v: ClusterView, fam: dict[str, Lines]) -> None:
                 fam[name].add(gl, val)
 
 
-def render_cluster(v: ClusterView, compat: frozenset[str] = frozenset()) -> Exposition:
-    """The view families of one cluster's view, encoded once, in the contract's order."""
+def render_cluster(v: ClusterView, compat: frozenset[str] = frozenset(), bounded: bool = False
+                   ) -> Exposition:
+    """The view families of one cluster's view, encoded once, in the contract's order;
+    ``bounded``: the per-partition group series only of groups that are not ``ok``."""
     fam = {f.name: Lines(f.name, f.help, f.kind) for f in FAMILIES if f.name.startswith("kafka_")}
     render_partitions(v, fam)
-    render_groups(v, fam, compat)
+    render_groups(v, fam, compat, bounded)
     render_progress(v, fam)
     render_rebalances(v, fam)
     render_exposure(v, fam)
@@ -204,9 +215,10 @@ def render_cluster(v: ClusterView, compat: frozenset[str] = frozenset()) -> Expo
     if "kafka_exporter" in compat:
         from exporter.expose.compat import kafka_exporter_lines
 
-        out.extend(kafka_exporter_lines(v))
-    # A read-only view of each buffer, not a copy: the text of a large cluster is ~50 MB.
-    return tuple((f.name, f.header().encode(), memoryview(f.buf).toreadonly()) for f in out)
+        out.extend(kafka_exporter_lines(v, bounded))
+    # A read-only view of each buffer, not a copy, or the deflated text of a large family:
+    # the text of a large cluster is ~50 MB.
+    return tuple((f.name, f.header().encode(), f.body()) for f in out)
 
 
 # -- self-metrics, at scrape time -------------------------------------------------------
@@ -277,7 +289,7 @@ def openmetrics_header(name: str, header: bytes) -> bytes:
 
 
 def view_chunks(records: Iterable[ClusterRecord], openmetrics: bool = False
-                ) -> list[bytes | memoryview]:
+                ) -> list[Chunk]:
     """The view families of every record, each family contiguous across clusters.
 
     Written to the socket one by one: joining 50 MB into one response body
@@ -287,7 +299,7 @@ def view_chunks(records: Iterable[ClusterRecord], openmetrics: bool = False
     for p in parts:
         for f in p:
             order.setdefault(f[0], []).append(f)
-    out: list[bytes | memoryview] = []
+    out: list[Chunk] = []
     for name, present in order.items():
         header = present[0][1]
         out.append(openmetrics_header(name, header) if openmetrics else header)
@@ -296,7 +308,7 @@ def view_chunks(records: Iterable[ClusterRecord], openmetrics: bool = False
 
 
 def scrape(records: Iterable[ClusterRecord], accept: str | None, now: float
-           ) -> tuple[list[bytes | memoryview], str]:
+           ) -> tuple[list[Chunk], str]:
     """Body chunks and content type of /metrics from one consistent set of records:
     view families first (pre-rendered), then self-metrics (ending with "# EOF" in
     OpenMetrics)."""
@@ -304,3 +316,20 @@ def scrape(records: Iterable[ClusterRecord], accept: str | None, now: float
     encoder, ctype = choose_encoder(accept or "")
     openmetrics = ctype.startswith("application/openmetrics-text")
     return [*view_chunks(records, openmetrics), encoder(SelfMetrics(records, now))], ctype
+
+
+def write_chunks(chunks: Iterable[Chunk], write: Callable[[bytes | memoryview], object]) -> None:
+    """Write a scrape's chunks, inflating the deflated families piece by piece."""
+    for c in chunks:
+        if isinstance(c, Packed):
+            for piece in c.pieces():
+                write(piece)
+        else:
+            write(c)
+
+
+def body_of(chunks: Iterable[Chunk]) -> bytes:
+    """A scrape's whole body (tests, tools: the server writes it in pieces)."""
+    out = bytearray()
+    write_chunks(chunks, out.extend)
+    return bytes(out)

@@ -156,15 +156,14 @@ class _Handler(BaseHTTPRequestHandler):
         if self.command != "HEAD":
             self.wfile.write(body)
 
-    def _send_chunks(self, code: int, chunks: list[bytes | memoryview], ctype: str) -> None:
+    def _send_chunks(self, code: int, chunks: list[render.Chunk], ctype: str) -> None:
         self.send_response(code)
         self.send_header("Content-Type", ctype)
         self.send_header("Content-Length", str(sum(len(c) for c in chunks)))
         self.send_header("Cache-Control", "no-store")
         self.end_headers()
         if self.command != "HEAD":
-            for c in chunks:
-                self.wfile.write(c)
+            render.write_chunks(chunks, self.wfile.write)
 
     def _json(self, code: int, doc: Any) -> None:
         body = json.dumps(doc, allow_nan=False, ensure_ascii=False, indent=1).encode()

@@ -4,11 +4,29 @@ prometheus_client's generic encoder costs about 3 µs a sample, too slow for
 the hundreds of thousands of per-partition series of a large cluster; these
 few functions encode each sample once, straight into one buffer per family.
 Format: https://prometheus.io/docs/instrumenting/exposition_formats/
+
+A family whose text outgrows :data:`PACK_ABOVE` is kept deflated (:class:`Packed`):
+the text of a large cluster is about 550 bytes per group-partition, repetitive label
+sets that zlib's fastest level shrinks about 15 times. It is deflated as it is encoded,
+so no full text of a large family is ever held, and a record holds only the deflated
+bytes, also while the next cycle's exposition is rendered next to it; a scrape inflates
+it piece by piece as it writes the body.
 """
 
 from __future__ import annotations
 
 import math
+import zlib
+from collections.abc import Iterator
+
+# Bytes of encoded lines a family buffers before deflating them: below this a family
+# stays plain text (small clusters, every test's hand-built view).
+PACK_ABOVE = 1 << 20
+# zlib's fastest level: about 0.25 s of CPU per 100 MB of text, against 0.9 s at level 6
+# for a few per cent less.
+PACK_LEVEL = 1
+# Bytes of text one inflation step writes at most (what a scrape holds at a time).
+UNPACK_PIECE = 1 << 20
 
 
 def escape_label(v: str) -> str:
@@ -33,18 +51,67 @@ def finite(v: float | None) -> bool:
     return v is not None and math.isfinite(v)
 
 
+class Packed:
+    """The deflated text of one family: ``len()`` is the text's length,
+    :meth:`pieces` inflates it in pieces of at most UNPACK_PIECE bytes."""
+
+    __slots__ = ("data", "size")
+
+    def __init__(self, data: bytes, size: int) -> None:
+        self.data, self.size = data, size
+
+    def __len__(self) -> int:
+        return self.size
+
+    def pieces(self) -> Iterator[bytes]:
+        d = zlib.decompressobj()
+        rest = self.data
+        while rest:
+            out = d.decompress(rest, UNPACK_PIECE)
+            if out:
+                yield out
+            rest = d.unconsumed_tail
+        tail = d.flush()
+        if tail:
+            yield tail
+
+
 class Lines:
     """Sample lines of one family, encoded as they are added (a list of 400k small
-    strings would cost more memory than the text itself)."""
+    strings would cost more memory than the text itself), deflated past PACK_ABOVE."""
 
-    __slots__ = ("name", "help", "kind", "buf")
+    __slots__ = ("name", "help", "kind", "buf", "_z", "_packed", "_size")
 
     def __init__(self, name: str, help_text: str, kind: str = "gauge") -> None:
         self.name, self.help, self.kind = name, help_text, kind
         self.buf = bytearray()
+        self._z: zlib._Compress | None = None
+        self._packed: list[bytes] = []
+        self._size = 0
 
     def add(self, labels: str, v: float | int) -> None:
-        self.buf += f"{self.name}{{{labels}}} {fmt_value(v)}\n".encode()
+        buf = self.buf
+        buf += f"{self.name}{{{labels}}} {fmt_value(v)}\n".encode()
+        if len(buf) > PACK_ABOVE:
+            self._deflate()
+
+    def _deflate(self) -> None:
+        if self._z is None:
+            self._z = zlib.compressobj(PACK_LEVEL)
+        self._packed.append(self._z.compress(self.buf))
+        self._size += len(self.buf)
+        self.buf = bytearray()
+
+    def body(self) -> memoryview | Packed:
+        """The family's sample lines: a read-only view of the text, or the deflated text
+        once it outgrew PACK_ABOVE."""
+        if self._z is None:
+            return memoryview(self.buf).toreadonly()  # a view, not a copy
+        self._deflate()
+        self._packed.append(self._z.flush())
+        body = Packed(b"".join(self._packed), self._size)
+        self._packed, self._z = [], None
+        return body
 
     def header(self) -> str:
         return f"# HELP {self.name} {escape_help(self.help)}\n# TYPE {self.name} {self.kind}\n"
