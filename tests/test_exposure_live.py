@@ -64,7 +64,8 @@ def _page_cell(exp: ExporterProcess, group: str) -> str:
     page = body.decode()
     row = page[page.index(f"<td>{group}</td>"):]
     row = row[:row.index("</tr>")]
-    return row[row.index("<td class='num exposure'>"):]
+    cell = row[row.index("<td class='num exposure'>"):]
+    return cell[:cell.index("</td>") + len("</td>")]
 
 
 @contextmanager
