@@ -42,7 +42,7 @@ import yaml
 from devenv.fleet_workloads import Proc, ProducerProcess, TopicSpec, coordinators, create_topics, in_child
 from devenv.kafka import KafkaCluster
 from devenv.procs import children
-from exporter.evaluate.constants import UNREADABLE_GRACE_CYCLES
+from exporter.evaluate.constants import UNREADABLE_GRACE_CYCLES, UNREADABLE_GRACE_SECONDS
 from tests.exporter_proc import ExporterProcess, select, value
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -348,7 +348,8 @@ def report(r: Run, figures: list[str], checks: list[str], started: float, load: 
         "group (a member polling without committing while records arrive); a broker restart, then "
         "SIGKILL of the stalled group's coordinator. A recorder scraped `/metrics` continuously "
         f"(at most every 0.5 s). The exporter keeps an unreadable group's last judgement for "
-        f"{UNREADABLE_GRACE_CYCLES} cycles ({UNREADABLE_GRACE_CYCLES * INTERVAL:g} s here), then "
+        f"{UNREADABLE_GRACE_CYCLES} cycles and at least {UNREADABLE_GRACE_SECONDS:g} s "
+        f"({max(UNREADABLE_GRACE_CYCLES * INTERVAL, UNREADABLE_GRACE_SECONDS):g} s here), then "
         "shows it `error`.", "",
         f"- Machine: {os.cpu_count()} cores ({cpu}), {platform.system()} {platform.release()}; the "
         f"brokers, consumers and exporter on it, shared with other engineers' test runs (load "
