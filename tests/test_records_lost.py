@@ -91,8 +91,10 @@ def test_delete_records_below_the_committed_offset_counts_exactly(
     row = page[page.index(f"<td>{lossy}</td>"):]
     row = row[:row.index("</tr>")]
     assert "40 records deleted by retention" in row  # the reason
-    # the records lost column, then rebalances: none (no member ever joined the group)
-    assert row.endswith("<td class='num'><span class='down'>40</span></td><td class='num'>0 / 0</td>")
+    # the records lost column, the exposure (unknown: no instrumented member), then
+    # rebalances: none (no member ever joined the group)
+    assert row.endswith("<td class='num'><span class='down'>40</span></td>"
+                        "<td class='num exposure'>&ndash;</td><td class='num'>0 / 0</td>")
 
     # Counted once, not again at every cycle while the committed offset stays below.
     cycles_until(exporter, lambda: True, 5, "a cycle")
