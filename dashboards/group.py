@@ -30,7 +30,14 @@ from dashboards._lib import (
     steps,
     timeseries,
 )
-from dashboards.progress import catchup_panel, catchup_stat, lost_panel, pace_panel, rebalances_panel
+from dashboards.progress import (
+    catchup_panel,
+    catchup_stat,
+    exposure_panel,
+    lost_panel,
+    pace_panel,
+    rebalances_panel,
+)
 
 
 def build() -> g.Dashboard:
@@ -90,5 +97,6 @@ def build() -> g.Dashboard:
             [(produce_consume_panel(T), 12, 8), (lag_velocity_panel(T), 12, 8)],
             [(members_ts, 6, 8), (rebalances_panel(), 6, 8), (poll_age, 6, 8), (retention_panel(T), 6, 8)],
             [(catchup_stat(), 4, 8), (catchup_panel(), 7, 8), (pace_panel(), 7, 8), (lost_panel(), 6, 8)],
+            [(exposure_panel(), 24, 8)],
         ],
     )

@@ -27,7 +27,7 @@ from dashboards._lib import (
     unit_override,
     value_mappings,
 )
-from dashboards.progress import catchup_panel, lost_panel, rebalances_panel
+from dashboards.progress import catchup_panel, exposure_panel, lost_panel, rebalances_panel
 from exporter.contracts.view import STATUSES
 
 STUCK_RE = "|".join(STUCK)
@@ -192,5 +192,6 @@ def build() -> g.Dashboard:
             [(duration, 8, 7), (age_ts, 8, 7), (errors, 8, 7)],
             [(requests, 8, 7), (reports, 8, 7), (dropped, 4, 7), (brokers, 4, 7)],
             [(catchup_panel(), 8, 7), (lost_panel(), 8, 7), (rebalances_panel(), 8, 7)],
+            [(exposure_panel(), 24, 7)],
         ],
     )

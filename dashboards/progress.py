@@ -1,5 +1,6 @@
 """Panels for the pace of a group: its time to catch up, consume and produce rates as the
-exporter measures them, and records lost to retention (exporter/evaluate/progress.py)."""
+exporter measures them, records lost to retention (exporter/evaluate/progress.py),
+rebalances and redelivery exposure."""
 
 from __future__ import annotations
 
@@ -61,3 +62,14 @@ def rebalances_panel(sel: str = G) -> g.TimeSeries:
         "(alert KafkaConsumerGroupRebalanceStorm); a max.poll.interval.ms loop costs two per round.",
         [(f"max by (cluster, group) (increase(kafka_consumergroup_rebalances_total{{{sel}}}"
           "[$__rate_interval]))", "{{group}}")], "short", axis_label="rebalances", draw="bars")
+
+
+def exposure_panel(sel: str = G) -> g.TimeSeries:
+    return timeseries(
+        "Redelivery exposure",
+        "kafka_consumergroup_redelivery_exposure_records: records the group's consumers fetched "
+        "and have not committed (position - committed, from their own reports; a Spark query: its "
+        "running batch). At-least-once: what a crash or a rebalance right now would deliver again. "
+        "Only for instrumented consumers and Spark queries; the commit mode is on the status page.",
+        [(f"max by (cluster, group) (kafka_consumergroup_redelivery_exposure_records{{{sel}}})",
+          "{{group}}")], "short", axis_label="records")

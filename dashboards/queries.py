@@ -48,6 +48,8 @@ _OPTIONAL_FAMILIES = {
     "kafka_consumergroup_member_last_poll_age_seconds": "only from instrumented consumers",
     "kafka_consumergroup_catchup_seconds": "only while a group with a backlog consumes faster than "
                                            "it is produced to",
+    "kafka_consumergroup_redelivery_exposure_records": "only from instrumented consumers or the "
+                                                       "Spark listener",
 }
 
 _VAR_RE = re.compile(r"\$\{(\w+)(?::(\w+))?\}|\$(\w+)|\[\[(\w+)\]\]")
