@@ -43,14 +43,19 @@ def pace_panel() -> g.TimeSeries:
         "short", axis_label="records/s")
 
 
+def _per_group_increase(counter: str, sel: str) -> tuple[str, str]:
+    """A counter's rise per rate interval, per group: the bars of the lost and rebalance panels."""
+    return f"max by (cluster, group) (increase({counter}{{{sel}}}[$__rate_interval]))", "{{group}}"
+
+
 def lost_panel(sel: str = G) -> g.TimeSeries:
     return timeseries(
         "Records lost to retention",
         "Records deleted (retention or delete_records) below the log start before the group read "
         "them, per rate interval: increase of kafka_consumergroup_records_lost_total. Any bar is "
         "data the group will never see (alert KafkaConsumerGroupRecordsLost).",
-        [(f"max by (cluster, group) (increase(kafka_consumergroup_records_lost_total{{{sel}}}"
-          "[$__rate_interval]))", "{{group}}")], "short", axis_label="records", draw="bars")
+        [_per_group_increase("kafka_consumergroup_records_lost_total", sel)], "short",
+        axis_label="records", draw="bars")
 
 
 def rebalances_panel(sel: str = G) -> g.TimeSeries:
@@ -60,8 +65,8 @@ def rebalances_panel(sel: str = G) -> g.TimeSeries:
         "consumer, streams and share groups, from the group epoch; a lower bound for classic "
         "groups, from member ids changing between samples). More than 5 in 10 minutes is a storm "
         "(alert KafkaConsumerGroupRebalanceStorm); a max.poll.interval.ms loop costs two per round.",
-        [(f"max by (cluster, group) (increase(kafka_consumergroup_rebalances_total{{{sel}}}"
-          "[$__rate_interval]))", "{{group}}")], "short", axis_label="rebalances", draw="bars")
+        [_per_group_increase("kafka_consumergroup_rebalances_total", sel)], "short",
+        axis_label="rebalances", draw="bars")
 
 
 def exposure_panel(sel: str = G) -> g.TimeSeries:
