@@ -41,7 +41,7 @@ class PartMemory:
 @dataclass(slots=True)
 class GroupMemo:
     parts: dict[TP, PartMemory] = field(default_factory=dict)
-    lost: dict[TP, int] = field(default_factory=dict)  # per partition, never decreases
+    lost: dict[TP, int] = field(default_factory=dict)  # per partition with losses, never decreases
     lost_total: int = 0  # kept when a partition goes away: a counter never decreases
     last: GroupProgress | None = None
 
@@ -128,7 +128,8 @@ class ProgressTracker:
             # abandoned-topic alert warns about it before).
             new, pm.counted_to = lost_step(consumed, po.log_start, pm.counted_to,
                                            first or p.unsubscribed)
-            memo.lost[tp] = memo.lost.get(tp, 0) + new
+            if new:  # partitions that never lost a record hold no entry
+                memo.lost[tp] = memo.lost.get(tp, 0) + new
             memo.lost_total += new
         add_point(pm.points, (now, consumed, po.hw), self.window)
         return _Row(tp, p.lag_offsets, consumed, po.log_start, rates(pm.points, self.min_span), p.owner,
@@ -152,7 +153,8 @@ def summarize(rows: list[_Row], memo: GroupMemo, settle: float, span_min: float,
     eta = None
     if pools and not losing and all(p.rates is not None for p in pools):
         eta = max(p.eta for p in pools if p.eta is not None)
-    parts = {r.tp: _partition(r, memo, pools) for r in rows}
+    by_owner = {p.owner: p for p in pools}
+    parts = {r.tp: _partition(r, memo, by_owner.get(r.owner)) for r in rows}
     if shared is not None:  # equal figures, one object: idle partitions all read 0/s
         parts = {tp: shared.setdefault(pp, pp) for tp, pp in parts.items()}
     notes = _pace_notes(eta, group, losing, len(pools)) + _lost_notes(rows)
@@ -172,6 +174,8 @@ def _pools(rows: list[_Row], settle: float, span_min: float) -> list[_Pool]:
     out = []
     for owner, rs in sorted(by_owner.items()):
         lag = sum(r.lag for r in rs)
+        if lag <= 0:  # caught up whatever the rates
+            continue
         pr = common_rates([r.points for r in rs], span_min)
         if caught_up(lag, pr.consume if pr else None, settle):
             continue
@@ -180,9 +184,9 @@ def _pools(rows: list[_Row], settle: float, span_min: float) -> list[_Pool]:
     return out
 
 
-def _partition(r: _Row, memo: GroupMemo, pools: list[_Pool]) -> PartitionProgress:
-    """A partition's figures; its time to catch up is its owner's (they share its time)."""
-    pool = next((p for p in pools if p.owner == r.owner), None)
+def _partition(r: _Row, memo: GroupMemo, pool: _Pool | None) -> PartitionProgress:
+    """A partition's figures; its time to catch up is its owner's pool's (they share its
+    time), ``pool`` None when the owner has no backlog."""
     return PartitionProgress(
         consume_rate=r.rates.consume if r.rates else None,
         produce_rate=r.rates.produce if r.rates else None,
