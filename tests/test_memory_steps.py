@@ -10,6 +10,7 @@ unless a row says otherwise.
 from __future__ import annotations
 
 import dataclasses
+import random
 
 import pytest
 
@@ -26,6 +27,7 @@ from exporter.evaluate.memory import (
     Sample,
     Trend,
     Tuning,
+    at_rest,
     commit_trend,
     late_commit,
     late_commit_floor,
@@ -33,6 +35,7 @@ from exporter.evaluate.memory import (
     observe,
     ownership,
     remember,
+    rest_step,
     rewind_evidence,
     stall_clock,
 )
@@ -269,3 +272,37 @@ def test_remember_dates_a_share_groups_progress_when_it_happened() -> None:
     assert (mem.changed_at, mem.above_from) == (12.0, 35.0)
     mem = remember(obs, Status.OK, share=(None, None))
     assert (mem.changed_at, mem.above_from) == (obs.after.changed_at, None)
+
+
+# -- a partition at rest -----------------------------------------------------------------
+
+def test_the_rest_step_is_the_full_step_for_a_partition_at_rest() -> None:
+    """Random walks of one partition (commits, bursts, idle stretches, owners coming and
+    going, gaps past the late-commit window, a backward move now and then): wherever
+    ``at_rest`` holds, ``rest_step`` gives exactly the memory the full step gives."""
+    rnd = random.Random(26)
+    checked = 0
+    for _walk in range(200):
+        mem = PartitionMemory.first(100, 0.0)
+        committed, hw, now, owner = 100, 100, 0.0, "m1"
+        for _step in range(60):
+            now += rnd.choice((1.0, 3.0, 15.0, 45.0))
+            if rnd.random() < 0.3:
+                hw += rnd.randrange(1, 20)
+            if rnd.random() < 0.4:
+                committed = hw if rnd.random() < 0.7 else min(hw, committed + rnd.randrange(0, 10))
+            elif rnd.random() < 0.03:
+                committed = max(0, committed - rnd.randrange(1, 50))
+            if rnd.random() < 0.1:
+                owner = rnd.choice(("m1", "m2", None))
+            owned = owner is not None and rnd.random() < 0.9
+            lag_off = max(0, hw - committed)
+            s = Sample(committed, hw, lag_off, 0.0 if not lag_off else float(rnd.randrange(1, 90)),
+                       owned, now, owner)
+            full = remember(observe(mem, s, TUNING), rnd.choice((Status.OK, Status.STALLED))
+                            if lag_off else Status.OK)
+            if at_rest(mem, committed, hw, owner):
+                assert rest_step(mem, owned, owner, now) == full
+                checked += 1
+            mem = full
+    assert checked > 2000  # the walks do come to rest, often

@@ -168,6 +168,22 @@ def test_classic_groups_count_one_per_cycle_in_which_the_members_changed() -> No
     assert views[-1] is not None and views[-1].rebalances.source == "membership"  # type: ignore[union-attr]
 
 
+def test_a_static_member_restarted_under_a_new_member_id_is_no_rebalance() -> None:
+    """KIP-345: a static member back within session.timeout.ms gets a new member id and its
+    old assignment, without a rebalance; a new instance joining is one."""
+    def static(mid: str, instance: str) -> Member:
+        return dataclasses.replace(_member(mid), instance_id=instance)
+
+    ev = Evaluator("prod", TH, 5.0)
+    cycles = [(static("a1", "pod-0"), static("b1", "pod-1")),
+              (static("a2", "pod-0"), static("b1", "pod-1")),   # pod-0 restarted
+              (static("a2", "pod-0"), static("b2", "pod-1")),   # pod-1 restarted
+              (static("a2", "pod-0"), static("b2", "pod-1"), static("c1", "pod-2"))]  # a join
+    groups = [GroupSample(group_id="g", type="classic", state="stable",  # type: ignore[arg-type]
+                          members=ms, committed={TP: 100}) for ms in cycles]
+    assert _totals(_run(ev, [(g, True) for g in groups])) == [0, 0, 0, 1]
+
+
 def test_the_clients_counters_win_when_they_saw_more() -> None:
     ev = Evaluator("prod", TH, 5.0)
     cycles = [(_group(("a",), type_="classic"), True)]

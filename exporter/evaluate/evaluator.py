@@ -49,6 +49,7 @@ from exporter.evaluate.memory import (
     PartitionMemory,
     Sample,
     Tuning,
+    at_rest,
     forget_uncommitted,
     joins_since,
     observe,
@@ -58,6 +59,7 @@ from exporter.evaluate.memory import (
     remember_members,
     remember_outside,
     remember_uncommitted,
+    rest_step,
 )
 from exporter.evaluate.progress import ProgressTracker
 from exporter.evaluate.rebalances import RebalanceTracker
@@ -96,6 +98,8 @@ class _GroupCycle:
     membership: str  # members, outside or none (:meth:`Evaluator._membership`)
     allowance: float  # stall allowance of a client outside group membership
     left: frozenset[str]  # topics no member subscribes to any more
+    tuning: Tuning  # the group's thresholds, as the memory step reads them
+    prev_views: dict[TP, PartitionView]  # last cycle's views of the committed partitions
 
 
 class Evaluator:
@@ -273,7 +277,10 @@ class Evaluator:
             assignment_known=assignment_known, report_of=report_of,
             report_by_member=report_by_member, progress=progress, share_dates=share_dates,
             membership=membership, allowance=allowance,
-            left=_unsubscribed_topics(g, assignment_known))
+            left=_unsubscribed_topics(g, assignment_known),
+            tuning=Tuning(self.interval, self.th.lag_seconds, self.th.stall_after),
+            prev_views=({(p.topic, p.partition): p for p in st.last_view.partitions}
+                        if st.last_view is not None else {}))
 
     def _unreadable(self, g: GroupSample, st: GroupMemory, now: float) -> GroupView:
         """A group that could not be read this cycle."""
@@ -381,14 +388,19 @@ class Evaluator:
         mem = st.parts.get(tp)
         if mem is None:
             mem = PartitionMemory.first(progress, now)
+        elif g.type != GroupType.SHARE and at_rest(mem, progress, hw, owner and owner.member_id):
+            return self._at_rest(c, tp, mem, committed, hw, owner)
         lag_off = None if hw is None else max(0, hw - consumed)
         lag_s = None if lag_off is None else self._lag_seconds(tp, consumed, hw, lag_off, c.exact_ts, now)
         owned = _spark_owns(g, spark) if g.type == GroupType.SPARK else _member_owns(c, tp)
         sample = Sample(progress, hw, lag_off, lag_s, owned, now,
                         owner.member_id if owner is not None else None,
                         st.queue_progress_at if g.type == GroupType.SHARE else None)
-        obs = observe(mem, sample, Tuning(self.interval, self.th.lag_seconds, self.th.stall_after))
+        obs = observe(mem, sample, c.tuning)
         unsubscribed = tp[0] in c.left
+        if not lag_off:
+            st.parts[tp] = remember(obs, Status.OK, c.share_dates.get(tp))
+            return _caught_up(c, tp, committed, hw, lag_off, lag_s, owner, rep, unsubscribed)
         facts = PartitionFacts(
             topic=tp[0], partition=tp[1], committed=committed, hw=hw, lag_offsets=lag_off,
             lag_seconds=lag_s, stalled_seconds=obs.stalled_seconds,
@@ -408,6 +420,25 @@ class Evaluator:
                              reason=reason(rule, facts, self.th) or note(facts), owner=facts.owner,
                              unsubscribed=unsubscribed)
 
+    def _at_rest(self, c: _GroupCycle, tp: TP, mem: PartitionMemory, committed: int, hw: int,
+                 owner: Member | None) -> PartitionView:
+        """A partition :func:`~exporter.evaluate.memory.at_rest`: no lag, so ``ok`` whatever
+        the other facts say (:func:`classify` returns before reading them), and its memory
+        takes the short step. Its view is last cycle's object when nothing in it changed, so
+        the old and the new view share it."""
+        owned = _spark_owns(c.g, c.spark) if c.g.type == GroupType.SPARK else _member_owns(c, tp)
+        c.st.parts[tp] = rest_step(mem, owned, owner.member_id if owner is not None else None, c.now)
+        rep = _report_for(c, tp, owner)
+        unsubscribed = tp[0] in c.left
+        prev = c.prev_views.get(tp)
+        position = rep.positions.get(tp) if rep and c.spark is None else None
+        if (prev is not None and not unsubscribed and not prev.unsubscribed
+                and prev.status == Status.OK and prev.committed == committed
+                and prev.lag_offsets == 0 and prev.lag_seconds == 0.0 and prev.stalled_seconds == 0.0
+                and prev.position == position and prev.owner == _member_label(owner)):
+            return prev
+        return _caught_up(c, tp, committed, hw, 0, 0.0, owner, rep, unsubscribed)
+
     def _lag_seconds(self, tp: TP, committed: int, hw: int, lag_off: int,
                      exact_ts: dict[tuple[str, int, int], float], now: float) -> float | None:
         key = (tp[0], tp[1], committed)
@@ -421,6 +452,24 @@ class Evaluator:
         self._lag_memo[key] = lag_s
         return lag_s
 
+
+
+def _caught_up(c: _GroupCycle, tp: TP, committed: int, hw: int | None, lag_off: int | None,
+               lag_s: float | None, owner: Member | None, rep: ConsumerReport | None,
+               unsubscribed: bool) -> PartitionView:
+    """The view of a committed partition without lag (or with an unknown HW): ``ok``,
+    since :func:`classify` says so before reading any other fact, so none is gathered."""
+    text = ""
+    if unsubscribed:
+        text = note(PartitionFacts(
+            topic=tp[0], partition=tp[1], committed=committed, hw=hw, lag_offsets=lag_off,
+            lag_seconds=lag_s, stalled_seconds=0.0, frozen_seconds=0.0, lagging=False,
+            rewinding=False, owned=False, unowned_confirmed=False, unsubscribed=True))
+    position = rep.positions.get(tp) if rep and c.spark is None else None
+    return PartitionView(topic=tp[0], partition=tp[1], committed=committed, position=position,
+                         lag_offsets=lag_off, lag_seconds=lag_s, stalled_seconds=0.0,
+                         status=Status.OK, reason=text, owner=_member_label(owner),
+                         unsubscribed=unsubscribed)
 
 
 # -- per group type: who owns a committed partition, what the group's status is ----------
@@ -477,6 +526,8 @@ def _exposure(c: _GroupCycle, parts: list[PartitionView]) -> GroupExposure | Non
     if c.spark is not None:
         return group_exposure(spark_exposure(c.spark), ())
     reports = {id(r): r for r in (*c.report_by_member.values(), *c.report_of.values())}
+    if not reports:  # no instrumented consumer: nothing speaks for any partition
+        return group_exposure({}, ())
     per_tp = consumer_exposure(parts, lambda tp: _report_for(c, tp, c.owner_of.get(tp)))
     return group_exposure(per_tp, reports.values())
 
@@ -496,6 +547,8 @@ def _progress(g: GroupSample, st: GroupMemory, partitions: dict[TP, PartitionOff
     """(where the lag starts, what the memory follows) per partition, computed once: a
     share group's stall clock needs every partition's before any is judged; and for a
     share group, when each partition's certain progress happened (:func:`_share_dates`)."""
+    if g.type != GroupType.SHARE and not g.reported_lag:  # only share groups have a reported lag
+        return {tp: (c, c) for tp, c in g.committed.items()}, {}
     progress = {tp: _share_progress(c, po.hw if (po := partitions.get(tp)) else None,
                                     g.reported_lag.get(tp), st.parts.get(tp))
                 for tp, c in g.committed.items()}

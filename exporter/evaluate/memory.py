@@ -127,6 +127,14 @@ class Ownership(NamedTuple):
     unowned: int  # consecutive cycles nobody owned the partition
 
 
+# The memory of a partition at rest, shared (tuples are immutable): one object each, not
+# one per group-partition.
+_NO_REWIND = Rewind(0.0, None)
+_NO_TREND = Trend(None, False)
+_UNOWNED = tuple(Ownership(None, n) for n in range(64))
+_NO_OWNER = _UNOWNED[0]
+
+
 @dataclass(frozen=True, slots=True)
 class PartitionMemory:
     """Per partition of a group, one concern per field. Frozen: :func:`remember` replaces
@@ -150,8 +158,8 @@ class PartitionMemory:
         return cls(committed=committed, changed_at=now,
                    data=NewData(freeze_hw=None, quiet_at=now, flow_at=now, tail_from=None,
                                 new_data_at=None, arrived_at=now),
-                   floor=Floor(-1, committed, now), rewind=Rewind(0.0, None), lag_since=None,
-                   trend=Trend(None, False), ownership=Ownership(None, 0))
+                   floor=Floor(-1, committed, now), rewind=_NO_REWIND, lag_since=None,
+                   trend=_NO_TREND, ownership=_NO_OWNER)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -249,7 +257,7 @@ def rewind_evidence(before: Rewind, committed_before: int, committed: int, late:
         return Rewind(before.until, max(committed_before, before.pending or committed_before))
     if before.pending is not None and committed < before.pending:
         return Rewind(now + REWIND_HOLD_CYCLES * interval, None)
-    return Rewind(before.until, None)
+    return before if before.pending is None else Rewind(before.until, None)
 
 
 # -- stall clock -------------------------------------------------------------------------
@@ -333,15 +341,20 @@ def commit_trend(before: Trend, committed_before: int, s: Sample, new_owner: boo
     run = extend_run(prev_run, s.now, s.committed, s.lag_s, s.hw) if moved or prev_run is None else prev_run
     was_lagging = before.lagging and s.committed >= committed_before
     if s.lag_off is None:  # unknown HW: nothing to judge, keep the trend as it was
-        return False, Trend(run, was_lagging)
+        return False, _trend(before, run, was_lagging)
     if s.lag_off == 0 or s.lag_s is None:
-        return False, Trend(run, False if s.lag_off == 0 else was_lagging)
+        return False, _trend(before, run, False if s.lag_off == 0 else was_lagging)
     if moved or prev_run is None or s.lag_s > tu.lag_threshold:
         lagging = lag_trend(was_lagging, run, prev_run, s.lag_s, tu.lag_threshold, tu.interval, quiet)
     else:  # no commit this cycle: the trend stands until the next one, unless no record
         # arrived for a while (a lag that only ages is not growing)
         lagging = was_lagging and not quiet
-    return lagging, Trend(run, lagging)
+    return lagging, _trend(before, run, lagging)
+
+
+def _trend(before: Trend, run: Run | None, lagging: bool) -> Trend:
+    """``Trend(run, lagging)``, the same object as ``before`` when that is what it holds."""
+    return before if before.run is run and before.lagging == lagging else Trend(run, lagging)
 
 
 # -- ownership ---------------------------------------------------------------------------
@@ -353,7 +366,14 @@ def ownership(before: Ownership, owned: bool, owner: str | None) -> tuple[Owners
     when known; an unknown owner keeps the last known one."""
     new_owner = owner is not None and before.owner is not None and owner != before.owner
     unowned = 0 if owned else before.unowned + 1
-    after = Ownership(owner if owner is not None else before.owner, unowned)
+    keep = owner is None or owner == before.owner
+    # The same object when nothing changed: no allocation for a partition at rest.
+    if keep and unowned == before.unowned:
+        after = before
+    elif owner is None and before.owner is None and unowned < len(_UNOWNED):
+        after = _UNOWNED[unowned]  # nobody ever owned it: one shared object per count
+    else:
+        after = Ownership(before.owner if owner is None else owner, unowned)
     return after, new_owner, unowned >= STOPPED_AFTER_CYCLES
 
 
@@ -400,6 +420,34 @@ def remember(obs: Observation, status: Status, share: tuple[float | None, float 
     return PartitionMemory(committed=after.committed, changed_at=changed_at, data=after.data,
                            floor=after.floor, rewind=after.rewind, lag_since=after.lag_since,
                            trend=trend, ownership=after.ownership, above_from=above_from)
+
+# -- a partition at rest -----------------------------------------------------------------
+
+def at_rest(mem: PartitionMemory, committed: int, hw: int | None, owner: str | None) -> bool:
+    """Nothing to judge and nothing moving: the committed offset and the HW as at the last
+    sample, no lag, no backward move pending, a lag trend started and not lagging, the
+    same owner (or none known). Most group-partitions of a large cluster are at rest in
+    most cycles (caught-up groups, idle topics); :func:`rest_step` is their memory step."""
+    return (committed == mem.committed and hw is not None and hw <= committed
+            and hw == mem.data.freeze_hw and mem.rewind.pending is None
+            and mem.trend.run is not None and not mem.trend.lagging
+            and (owner is None or owner == mem.ownership.owner))
+
+
+def rest_step(mem: PartitionMemory, owned: bool, owner: str | None, now: float) -> PartitionMemory:
+    """``remember(observe(mem, sample), OK)`` for a partition :func:`at_rest` (a committed
+    partition of a group other than a share group), without the evidence nobody reads:
+    with no lag every rule says ``ok``, so only the clocks a later cycle needs move (the
+    quiet HW's, the late-commit floor's window, the cycles nobody owned it).
+    ``tests/test_memory_steps.py`` holds it equal to the full step."""
+    data = mem.data
+    return PartitionMemory(
+        committed=mem.committed, changed_at=mem.changed_at,
+        data=data._replace(quiet_at=now) if data.new_data_at is None else data,
+        floor=late_commit_floor(mem.floor, mem.committed, now), rewind=mem.rewind,
+        lag_since=None, trend=mem.trend, ownership=ownership(mem.ownership, owned, owner)[0],
+        above_from=mem.above_from)
+
 
 @dataclass
 class GroupMemory:

@@ -73,6 +73,29 @@ class Points:
     def clear(self) -> None:
         del self._a[:]
 
+    def add(self, t: float, consumed: int, hw: int, window: float) -> None:
+        """:func:`add_point` on the flat array itself: it runs for every group-partition
+        every cycle, where going through :meth:`__getitem__` costs several tuples each."""
+        a = self._a
+        n = len(a)
+        if n and (consumed < a[n - 2] or hw < a[n - 1]):
+            del a[:]
+            n = 0
+        if n >= 6 and t - a[n - 6] < window / POINTS_PER_WINDOW:
+            a[n - 3], a[n - 2], a[n - 1] = t, consumed, hw
+        else:
+            a.extend((t, consumed, hw))
+        while len(a) > 6 and a[0] < t - window:
+            del a[:3]
+
+    def ends(self) -> tuple[Point, Point] | None:
+        """(oldest, newest) point; None with fewer than two."""
+        a = self._a
+        n = len(a)
+        if n < 6:
+            return None
+        return (a[0], int(a[1]), int(a[2])), (a[n - 3], int(a[n - 2]), int(a[n - 1]))
+
 
 @dataclass(frozen=True, slots=True)
 class Rates:
@@ -87,6 +110,9 @@ def add_point(points: list[Point] | Points, p: Point, window: float) -> None:
 
     A consumed offset or a high watermark that moved backwards (a rewind, an offset
     reset, a topic recreated) makes the older points meaningless: they are dropped."""
+    if isinstance(points, Points):
+        points.add(p[0], p[1], p[2], window)
+        return
     if points and (p[1] < points[-1][1] or p[2] < points[-1][2]):
         points.clear()
     spacing = window / POINTS_PER_WINDOW
@@ -101,9 +127,10 @@ def add_point(points: list[Point] | Points, p: Point, window: float) -> None:
 def rates(points: Sequence[Point] | Points, min_span: float) -> Rates | None:
     """Consume and produce rates between the oldest and the newest point; None until
     the points span ``min_span`` seconds."""
-    if len(points) < 2:
+    ends = _ends(points)
+    if ends is None:
         return None
-    (t0, c0, h0), (t1, c1, h1) = points[0], points[-1]
+    (t0, c0, h0), (t1, c1, h1) = ends
     span = t1 - t0
     if not span >= min_span or span <= 0:
         return None
@@ -118,23 +145,30 @@ def common_rates(series: Sequence[Sequence[Point] | Points], min_span: float) ->
     consumed at both paces at once. So each partition's offsets are read (interpolated
     between its points) at the same two times: the newest sample, and the oldest time
     every partition has a point at or before. None until that span is ``min_span`` long."""
-    if not series or any(len(pts) < 2 for pts in series):
+    ends = [_ends(pts) for pts in series]
+    if not ends or any(e is None for e in ends):
         return None
-    t0 = max(pts[0][0] for pts in series)
-    t1 = min(pts[-1][0] for pts in series)
+    t0 = max(e[0][0] for e in ends)  # type: ignore[index]
+    t1 = min(e[1][0] for e in ends)  # type: ignore[index]
     span = t1 - t0
     if not span >= min_span or span <= 0:
         return None
     consumed = produced = 0.0
-    for pts in series:
+    for pts, (first, last) in zip(series, ends, strict=True):  # type: ignore[misc]
         # Partitions sampled together keep points at the same times: interpolate only
         # for one whose history started later or ends earlier.
-        first, last = pts[0], pts[-1]
         c0, h0 = (first[1], first[2]) if first[0] == t0 else _at(pts, t0)
         c1, h1 = (last[1], last[2]) if last[0] == t1 else _at(pts, t1)
         consumed += c1 - c0
         produced += h1 - h0
     return Rates(consume=consumed / span, produce=produced / span, span=span)
+
+
+def _ends(points: Sequence[Point] | Points) -> tuple[Point, Point] | None:
+    """(oldest, newest) point; None with fewer than two."""
+    if isinstance(points, Points):
+        return points.ends()
+    return (points[0], points[-1]) if len(points) >= 2 else None
 
 
 def _at(points: Sequence[Point] | Points, t: float) -> tuple[float, float]:

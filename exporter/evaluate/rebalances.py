@@ -10,7 +10,9 @@ Where the count comes from, by group type:
   nor OffsetFetch. What the broker shows is the member ids: each cycle in which they
   changed (members joined or left) counts one rebalance. A lower bound: several
   rebalances between two samples count as one, and a member that left and rejoined with
-  the same id between them counts none.
+  the same id between them counts none. A static member (``group.instance.id``,
+  KIP-345) counts by its instance id: its restart within the session timeout is no
+  rebalance, though it comes back with a new member id.
 - Instrumented members of classic groups report how many rebalances they took part in (the
   Python client counts the assignments librdkafka hands it, one per rebalance;
   librdkafka's own ``cgrp.rebalance_cnt`` also counts revocations, two per eager
@@ -135,7 +137,10 @@ class RebalanceTracker:
 
     def _observe(self, memo: RebalanceMemo, g: GroupSample, reports: list[ConsumerReport],
                  now: float) -> None:
-        members = frozenset(m.member_id for m in g.members)
+        # A static member (KIP-345) is known by its group.instance.id: restarted within
+        # session.timeout.ms it rejoins under a new member id and the coordinator hands it
+        # its old assignment without a rebalance, so a new id alone is not one.
+        members = frozenset(m.instance_id or m.member_id for m in g.members)
         if g.type in EPOCH_TYPES and g.epoch is not None:
             memo.broker += epoch_step(g.epoch, memo.epoch)  # exact: the clients add nothing
         else:
