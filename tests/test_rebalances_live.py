@@ -130,7 +130,10 @@ def test_classic_group_counts_each_membership_change(kafka: KafkaCluster,
 
 def test_kip848_group_counts_every_epoch_bump(kafka: KafkaCluster, exporter: ExporterProcess) -> None:
     """Two members join and both leave without waiting for the exporter in between: the
-    group epoch counts all four rebalances, whatever the exporter sampled meanwhile."""
+    count rises by exactly what the group epoch rose, all four rebalances at least,
+    whatever the exporter sampled meanwhile. The coordinator may bump the epoch more often
+    than the membership changes (a bump also follows subscription and topic metadata
+    changes, KIP-848): the count follows the broker, not the test's arithmetic."""
     topic = create_topic(kafka, unique("rb-k848"), partitions=3)
     group = unique("rb-k848-g")
     a = Member(kafka, group, topic, "rb848-a", protocol="consumer")
@@ -148,7 +151,7 @@ def test_kip848_group_counts_every_epoch_bump(kafka: KafkaCluster, exporter: Exp
         wait_for(lambda: _settled(exporter, group, 1), 30, "back to one stable member")
         total = _steady(exporter, group)
         doc = _doc(exporter, group)
-        assert total == base + 4 and doc["group_epoch"] == epoch + 4, (total, base, doc["group_epoch"], epoch)
+        assert total - base == doc["group_epoch"] - epoch >= 4, (total, base, doc["group_epoch"], epoch)
         assert doc["rebalances_source"] == "epoch"
     finally:
         a.leave()
