@@ -377,30 +377,36 @@ class Evaluator:
                              status=status, reason=reason(rule, facts, self.th), owner=facts.owner)
 
     def _partition(self, c: _GroupCycle, tp: TP) -> PartitionView:
-        """One committed partition: observe, classify, remember."""
+        """One committed partition: observe, classify, remember. At rest
+        (:func:`~exporter.evaluate.memory.at_rest`) or without lag it is ``ok`` whatever the
+        other facts say (:func:`classify` returns before reading them): none is gathered,
+        and at rest the memory takes the short step and last cycle's view is kept."""
         g, st, now, spark = c.g, c.st, c.now, c.spark
         committed = g.committed[tp]
         po = c.partitions.get(tp)
         hw = po.hw if po else None
         owner = c.owner_of.get(tp)
+        owner_id = owner.member_id if owner is not None else None
         rep = _report_for(c, tp, owner)
+        position = rep.positions.get(tp) if rep and spark is None else None
+        owned = _spark_owns(g, spark) if g.type == GroupType.SPARK else _member_owns(c, tp)
+        unsubscribed = tp[0] in c.left  # shown with a note: the full path
         consumed, progress = c.progress[tp]
         mem = st.parts.get(tp)
         if mem is None:
             mem = PartitionMemory.first(progress, now)
-        elif g.type != GroupType.SHARE and at_rest(mem, progress, hw, owner and owner.member_id):
-            return self._at_rest(c, tp, mem, committed, hw, owner)
+        elif g.type != GroupType.SHARE and not unsubscribed and at_rest(mem, progress, hw, owner_id):
+            st.parts[tp] = rest_step(mem, owned, owner_id, now)
+            return (_kept(c.prev_views.get(tp), committed, position, owner)
+                    or _caught_up(tp, committed, 0, 0.0, position, owner))
         lag_off = None if hw is None else max(0, hw - consumed)
         lag_s = None if lag_off is None else self._lag_seconds(tp, consumed, hw, lag_off, c.exact_ts, now)
-        owned = _spark_owns(g, spark) if g.type == GroupType.SPARK else _member_owns(c, tp)
-        sample = Sample(progress, hw, lag_off, lag_s, owned, now,
-                        owner.member_id if owner is not None else None,
+        sample = Sample(progress, hw, lag_off, lag_s, owned, now, owner_id,
                         st.queue_progress_at if g.type == GroupType.SHARE else None)
         obs = observe(mem, sample, c.tuning)
-        unsubscribed = tp[0] in c.left
-        if not lag_off:
+        if not lag_off and not unsubscribed:
             st.parts[tp] = remember(obs, Status.OK, c.share_dates.get(tp))
-            return _caught_up(c, tp, committed, hw, lag_off, lag_s, owner, rep, unsubscribed)
+            return _caught_up(tp, committed, lag_off, lag_s, position, owner)
         facts = PartitionFacts(
             topic=tp[0], partition=tp[1], committed=committed, hw=hw, lag_offsets=lag_off,
             lag_seconds=lag_s, stalled_seconds=obs.stalled_seconds,
@@ -413,31 +419,11 @@ class Evaluator:
             **_spark_facts(spark, now))
         status, rule = classify(facts, self.th)
         st.parts[tp] = remember(obs, status, c.share_dates.get(tp))
-        position = rep.positions.get(tp) if rep and spark is None else None
         return PartitionView(topic=tp[0], partition=tp[1], committed=committed, position=position,
                              lag_offsets=lag_off, lag_seconds=lag_s,
                              stalled_seconds=obs.stalled_seconds if lag_off else 0.0, status=status,
                              reason=reason(rule, facts, self.th) or note(facts), owner=facts.owner,
                              unsubscribed=unsubscribed)
-
-    def _at_rest(self, c: _GroupCycle, tp: TP, mem: PartitionMemory, committed: int, hw: int,
-                 owner: Member | None) -> PartitionView:
-        """A partition :func:`~exporter.evaluate.memory.at_rest`: no lag, so ``ok`` whatever
-        the other facts say (:func:`classify` returns before reading them), and its memory
-        takes the short step. Its view is last cycle's object when nothing in it changed, so
-        the old and the new view share it."""
-        owned = _spark_owns(c.g, c.spark) if c.g.type == GroupType.SPARK else _member_owns(c, tp)
-        c.st.parts[tp] = rest_step(mem, owned, owner.member_id if owner is not None else None, c.now)
-        rep = _report_for(c, tp, owner)
-        unsubscribed = tp[0] in c.left
-        prev = c.prev_views.get(tp)
-        position = rep.positions.get(tp) if rep and c.spark is None else None
-        if (prev is not None and not unsubscribed and not prev.unsubscribed
-                and prev.status == Status.OK and prev.committed == committed
-                and prev.lag_offsets == 0 and prev.lag_seconds == 0.0 and prev.stalled_seconds == 0.0
-                and prev.position == position and prev.owner == _member_label(owner)):
-            return prev
-        return _caught_up(c, tp, committed, hw, 0, 0.0, owner, rep, unsubscribed)
 
     def _lag_seconds(self, tp: TP, committed: int, hw: int, lag_off: int,
                      exact_ts: dict[tuple[str, int, int], float], now: float) -> float | None:
@@ -454,22 +440,24 @@ class Evaluator:
 
 
 
-def _caught_up(c: _GroupCycle, tp: TP, committed: int, hw: int | None, lag_off: int | None,
-               lag_s: float | None, owner: Member | None, rep: ConsumerReport | None,
-               unsubscribed: bool) -> PartitionView:
-    """The view of a committed partition without lag (or with an unknown HW): ``ok``,
-    since :func:`classify` says so before reading any other fact, so none is gathered."""
-    text = ""
-    if unsubscribed:
-        text = note(PartitionFacts(
-            topic=tp[0], partition=tp[1], committed=committed, hw=hw, lag_offsets=lag_off,
-            lag_seconds=lag_s, stalled_seconds=0.0, frozen_seconds=0.0, lagging=False,
-            rewinding=False, owned=False, unowned_confirmed=False, unsubscribed=True))
-    position = rep.positions.get(tp) if rep and c.spark is None else None
+def _caught_up(tp: TP, committed: int, lag_off: int | None, lag_s: float | None,
+               position: int | None, owner: Member | None) -> PartitionView:
+    """The view of a committed partition without lag (or with an unknown HW)."""
     return PartitionView(topic=tp[0], partition=tp[1], committed=committed, position=position,
                          lag_offsets=lag_off, lag_seconds=lag_s, stalled_seconds=0.0,
-                         status=Status.OK, reason=text, owner=_member_label(owner),
-                         unsubscribed=unsubscribed)
+                         status=Status.OK, reason="", owner=_member_label(owner))
+
+
+def _kept(prev: PartitionView | None, committed: int, position: int | None,
+          owner: Member | None) -> PartitionView | None:
+    """Last cycle's view of a partition at rest when it is this cycle's too, so the record
+    being served and the one being built share it."""
+    if (prev is not None and not prev.unsubscribed and prev.status == Status.OK
+            and prev.committed == committed and prev.lag_offsets == 0 and prev.lag_seconds == 0.0
+            and prev.stalled_seconds == 0.0 and prev.position == position
+            and prev.owner == _member_label(owner)):
+        return prev
+    return None
 
 
 # -- per group type: who owns a committed partition, what the group's status is ----------

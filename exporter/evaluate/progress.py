@@ -188,7 +188,7 @@ def _pools(rows: list[_Row], settle: float, span_min: float) -> list[_Pool]:
 
 
 def _partition(r: _Row, memo: GroupMemo, pool: _Pool | None,
-               before: PartitionProgress | None = None) -> PartitionProgress:
+               before: PartitionProgress | None) -> PartitionProgress:
     """A partition's figures; its time to catch up is its owner's pool's (they share its
     time), ``pool`` None when the owner has no backlog. ``before``, last cycle's figures,
     is returned itself when they are this cycle's (a partition at rest)."""
