@@ -56,8 +56,9 @@ and a bad group that turned:
   acceptable detection delay.
 
 When the fleet stops judging a group (a rewound consumer stopped for its offset reset, the
-rewind's hold over, a process died on its own) the group has an ``UNJUDGED`` mark, and an
-``OK`` mark when it must be ``ok`` again (the rewound consumer caught up).
+rewind's hold over, a process died on its own, a consumer's partitions lost when its session
+timed out) the group has an ``UNJUDGED`` mark, and an ``OK`` mark when it must be ``ok`` again
+(the rewound or lost consumer caught up).
 """
 
 from __future__ import annotations
@@ -625,6 +626,16 @@ def report(opts: Options, results: list[GroupResult], summary: dict[str, Any], f
             lines.append(f"* {rel(t)} s {g}: {' '.join([word, *rest])}")
         if len(backs) > 60:
             lines.append(f"* ... {len(backs) - 60} more")
+        lines.append("")
+    losses = [(c.t, short(r.group), next((d.t for d in r.changes[i + 1:] if d.expect == "ok"), None))
+              for r in results for i, c in enumerate(r.changes) if c.note.startswith("partitions lost")]
+    if losses:
+        lines.append("Consumers whose partitions librdkafka took away (LOST: the session timed out), "
+                     "not judged until they caught up again:")
+        lines.append("")
+        for t, g, back in sorted(losses):
+            until = f"until {rel(back)} s" if back is not None else "until the end"
+            lines.append(f"* {rel(t)} s {g}: lost its partitions, not judged {until}")
         lines.append("")
     absent = [(short(r.group), r.absent_seconds) for r in results if r.absent_seconds > 0]
     if absent:

@@ -26,6 +26,11 @@ behaviour changes (the ground truth of bench/fleet.py) and ``EXIT <epoch>`` on S
 closing the consumer (with ``--instance-id`` librdkafka does not leave the group on close:
 static membership, KIP-345).
 
+``LOST <epoch>`` when librdkafka takes its partitions away without a rebalance it took part
+in (its session timed out, or it was fenced: ``on_lost``), after which it prints ``CAUGHT_UP``
+again once it has caught up: a healthy consumer that lost its partitions really stopped
+consuming meanwhile, and the fleet does not judge it until then.
+
 It also prints what it sees of its own committed offsets going backwards, the fleet's evidence
 for a ``rewind`` nobody planned: ``COMMIT_BACK <epoch> <partition> <from> <to>`` when the
 broker acknowledges a commit lower than one it acknowledged before (the committed offset is
@@ -157,9 +162,15 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
     signal.signal(signal.SIGUSR1, turn)
-    consumer.subscribe(args.topic.split(","))
     ready = False
     caught_up = False
+
+    def lost(_consumer: Any, _partitions: Any) -> None:
+        nonlocal caught_up
+        caught_up = False
+        say("LOST", time.time())
+
+    consumer.subscribe(args.topic.split(","), on_lost=lost)
     bad = False
     pending = 0  # records not committed yet (batch mode)
     last_commit = time.monotonic()

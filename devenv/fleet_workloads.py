@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import math
 import os
 import random
 import signal
@@ -264,6 +265,18 @@ class Proc:
                 except (IndexError, ValueError):
                     return t
         return None
+
+    def events(self, word: str) -> list[float]:
+        """The epochs printed after ``word`` on every line starting with it."""
+        out = []
+        for t, line in list(self.lines):
+            parts = line.split()
+            if parts and parts[0] == word:
+                try:
+                    out.append(float(parts[1]))
+                except (IndexError, ValueError):
+                    out.append(t)
+        return out
 
     def wait_event(self, word: str, timeout: float) -> float | None:
         deadline = time.monotonic() + timeout
@@ -664,6 +677,32 @@ class ConsumerGroup(Workload):
             ctx.log(f"{self.group}: offsets reset {back} records back, consumer restarted")
         return act
 
+    def _losses(self, changes: list[Change], p: Params) -> list[Change]:
+        """Not judged while a healthy consumer (or a bad one before its turn) is without the
+        partitions librdkafka took away (LOST: its session timed out, on a machine whose
+        coordinators are slow to answer), and ``ok`` again a warm-up after it caught up
+        (CAUGHT_UP again): the group really stopped consuming meanwhile."""
+        turn = self.events.get("turn") if not self.healthy else None
+        caught = sorted(t for pr in self.procs for t in pr.events("CAUGHT_UP"))
+        gaps: list[tuple[float, float]] = []  # [lost, ok again)
+        for lost in sorted(t for pr in self.procs for t in pr.events("LOST")):
+            if turn is not None and lost >= turn:
+                continue
+            back = next((t + p.warmup for t in caught if t > lost), math.inf)
+            if gaps and lost <= gaps[-1][1]:
+                gaps[-1] = (gaps[-1][0], max(gaps[-1][1], back))
+            else:
+                gaps.append((lost, back))
+        if not gaps:
+            return changes
+        out = [c for c in changes if c.expect != "ok" or not any(a <= c.t < b for a, b in gaps)]
+        for a, b in gaps:
+            out.append(Change(a, None, note="partitions lost: its session timed out"))
+            if b < (turn if turn is not None else math.inf):
+                out.append(Change(b, "ok", note="caught up again after the loss"))
+        return self._cut(sorted((c for c in out if c.note != "a process died on its own"),
+                                key=lambda c: c.t))
+
     def delete_records(self) -> Callable[[Ctx], None]:
         """Delete records between the committed offset and the HW (retention catching up with a
         consumer that is behind): the group's next unread records are lost."""
@@ -677,7 +716,7 @@ class ConsumerGroup(Workload):
         return act
 
     def truth(self, p: Params) -> list[Change]:
-        out = super().truth(p)
+        out = self._losses(super().truth(p), p)
         if "stop" in self.events:  # rewind: not judged while the consumer is away
             out.append(Change(self.events["stop"], None, note="consumer stopped for the offset reset"))
             turn = self.events.get("turn")
