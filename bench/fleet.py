@@ -371,6 +371,22 @@ def _spark_then(r: GroupResult, t: float) -> str:
             f"the listener's end offsets {heard})")
 
 
+# Lag alerts wait for the lag itself, not for the status: (max lag seconds the shipped rule
+# asks for, seconds the expression then still needs) before its ``for:`` starts.
+# KafkaConsumerGroupLagGrowing: min_over_time(max_lag_seconds[5m]) > 60.
+LAG_ALERT_LEAD = {"KafkaConsumerGroupLagHigh": (600.0, 0.0), "KafkaConsumerGroupLagGrowing": (60.0, 300.0)}
+
+
+def _alert_start(a: str, detected: float, lags: list[tuple[float, Any, Any, Any]]) -> float | None:
+    """When an expected alert's ``for:`` can start: the status seen, and for a lag alert the
+    group's max lag seconds past the rule's threshold (None: never in the run)."""
+    if a not in LAG_ALERT_LEAD:
+        return detected
+    above, extra = LAG_ALERT_LEAD[a]
+    t = next((t for t, _off, secs, _m in lags if t >= detected and secs is not None and secs > above), None)
+    return None if t is None else t + extra
+
+
 def evaluate(ws: list[Workload], rec: Recorder, p: Params, t_end: float,
              alerts: list[dict[str, Any]], rule_for: dict[str, float] | None = None) -> list[GroupResult]:
     results = []
@@ -416,11 +432,13 @@ def evaluate(ws: list[Workload], rec: Recorder, p: Params, t_end: float,
             if a["group"] == w.group:
                 d = r.alerts.setdefault(a["alert"], {})
                 d[a["state"]] = min(d.get(a["state"], math.inf), a["first"])
-        # An expected alert is due once the status (or the event) is seen, plus its `for:`,
-        # plus two evaluations; an alert whose due time is past the run's end is not judged.
+        # An expected alert is due once the status (or the event) is seen, and for a lag alert
+        # the lag (_alert_start), plus its `for:`, plus two evaluations; an alert whose due
+        # time is past the run's end is not judged.
         rule_for = rule_for or {}
         for a in r.expected_alerts:
-            if r.detected is not None and r.detected + rule_for.get(a, 0) + 2 * p.interval <= t_end:
+            start = None if r.detected is None else _alert_start(a, r.detected, rec.lags.get(w.group, []))
+            if start is not None and start + rule_for.get(a, 0) + 2 * p.interval <= t_end:
                 r.alerts_due.append(a)
         for t, a in r.alert_marks:
             if t + rule_for.get(a, 0) + 2 * p.interval <= t_end:
