@@ -45,7 +45,8 @@ run's random prefix (``steady``, ``steady-848``, ``nocommit``, ``maxpoll-848``,
 
 - ``HEALTHY`` or ``BAD`` at the run's start (t0);
 - ``READY`` at the moment the workload was ready (its first member got an assignment and read
-  a record under 2 s old; a Spark query: its first caught-up batch after the warm-up). The
+  a record under 2 s old or reached a partition's end; a Spark query: its first caught-up
+  batch after the warm-up). The
   fleet judges from ``Params.warmup_cycles`` (2) cycles later on; absent if it never was;
 
 and a bad group that turned:
@@ -855,6 +856,8 @@ def run(opts: Options) -> RunResult:
         ws = build_fleet(opts.profile, opts.duration, prefix, driver, jvm_bad=opts.jvm_bad)
         if not opts.jvm:
             ws = [w for w in ws if not isinstance(w, JvmGroup)]
+        for w in ws:
+            w.faults = faults  # the same list: the faults as they happen
         create_topics(cluster, topics_of(ws))
         exp = ExporterProcess(None, config=str(_exporter_config(workdir, cluster.bootstrap_servers, opts)))
         exp.wait_ready(90)

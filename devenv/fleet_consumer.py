@@ -21,7 +21,8 @@ uncommitted until the next records: docs/statuses.md's bursty consumer); ``--com
 librdkafka's auto-commit every ``--auto-commit-ms``.
 
 Prints ``READY <epoch>`` once it has an assignment, ``CAUGHT_UP <epoch>`` once it read a record
-less than ``CAUGHT_UP_AGE`` seconds old (its start backlog behind it), ``TURNED <epoch>`` at the moment its
+less than ``CAUGHT_UP_AGE`` seconds old or reached the end of a partition (its start backlog
+behind it; an idle topic's consumer has nothing newer to read), ``TURNED <epoch>`` at the moment its
 behaviour changes (the ground truth of bench/fleet.py) and ``EXIT <epoch>`` on SIGTERM, after
 closing the consumer (with ``--instance-id`` librdkafka does not leave the group on close:
 static membership, KIP-345).
@@ -47,7 +48,7 @@ import sys
 import time
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaException
+from confluent_kafka import Consumer, KafkaError, KafkaException
 
 BEHAVIOURS = ("healthy", "slow", "nocommit", "wedge", "maxpoll")
 CAUGHT_UP_AGE = 2.0  # seconds: producers and consumers share this machine's clock
@@ -65,6 +66,7 @@ def build_conf(args: argparse.Namespace) -> dict[str, Any]:
         "auto.offset.reset": "earliest",
         "enable.auto.commit": args.commit == "auto",
         "isolation.level": args.isolation,
+        "enable.partition.eof": True,  # CAUGHT_UP on an idle topic
     }
     if args.commit == "auto":
         conf["auto.commit.interval.ms"] = args.auto_commit_ms
@@ -186,6 +188,11 @@ def main(argv: list[str] | None = None) -> int:
         if not ready and consumer.assignment():
             ready = True
             say("READY", time.time())
+        if msg is not None and msg.error() is not None and msg.error().code() == KafkaError._PARTITION_EOF:
+            if ready and not caught_up:
+                caught_up = True
+                say("CAUGHT_UP", time.time())
+            continue
         if msg is None or msg.error():
             continue
         watch.consumed(msg.topic(), msg.partition(), msg.offset())

@@ -112,6 +112,11 @@ class Change:
     note: str = ""
 
 
+# Seconds after one of the harness's faults ends during which a consumer's session loss is
+# still the fault's doing (the groups it coordinated move and rejoin).
+FAULT_SETTLE = 60.0
+
+
 # -- librdkafka clients in child processes --------------------------------------------------------
 #
 # librdkafka can abort its whole process on an internal assertion when a broker dies under an
@@ -495,6 +500,9 @@ class Workload:
         self.instrumented = False
         self.session = CLASSIC_SESSION_TIMEOUT
         self.alert_marks: list[tuple[float, str]] = []  # (when, alert name) expected from then
+        # The harness's own faults (bench.fleet.Fault: start, end, 0 while it lasts): a group
+        # is judged through them whatever its consumers lose.
+        self.faults: list[Any] = []
 
     # lifecycle -------------------------------------------------------------------
     def setup(self, ctx: Ctx) -> None:
@@ -509,7 +517,8 @@ class Workload:
 
     def ready_time(self) -> float | None:
         """When the workload is in its steady state: its first member got an assignment and,
-        for the Python consumers, first read a record under 2 s old. At the fleet's start the
+        for the Python consumers, first read a record under 2 s old or reached the end of a
+        partition (CAUGHT_UP). At the fleet's start the
         2 cores are saturated and a consumer can stay 15-30 s behind for its first minute
         (the compacted topic's did, in a run on 7a2018b): lagging, truly, not yet healthy."""
         ts = [t for p in self.procs if (t := p.event("READY")) is not None]
@@ -681,12 +690,15 @@ class ConsumerGroup(Workload):
         """Not judged while a healthy consumer (or a bad one before its turn) is without the
         partitions librdkafka took away (LOST: its session timed out, on a machine whose
         coordinators are slow to answer), and ``ok`` again a warm-up after it caught up
-        (CAUGHT_UP again): the group really stopped consuming meanwhile."""
+        (CAUGHT_UP again): the group really stopped consuming meanwhile. Not for losses
+        during the harness's own faults (up to FAULT_SETTLE after one ends): lagwatch must
+        ride those out."""
         turn = self.events.get("turn") if not self.healthy else None
         caught = sorted(t for pr in self.procs for t in pr.events("CAUGHT_UP"))
         gaps: list[tuple[float, float]] = []  # [lost, ok again)
         for lost in sorted(t for pr in self.procs for t in pr.events("LOST")):
-            if turn is not None and lost >= turn:
+            if (turn is not None and lost >= turn) or any(
+                    f.start <= lost and (not f.end or lost <= f.end + FAULT_SETTLE) for f in self.faults):
                 continue
             back = next((t + p.warmup for t in caught if t > lost), math.inf)
             if gaps and lost <= gaps[-1][1]:
