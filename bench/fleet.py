@@ -378,14 +378,29 @@ def _spark_then(r: GroupResult, t: float) -> str:
 LAG_ALERT_LEAD = {"KafkaConsumerGroupLagHigh": (600.0, 0.0), "KafkaConsumerGroupLagGrowing": (60.0, 300.0)}
 
 
-def _alert_start(a: str, detected: float, lags: list[tuple[float, Any, Any, Any]]) -> float | None:
-    """When an expected alert's ``for:`` can start: the status seen, and for a lag alert the
-    group's max lag seconds past the rule's threshold (None: never in the run)."""
-    if a not in LAG_ALERT_LEAD:
-        return detected
-    above, extra = LAG_ALERT_LEAD[a]
-    t = next((t for t, _off, secs, _m in lags if t >= detected and secs is not None and secs > above), None)
-    return None if t is None else t + extra
+def _alert_due(a: str, r: GroupResult, tl: list[tuple[float, str, str]],
+               lags: list[tuple[float, Any, Any, Any]], hold: float) -> float | None:
+    """When an expected alert must fire: a lag alert ``hold`` (its ``for:`` and two
+    evaluations) after the group's max lag seconds passed the rule's threshold; any other
+    ``hold`` after the group started showing the expected status, if it showed it that
+    long without a break (a wedged share consumer leaves its group after
+    max.poll.interval.ms: ``stalled`` ends, ``stopped`` follows). None: never."""
+    if r.detected is None:
+        return None
+    if a in LAG_ALERT_LEAD:
+        above, extra = LAG_ALERT_LEAD[a]
+        t = next((t for t, _off, secs, _m in lags
+                  if t >= r.detected and secs is not None and secs > above), None)
+        return None if t is None else t + extra + hold
+    start = None
+    for t, st, _reason in tl:
+        if t < r.detected or st != r.expect:
+            start = None
+            continue
+        start = t if start is None else start
+        if t - start >= hold:
+            return start + hold
+    return None
 
 
 def evaluate(ws: list[Workload], rec: Recorder, p: Params, t_end: float,
@@ -433,13 +448,12 @@ def evaluate(ws: list[Workload], rec: Recorder, p: Params, t_end: float,
             if a["group"] == w.group:
                 d = r.alerts.setdefault(a["alert"], {})
                 d[a["state"]] = min(d.get(a["state"], math.inf), a["first"])
-        # An expected alert is due once the status (or the event) is seen, and for a lag alert
-        # the lag (_alert_start), plus its `for:`, plus two evaluations; an alert whose due
-        # time is past the run's end is not judged.
+        # An expected alert is due once its condition held for its `for:` plus two evaluations
+        # (_alert_due); an alert whose due time is past the run's end is not judged.
         rule_for = rule_for or {}
         for a in r.expected_alerts:
-            start = None if r.detected is None else _alert_start(a, r.detected, rec.lags.get(w.group, []))
-            if start is not None and start + rule_for.get(a, 0) + 2 * p.interval <= t_end:
+            due = _alert_due(a, r, tl, rec.lags.get(w.group, []), rule_for.get(a, 0) + 2 * p.interval)
+            if due is not None and due <= t_end:
                 r.alerts_due.append(a)
         for t, a in r.alert_marks:
             if t + rule_for.get(a, 0) + 2 * p.interval <= t_end:
