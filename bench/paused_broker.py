@@ -18,26 +18,17 @@ import threading
 import time
 
 from devenv.kafka import KafkaCluster
-from tests.conftest import admin_for, commit_offsets, create_topic, exporter_config, produce, unique
+from tests.conftest import (
+    commit_offsets,
+    create_topic,
+    exporter_config,
+    groups_on_two_brokers,
+    produce,
+    unique,
+)
 from tests.exporter_proc import ExporterProcess, group_offsets, value
 
 Read = tuple[float, float, float, float | None]  # (time, cycles completed, lagwatch_up, committed)
-
-
-def two_groups(k: KafkaCluster, topic: str) -> tuple[int, str, str]:
-    """(paused broker, its group, a group coordinated by another broker); neither broker
-    is the controller."""
-    admin = admin_for(k)
-    controller = admin.describe_cluster(request_timeout=10).result().controller.id
-    by: dict[int, str] = {}
-    for _ in range(60):
-        g = unique("paused")
-        commit_offsets(k.bootstrap_servers, g, topic, {0: 1})
-        by.setdefault(admin.describe_consumer_groups([g], request_timeout=10)[g].result().coordinator.id, g)
-        if len([c for c in by if c != controller]) >= 2:
-            break
-    victim, other = sorted(c for c in by if c != controller)[:2]
-    return victim, by[victim], by[other]
 
 
 def measure(exp: ExporterProcess, k: KafkaCluster, topic: str, group: str, seconds: float
@@ -96,7 +87,7 @@ def main() -> None:
     with KafkaCluster(brokers_count=3) as k:
         topic = create_topic(k, unique("paused"), partitions=1, rf=3)
         produce(k, topic, {0: 100_000}, acks="all")
-        victim_id, paused_g, live_g = two_groups(k, topic)
+        victim_id, paused_g, _other, live_g = groups_on_two_brokers(k, topic, "paused", 1)
         victim = next(b for b in k.brokers if b.node_id == victim_id)
         cfg = exporter_config(tempfile.mkdtemp(), k.bootstrap_servers, interval=1.0, request_timeout=2.0)
         with ExporterProcess(None, config=cfg) as exp:

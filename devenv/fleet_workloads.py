@@ -115,6 +115,7 @@ class Change:
 # Seconds after one of the harness's faults ends during which a consumer's session loss is
 # still the fault's doing (the groups it coordinated move and rejoin).
 FAULT_SETTLE = 60.0
+DIED = "a process died on its own"  # the note of the change after which nothing is judged
 
 
 # -- librdkafka clients in child processes --------------------------------------------------------
@@ -262,17 +263,11 @@ class Proc:
 
     def event(self, word: str) -> float | None:
         """The epoch printed after ``word`` on its first line (else the line's arrival time)."""
-        for t, line in list(self.lines):
-            parts = line.split()
-            if parts and parts[0] == word:
-                try:
-                    return float(parts[1])
-                except (IndexError, ValueError):
-                    return t
-        return None
+        return next(iter(self.events(word)), None)
 
     def events(self, word: str) -> list[float]:
-        """The epochs printed after ``word`` on every line starting with it."""
+        """The epochs printed after ``word`` on every line starting with it (else each
+        line's arrival time)."""
         out = []
         for t, line in list(self.lines):
             parts = line.split()
@@ -548,14 +543,17 @@ class Workload:
             out.append(Change(ready + p.warmup, "ok", note="warm-up over"))
         if turn is not None:
             out.append(Change(turn, self.expect, self.bound(p), note="behaviour turned bad"))
-        return self._cut(sorted(out, key=lambda c: c.t))
+        return self._cut(out)
 
     def _cut(self, changes: list[Change]) -> list[Change]:
-        """Nothing is judged after a process of the workload died on its own (a harness fault)."""
+        """The changes in time order, none judged after a process of the workload died on its
+        own (a harness fault); a cut made before is made again, so that changes added since
+        are cut too."""
+        out = sorted((c for c in changes if c.note != DIED), key=lambda c: c.t)
         failed = self.events.get("harness_failure")
         if failed is None:
-            return changes
-        return [c for c in changes if c.t < failed] + [Change(failed, None, note="a process died on its own")]
+            return out
+        return [c for c in out if c.t < failed] + [Change(failed, None, note=DIED)]
 
     def bound(self, p: Params) -> float:
         return p.bound(self.expect, session=self.session, instrumented=self.instrumented,
@@ -712,8 +710,7 @@ class ConsumerGroup(Workload):
             out.append(Change(a, None, note="partitions lost: its session timed out"))
             if b < (turn if turn is not None else math.inf):
                 out.append(Change(b, "ok", note="caught up again after the loss"))
-        return self._cut(sorted((c for c in out if c.note != "a process died on its own"),
-                                key=lambda c: c.t))
+        return self._cut(out)
 
     def delete_records(self) -> Callable[[Ctx], None]:
         """Delete records between the committed offset and the HW (retention catching up with a
@@ -738,8 +735,7 @@ class ConsumerGroup(Workload):
                 held = turn + (REWIND_HOLD_CYCLES + 2) * p.interval + p.margin
                 out.append(Change(held, None, note="rewind hold over; consumer catching up"))
                 out.append(Change(held + 30, "ok", note="consumer caught up again"))
-            out = self._cut(sorted((c for c in out if c.note != "a process died on its own"),
-                                   key=lambda c: c.t))
+            out = self._cut(out)
         return out
 
 

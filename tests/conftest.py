@@ -132,6 +132,26 @@ def admin_for(cluster: KafkaCluster) -> AdminClient:
     return AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
 
 
+def groups_on_two_brokers(cluster: KafkaCluster, topic: str, prefix: str, committed: int,
+                          tries: int = 60) -> tuple[int, str, int, str]:
+    """(broker, a group it coordinates, another broker, a group that one coordinates), both
+    brokers other than the controller: new groups committing ``committed`` on partition 0 of
+    ``topic`` until two such brokers are found (a broker may then be paused without pausing
+    the controller)."""
+    admin = admin_for(cluster)
+    controller = admin.describe_cluster(request_timeout=10).result().controller.id
+    by_coordinator: dict[int, str] = {}
+    for _ in range(tries):
+        group = unique(prefix)
+        commit_offsets(cluster.bootstrap_servers, group, topic, {0: committed})
+        coord = admin.describe_consumer_groups([group], request_timeout=10)[group].result().coordinator.id
+        by_coordinator.setdefault(coord, group)
+        if len([c for c in by_coordinator if c != controller]) >= 2:
+            break
+    first, second = sorted(c for c in by_coordinator if c != controller)[:2]
+    return first, by_coordinator[first], second, by_coordinator[second]
+
+
 def create_topic(cluster: KafkaCluster, name: str, partitions: int = 3, rf: int = 1,
                  config: dict[str, str] | None = None) -> str:
     admin = admin_for(cluster)  # must outlive the future

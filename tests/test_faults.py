@@ -20,6 +20,7 @@ from tests.conftest import (
     create_topic,
     cycles_until,
     exporter_config,
+    groups_on_two_brokers,
     produce,
     unique,
     wait_for,
@@ -249,19 +250,9 @@ def test_a_paused_broker_costs_only_its_own_groups(kafka3: KafkaCluster, tmp_pat
     judgement with the error in its reasons (until the documented grace ends)."""
     admin = admin_for(kafka3)
     admin.elect_leaders(ElectionType.PREFERRED, None).result(30)  # spread coordinators
-    controller = admin.describe_cluster(request_timeout=10).result().controller.id
     topic = create_topic(kafka3, unique("costs"), partitions=1, rf=3)
     produce(kafka3, topic, {0: 50}, acks="all")
-    by_coordinator: dict[int, str] = {}
-    for _ in range(40):
-        group = unique("costs")
-        commit_offsets(kafka3.bootstrap_servers, group, topic, {0: 10})
-        coord = admin.describe_consumer_groups([group], request_timeout=10)[group].result().coordinator.id
-        by_coordinator.setdefault(coord, group)
-        if len([c for c in by_coordinator if c != controller]) >= 2:
-            break
-    victim_id, other_id = sorted(c for c in by_coordinator if c != controller)[:2]
-    paused_group, live_group = by_coordinator[victim_id], by_coordinator[other_id]
+    victim_id, paused_group, _other, live_group = groups_on_two_brokers(kafka3, topic, "costs", 10, tries=40)
     victim = next(b for b in kafka3.brokers if b.node_id == victim_id)
     interval, timeout = 1.0, 2.0
     cfg = exporter_config(tmp_path, kafka3.bootstrap_servers, interval=interval, request_timeout=timeout)
