@@ -661,7 +661,7 @@ def report(opts: Options, results: list[GroupResult], summary: dict[str, Any], f
             lines.append(f"* ... {len(backs) - 60} more")
         lines.append("")
     losses = [(c.t, short(r.group), next((d.t for d in r.changes[i + 1:] if d.expect == "ok"), None))
-              for r in results for i, c in enumerate(r.changes) if c.note.startswith("partitions lost")]
+              for r in results for i, c in enumerate(r.changes) if c.note == fleet_workloads.LOST]
     if losses:
         lines.append("Consumers whose partitions librdkafka took away (LOST: the session timed out), "
                      "not judged until they caught up again:")

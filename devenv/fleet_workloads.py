@@ -116,6 +116,7 @@ class Change:
 # still the fault's doing (the groups it coordinated move and rejoin).
 FAULT_SETTLE = 60.0
 DIED = "a process died on its own"  # the note of the change after which nothing is judged
+LOST = "partitions lost: its session timed out"  # the note of a consumer's lost partitions
 
 
 # -- librdkafka clients in child processes --------------------------------------------------------
@@ -707,7 +708,7 @@ class ConsumerGroup(Workload):
             return changes
         out = [c for c in changes if c.expect != "ok" or not any(a <= c.t < b for a, b in gaps)]
         for a, b in gaps:
-            out.append(Change(a, None, note="partitions lost: its session timed out"))
+            out.append(Change(a, None, note=LOST))
             if b < (turn if turn is not None else math.inf):
                 out.append(Change(b, "ok", note="caught up again after the loss"))
         return self._cut(out)
