@@ -60,9 +60,11 @@ from exporter.evaluate.memory import (
     remember_outside,
     remember_uncommitted,
     rest_step,
+    settle_rest,
 )
 from exporter.evaluate.progress import ProgressTracker
 from exporter.evaluate.rebalances import RebalanceTracker
+from exporter.evaluate.rest import Resting, changed_topics, enter, served, still
 from exporter.evaluate.rules import PartitionFacts, classify, fmt_seconds, note, reason
 from exporter.reports.decode import ConsumerReport, SparkReport
 from exporter.reports.match import match_reports
@@ -108,7 +110,7 @@ class Evaluator:
     def __init__(self, cluster: str, thresholds: Thresholds, interval: float,
                  history_points: int = default_of(Config, "history_points"),
                  max_group_partitions: int = default_of(Config, "max_group_partitions"),
-                 group_thresholds: Sequence[GroupThresholds] = ()) -> None:
+                 group_thresholds: Sequence[GroupThresholds] = (), skip_at_rest: bool = True) -> None:
         self.cluster = cluster
         # ``th``: the thresholds of the group being judged (the cluster's, or the first
         # group override matching it), set per group in :meth:`evaluate`.
@@ -127,6 +129,9 @@ class Evaluator:
         self.progress = ProgressTracker(thresholds.window, interval)
         # Rebalances per group (exporter/evaluate/rebalances.py).
         self.rebalances = RebalanceTracker(self._thresholds_of)
+        # Groups at rest, skipped while nothing changes (exporter/evaluate/rest.py).
+        self.skip_at_rest = skip_at_rest
+        self.rest: dict[str, Resting] = {}
 
     # -- entry point ---------------------------------------------------------
     def evaluate(self, snap: Snapshot,
@@ -144,6 +149,7 @@ class Evaluator:
                 groups=prev.groups if prev else {},
                 last_error="; ".join(str(e) for e in snap.errors),
                 brokers=snap.brokers)
+        changed = changed_topics(self.last_good.partitions if self.last_good else {}, snap.partitions)
         self._update_history(snap, now)
         self._lag_memo: dict[tuple[str, int, int], float | None] = {}
         consumer_reports = consumer_reports or {}
@@ -155,9 +161,17 @@ class Evaluator:
             if gid not in samples or not samples[gid].members:
                 samples[gid] = _spark_sample(rep, now, self._thresholds_of(gid))
         views: dict[str, GroupView] = {}
+        rested: set[str] = set()
         for gid, g in samples.items():
             self.th = self._thresholds_of(gid)
             state = self.groups.setdefault(gid, GroupMemory())
+            r = self.rest.pop(gid, None)
+            if r is not None:
+                if still(r, g, changed, bool(consumer_reports.get(gid)), now):
+                    views[gid], self.rest[gid] = served(r, now), r
+                    rested.add(gid)
+                    continue
+                self._wake(gid, r)
             views[gid] = self._group(g, state, snap.partitions, consumer_reports.get(gid, []),
                                      spark_reports.get(gid) if g.type == GroupType.SPARK else None,
                                      exact_ts or {}, now)
@@ -165,10 +179,13 @@ class Evaluator:
         for gid in list(self.groups):
             if gid not in samples:
                 del self.groups[gid]  # deleted group: its series vanish this cycle
+                self.rest.pop(gid, None)
                 self._th_of.pop(gid, None)
                 self.commit_gaps.pop(gid, None)
-        views = self.progress.annotate(views, samples, snap.partitions, now)
-        views = self.rebalances.annotate(views, samples, consumer_reports, now)
+        views = self.progress.annotate(views, samples, snap.partitions, now, rested)
+        views = self.rebalances.annotate(views, samples, consumer_reports, now, rested)
+        if self.skip_at_rest:
+            self._rest(views, samples, consumer_reports, snap.partitions, rested, now)
         views, dropped = self._cap(views)
         view = ClusterView(cluster=self.cluster, up=True, sampled_at=snap.taken_at,
                            sample_duration=snap.duration, partitions=snap.partitions,
@@ -176,6 +193,34 @@ class Evaluator:
                            brokers=snap.brokers, dropped_group_partitions=dropped)
         self.last_good = view
         return view
+
+    def _rest(self, views: dict[str, GroupView], samples: dict[str, GroupSample],
+              reports: dict[str, list[ConsumerReport]], partitions: dict[TP, PartitionOffsets],
+              rested: set[str], now: float) -> None:
+        """Groups this evaluation found at rest are skipped from the next cycle on while
+        nothing changes (exporter/evaluate/rest.py)."""
+        pr = self.progress
+        for gid, v in views.items():
+            g = samples[gid]
+            if gid in rested or reports.get(gid) or g.type not in COMMITTING_TYPES:
+                continue
+            th = self._thresholds_of(gid)
+            r = enter(g, v, self.groups[gid], pr.groups.get(gid), self.rebalances.groups.get(gid),
+                      partitions, (th.window, th.rebalance_window, pr.window, pr.min_span), now)
+            if r is not None:
+                self.rest[gid] = r
+
+    def _wake(self, gid: str, r: Resting) -> None:
+        """A group at rest is evaluated again: first what its skipped cycles would have
+        moved (exporter/evaluate/rest.py)."""
+        if not r.skipped:
+            return
+        st = self.groups[gid]
+        for tp, mem in st.parts.items():
+            st.parts[tp] = settle_rest(mem, r.skipped, r.last)
+        memo = self.progress.groups.get(gid)
+        for part in memo.parts.values() if memo is not None else ():
+            part.points.touch(r.last)
 
     def _thresholds_of(self, gid: str) -> Thresholds:
         th = self._th_of.get(gid)

@@ -84,11 +84,17 @@ class ProgressTracker:
         self._shared: dict[PartitionProgress, PartitionProgress] = {}
 
     def annotate(self, views: dict[str, GroupView], samples: dict[str, GroupSample],
-                 partitions: dict[TP, PartitionOffsets], now: float) -> dict[str, GroupView]:
+                 partitions: dict[TP, PartitionOffsets], now: float,
+                 rested: frozenset[str] | set[str] = frozenset()) -> dict[str, GroupView]:
+        """``rested``: groups at rest, whose views carry their figures already
+        (exporter/evaluate/rest.py)."""
         out: dict[str, GroupView] = {}
         self._shared = {}
         for gid, v in views.items():
             memo = self.groups.setdefault(gid, GroupMemo())
+            if gid in rested:
+                memo.last, out[gid] = v.progress, v
+                continue
             sample = samples.get(gid)
             if sample is None or sample.error is None:
                 memo.last = self._group(memo, v, partitions, now)

@@ -88,6 +88,34 @@ class Points:
         while len(a) > 6 and a[0] < t - window:
             del a[:3]
 
+    def constant(self) -> bool:
+        """Two points or more, the oldest with the newest's offsets (offsets never go down
+        within the points, so all are equal): every rate over them is zero."""
+        a = self._a
+        n = len(a)
+        return n >= 6 and a[1] == a[n - 2] and a[2] == a[n - 1]
+
+    def rest_due(self, window: float, span_min: float) -> float:
+        """For points :meth:`constant`: the first time at which :meth:`add` with the same
+        offsets would do more than move the newest point's time (append a point, drop
+        the oldest), or at which :func:`rates` would become known."""
+        a = self._a
+        n = len(a)
+        due = a[n - 6] + window / POINTS_PER_WINDOW
+        if n > 6:
+            due = min(due, a[0] + window)
+        if a[n - 3] - a[0] < span_min:
+            due = min(due, a[0] + span_min)
+        return due
+
+    def touch(self, t: float) -> None:
+        """Move the newest point to ``t``: what every :meth:`add` of the same offsets
+        before :meth:`rest_due` does (exporter/evaluate/rest.py)."""
+        self._a[len(self._a) - 3] = t
+
+    def oldest(self) -> float:
+        return self._a[0]
+
     def ends(self) -> tuple[Point, Point] | None:
         """(oldest, newest) point; None with fewer than two."""
         a = self._a

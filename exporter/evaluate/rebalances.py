@@ -118,11 +118,14 @@ class RebalanceTracker:
         self.groups: dict[str, RebalanceMemo] = {}
 
     def annotate(self, views: dict[str, GroupView], samples: dict[str, GroupSample],
-                 reports: dict[str, list[ConsumerReport]], now: float) -> dict[str, GroupView]:
+                 reports: dict[str, list[ConsumerReport]], now: float,
+                 rested: frozenset[str] | set[str] = frozenset()) -> dict[str, GroupView]:
+        """``rested``: groups at rest, whose views carry their figures already
+        (exporter/evaluate/rest.py)."""
         out: dict[str, GroupView] = {}
         for gid, v in views.items():
             sample = samples.get(gid)
-            if v.type == GroupType.SPARK or sample is None:
+            if v.type == GroupType.SPARK or sample is None or gid in rested:
                 out[gid] = v
                 continue
             memo = self.groups.setdefault(gid, RebalanceMemo())

@@ -1,0 +1,195 @@
+"""Groups at rest are skipped (exporter/evaluate/rest.py) and nothing served or judged changes.
+
+Every recording of tests/recordings/ and a synthetic run of many groups (idle and moving
+topics, groups with and without members, commits, rewinds, members joining and leaving,
+unreadable groups and cycles, deleted groups) go through two evaluators: one that skips
+groups at rest and one that never does. Every view of every cycle is equal, and so is the
+memory of every group evaluated in a cycle (a group woken from rest has settled what its
+skipped cycles moved). Each run also shows that groups were skipped, so the comparison
+is not between two evaluators that never skip.
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+
+from exporter import recording
+from exporter.config import Thresholds
+from exporter.contracts.snapshot import GroupSample, GroupType, Member, PartitionOffsets, Snapshot
+from exporter.evaluate.evaluator import Evaluator
+from exporter.evaluate.memory import PartitionMemory, settle_rest
+from exporter.evaluate.rates import Points
+from exporter.evaluate.rest import changed_topics
+
+pytestmark = pytest.mark.unit
+
+RECORDINGS = sorted((Path(__file__).resolve().parent / "recordings").glob("*.jsonl.xz"))
+
+
+def _memory(ev: Evaluator, gid: str) -> tuple:
+    """What the evaluator and its trackers remember of one group."""
+    st, pm, rm = ev.groups.get(gid), ev.progress.groups.get(gid), ev.rebalances.groups.get(gid)
+    return (None if st is None else (st.parts, st.members, st.epoch, list(st.joins), st.uncommitted,
+                                     st.outside_at, list(st.outside_gaps), st.queue_progress_at),
+            None if pm is None else ({tp: (list(p.points), p.counted_to) for tp, p in pm.parts.items()},
+                                     pm.lost, pm.lost_total),
+            None if rm is None else (rm.total, rm.epoch, rm.members, list(rm.events)),
+            list(ev.commit_gaps.get(gid, ())))
+
+
+def _compare(cycles, make) -> int:  # noqa: ANN001
+    """Feed (snapshot, reports, spark, exact_ts, now) cycles to a skipping and a never
+    skipping evaluator; assert equal views and memories; return the group-cycles skipped."""
+    skip, full = make(True), make(False)
+    skipped = 0
+    for i, (snap, consumer, spark, exact_ts, now) in enumerate(cycles):
+        a = skip.evaluate(snap, consumer, spark, exact_ts, now=now)
+        b = full.evaluate(snap, consumer, spark, exact_ts, now=now)
+        assert a == b, f"cycle {i}: the views differ"
+        skipped += sum(1 for r in skip.rest.values() if r.last == now)
+        for gid in b.groups if snap.ok else ():
+            r = skip.rest.get(gid)
+            if r is None or r.last != now:  # evaluated this cycle: the same memory
+                assert _memory(skip, gid) == _memory(full, gid), f"cycle {i}: {gid}'s memory differs"
+    return skipped
+
+
+@pytest.mark.parametrize("path", RECORDINGS, ids=lambda p: p.name.split(".")[0])
+def test_a_recording_replays_the_same_with_groups_skipped_at_rest(path: Path) -> None:
+    rec = recording.load(path)
+    head = rec.header
+
+    def make(skip: bool) -> Evaluator:
+        return Evaluator(head["cluster"], rec.thresholds, rec.interval, int(head["history_points"]),
+                         int(head["max_group_partitions"]), rec.group_thresholds, skip_at_rest=skip)
+
+    skipped = _compare([(c.snap, c.consumer, c.spark, c.exact_ts, c.now) for c in rec.cycles], make)
+    if path.name.startswith(("group-types", "membership.", "spark")):
+        assert skipped > 0  # runs with groups idle for long enough
+
+
+class _Run:
+    """A synthetic cluster: topics idle or produced to, groups committing, resting, joining,
+    leaving, rewinding; one cycle per :meth:`cycle`."""
+
+    def __init__(self, seed: int, groups: int = 40, parts: int = 3) -> None:
+        self.rnd = random.Random(seed)
+        self.parts = parts
+        self.topics = [f"t{i}" for i in range(8)]
+        self.hw = {(t, p): 1000 for t in self.topics for p in range(parts)}
+        self.groups: dict[str, dict] = {}
+        for g in range(groups):
+            self.groups[f"g{g:03d}"] = self._new_group(g)
+
+    def _new_group(self, g: int) -> dict:
+        topic = self.topics[g % len(self.topics)]
+        kind = (GroupType.CLASSIC, GroupType.CONSUMER)[g % 2]
+        return {"topic": topic, "type": kind, "members": g % 3 != 0, "epoch": 1,
+                "committed": {(topic, p): 1000 for p in range(self.parts)}, "gen": 0}
+
+    def _step(self, i: int) -> None:
+        rnd = self.rnd
+        for t in self.topics[:3]:  # three produced topics, now and then
+            if rnd.random() < 0.1:
+                tp = (t, rnd.randrange(self.parts))
+                self.hw[tp] += rnd.randint(1, 5)
+        for g in self.groups.values():
+            r = rnd.random()
+            if r < 0.004:  # catch up
+                g["committed"] = {tp: self.hw[tp] for tp in g["committed"]}
+            elif r < 0.005:  # a rewind, or a late commit landing
+                tp = next(iter(g["committed"]))
+                g["committed"] = {**g["committed"], tp: max(0, g["committed"][tp] - rnd.randint(1, 3))}
+            elif r < 0.006:  # a member joins or leaves
+                g["members"] = not g["members"]
+                g["epoch"] += 1
+                g["gen"] += 1
+        if i % 97 == 50:  # a group deleted and recreated
+            gid = rnd.choice(sorted(self.groups))
+            self.groups[gid] = self._new_group(int(gid[1:]))
+
+    def _sample(self, gid: str, g: dict) -> GroupSample:
+        if self.rnd.random() < 0.002:
+            return GroupSample(group_id=gid, type=g["type"], state="unknown",
+                               error="COORDINATOR_NOT_AVAILABLE")
+        members = ()
+        if g["members"]:
+            members = (Member(member_id=f"{gid}-m{g['gen']}", client_id="c", host="/10.0.0.1",
+                              assignment=tuple(sorted(g["committed"]))),)
+        epoch = g["epoch"] if g["type"] == GroupType.CONSUMER else None
+        return GroupSample(group_id=gid, type=g["type"], state="stable" if members else "empty",
+                           members=members, committed=dict(g["committed"]), epoch=epoch)
+
+    def cycle(self, i: int, now: float) -> tuple:
+        self._step(i)
+        ok = self.rnd.random() > 0.005
+        parts = {tp: PartitionOffsets(leader=1, replicas=1, isr=1, log_start=0, hw=hw, leo=hw)
+                 for tp, hw in self.hw.items()}
+        snap = Snapshot(cluster="syn", taken_at=now, duration=0.1, partitions=parts if ok else {},
+                        groups={gid: self._sample(gid, g) for gid, g in self.groups.items()} if ok else {},
+                        ok=ok)
+        return snap, {}, {}, {}, now
+
+
+@pytest.mark.parametrize(("seed", "interval", "cycles"), [(1, 1.0, 900), (2, 7.0, 400), (3, 15.0, 300)])
+def test_a_synthetic_cluster_runs_the_same_with_groups_skipped_at_rest(seed: int, interval: float,
+                                                                        cycles: int) -> None:
+    run = _Run(seed)
+    th = Thresholds(stall_after=30, livelock_after=30, lag_seconds=600, window=600, report_stale_after=30)
+    rnd = random.Random(seed)
+    now, timeline = 1_767_225_600.0, []
+    for i in range(cycles):
+        now += interval * rnd.uniform(0.9, 1.3)  # cycles are never evenly spaced
+        timeline.append(run.cycle(i, now))
+
+    def make(skip: bool) -> Evaluator:
+        return Evaluator("syn", th, interval, skip_at_rest=skip)
+
+    skipped = _compare(timeline, make)
+    assert skipped > cycles * len(run.groups) // 10  # the idle groups were skipped for a while
+
+
+def test_settling_a_rest_is_the_rest_step_repeated() -> None:
+    """``settle_rest`` after k skipped cycles equals k rest steps (owned and unowned, past
+    the 64 shared unowned counts)."""
+    from exporter.evaluate.memory import rest_step
+
+    for owned in (True, False):
+        mem = PartitionMemory.first(10, 0.0)
+        mem = rest_step(mem, owned, "m1" if owned else None, 1.0)
+        stepped = mem
+        for k in range(1, 80):
+            stepped = rest_step(stepped, owned, "m1" if owned else None, 1.0 + k * 0.5)
+            assert settle_rest(mem, k, 1.0 + k * 0.5) == stepped
+
+
+def test_points_at_rest_only_move_their_newest_time_until_due() -> None:
+    pts = Points()
+    for t in range(0, 700, 13):
+        pts.add(float(t), 5, 9, 600.0)
+    assert pts.constant()
+    due = pts.rest_due(600.0, 150.0)
+    moved = Points()
+    for t, c, h in pts:
+        moved.append((t, c, h))
+    t = list(pts)[-1][0]
+    while t + 1 < due:
+        t += 1
+        pts.add(t, 5, 9, 600.0)
+    moved.touch(t)
+    assert list(pts) == list(moved)
+    pts.add(due + 0.001, 5, 9, 600.0)  # just past the due time it does more
+    assert list(pts) != [*list(moved)[:-1], (due + 0.001, 5, 9)]
+
+
+def test_changed_topics_names_moved_unknown_new_and_gone_partitions() -> None:
+    def po(hw: int | None, ls: int = 0) -> PartitionOffsets:
+        return PartitionOffsets(leader=1, replicas=1, isr=1, log_start=ls, hw=hw)
+
+    before = {("a", 0): po(5), ("b", 0): po(5), ("c", 0): po(5), ("d", 0): po(5), ("e", 0): po(5)}
+    now = {("a", 0): po(5), ("b", 0): po(6), ("c", 0): po(None), ("d", 0): po(5, 1), ("f", 0): po(5)}
+    assert changed_topics(before, now) == {"b", "c", "d", "e", "f"}
+    assert changed_topics(now, now) == {"c"}  # an unknown HW is never at rest
