@@ -60,11 +60,10 @@ from exporter.evaluate.memory import (
     remember_outside,
     remember_uncommitted,
     rest_step,
-    settle_rest,
 )
 from exporter.evaluate.progress import ProgressTracker
 from exporter.evaluate.rebalances import RebalanceTracker
-from exporter.evaluate.rest import Resting, changed_topics, enter, served, still
+from exporter.evaluate.rest import Resting, changed_topics, enter, possible, served, settle, still
 from exporter.evaluate.rules import PartitionFacts, classify, fmt_seconds, note, reason
 from exporter.reports.decode import ConsumerReport, SparkReport
 from exporter.reports.match import match_reports
@@ -130,7 +129,7 @@ class Evaluator:
         # Rebalances per group (exporter/evaluate/rebalances.py).
         self.rebalances = RebalanceTracker(self._thresholds_of)
         # Groups at rest, skipped while nothing changes (exporter/evaluate/rest.py).
-        self.skip_at_rest = skip_at_rest
+        self.skip_at_rest = skip_at_rest and possible(self.progress.window, self.progress.min_span)
         self.rest: dict[str, Resting] = {}
 
     # -- entry point ---------------------------------------------------------
@@ -168,10 +167,11 @@ class Evaluator:
             r = self.rest.pop(gid, None)
             if r is not None:
                 if still(r, g, changed, bool(consumer_reports.get(gid)), now):
-                    views[gid], self.rest[gid] = served(r, now), r
+                    views[gid] = served(r, state, self.progress.groups[gid], self.progress.window, now)
+                    self.rest[gid] = r
                     rested.add(gid)
                     continue
-                self._wake(gid, r)
+                settle(r, state, self.progress.groups.get(gid))
             views[gid] = self._group(g, state, snap.partitions, consumer_reports.get(gid, []),
                                      spark_reports.get(gid) if g.type == GroupType.SPARK else None,
                                      exact_ts or {}, now)
@@ -209,18 +209,6 @@ class Evaluator:
                       partitions, (th.window, th.rebalance_window, pr.window, pr.min_span), now)
             if r is not None:
                 self.rest[gid] = r
-
-    def _wake(self, gid: str, r: Resting) -> None:
-        """A group at rest is evaluated again: first what its skipped cycles would have
-        moved (exporter/evaluate/rest.py)."""
-        if not r.skipped:
-            return
-        st = self.groups[gid]
-        for tp, mem in st.parts.items():
-            st.parts[tp] = settle_rest(mem, r.skipped, r.last)
-        memo = self.progress.groups.get(gid)
-        for part in memo.parts.values() if memo is not None else ():
-            part.points.touch(r.last)
 
     def _thresholds_of(self, gid: str) -> Thresholds:
         th = self._th_of.get(gid)

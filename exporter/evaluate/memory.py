@@ -451,24 +451,25 @@ def rest_step(mem: PartitionMemory, owned: bool, owner: str | None, now: float) 
 
 def rest_due(mem: PartitionMemory) -> float:
     """When :func:`rest_step` would next do more than move ``quiet_at`` and the unowned
-    count: the late-commit floor's next roll (exporter/evaluate/rest.py wakes the group)."""
+    count: the late-commit floor's next roll (exporter/evaluate/rest.py)."""
     return mem.floor.at + LATE_COMMIT_WINDOW
 
 
-def settle_rest(mem: PartitionMemory, skipped: int, last: float) -> PartitionMemory:
-    """:func:`rest_step` applied for ``skipped`` cycles, the last at ``last``, none of them
-    at or after :func:`rest_due`, with the same sample each time: the quiet HW's time is
-    the last cycle's, and a partition nobody owned (its unowned count above 0 after any
-    step) was unowned ``skipped`` cycles more. ``tests/test_rest.py`` holds it equal."""
+def settle_rest(mem: PartitionMemory, cycles: int, last: float) -> PartitionMemory:
+    """:func:`rest_step` applied for ``cycles`` cycles with the same sample, the last at
+    ``last`` and only that one possibly at or after :func:`rest_due`: the quiet HW's time
+    is the last cycle's, the floor rolls at most then, and a partition nobody owned (its
+    unowned count above 0 after any step) was unowned ``cycles`` more.
+    ``tests/test_rest.py`` holds it equal to the steps."""
     data, own = mem.data, mem.ownership
     if own.unowned:
-        n = own.unowned + skipped
+        n = own.unowned + cycles
         own = _UNOWNED[n] if own.owner is None and n < len(_UNOWNED) else Ownership(own.owner, n)
     return PartitionMemory(
         committed=mem.committed, changed_at=mem.changed_at,
         data=data._replace(quiet_at=last) if data.new_data_at is None else data,
-        floor=mem.floor, rewind=mem.rewind, lag_since=mem.lag_since, trend=mem.trend,
-        ownership=own, above_from=mem.above_from)
+        floor=late_commit_floor(mem.floor, mem.committed, last), rewind=mem.rewind,
+        lag_since=mem.lag_since, trend=mem.trend, ownership=own, above_from=mem.above_from)
 
 
 @dataclass

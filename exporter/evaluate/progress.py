@@ -18,7 +18,6 @@ from exporter.contracts.view import GroupProgress, GroupView, PartitionProgress,
 from exporter.evaluate.rates import (
     Points,
     Rates,
-    add_point,
     catchup_seconds,
     caught_up,
     common_rates,
@@ -34,14 +33,10 @@ MAX_LOST_NOTES = 3
 
 
 @dataclass(slots=True)
-class PartMemory:
-    points: Points = field(default_factory=Points)
-    counted_to: int | None = None  # see exporter.evaluate.retention
-
-
-@dataclass(slots=True)
 class GroupMemo:
-    parts: dict[TP, PartMemory] = field(default_factory=dict)
+    parts: dict[TP, Points] = field(default_factory=dict)  # rate points per partition
+    # exporter.evaluate.retention's ``counted_to``, only of the partitions that have one
+    counted: dict[TP, int] = field(default_factory=dict)
     lost: dict[TP, int] = field(default_factory=dict)  # per partition with losses, never decreases
     lost_total: int = 0  # kept when a partition goes away: a counter never decreases
     last: GroupProgress | None = None
@@ -82,6 +77,7 @@ class ProgressTracker:
         self.groups: dict[str, GroupMemo] = {}
         # One object per distinct PartitionProgress of a cycle (they are frozen).
         self._shared: dict[PartitionProgress, PartitionProgress] = {}
+        self._canon: dict[TP, TP] = {}
 
     def annotate(self, views: dict[str, GroupView], samples: dict[str, GroupSample],
                  partitions: dict[TP, PartitionOffsets], now: float,
@@ -90,6 +86,9 @@ class ProgressTracker:
         (exporter/evaluate/rest.py)."""
         out: dict[str, GroupView] = {}
         self._shared = {}
+        # The snapshot's own (topic, partition) keys: one object per partition, not one per
+        # group-partition, in the memory kept and in the figures served.
+        self._canon = {tp: tp for tp in partitions}
         for gid, v in views.items():
             memo = self.groups.setdefault(gid, GroupMemo())
             if gid in rested:
@@ -102,45 +101,50 @@ class ProgressTracker:
             out[gid] = dataclasses.replace(v, progress=memo.last) if memo.last else v
         for gid in [g for g in self.groups if g not in views]:
             del self.groups[gid]  # deleted group: its series vanish with it
-        self._shared = {}
+        self._shared, self._canon = {}, {}
         return out
 
     def _group(self, memo: GroupMemo, v: GroupView, partitions: dict[TP, PartitionOffsets],
                now: float) -> GroupProgress:
         rows: list[_Row] = []
         for p in v.partitions:
-            row = self._observe(memo, p, partitions.get((p.topic, p.partition)), now)
+            tp = (p.topic, p.partition)
+            row = self._observe(memo, self._canon.get(tp, tp), p, partitions.get(tp), now)
             if row is not None and not p.unsubscribed:
                 rows.append(row)
         seen = {(p.topic, p.partition) for p in v.partitions}
         for tp in [tp for tp in memo.parts if tp not in seen]:
             del memo.parts[tp]
             memo.lost.pop(tp, None)
+            memo.counted.pop(tp, None)
         return summarize(rows, memo, self.settle, self.min_span, self._shared)
 
-    def _observe(self, memo: GroupMemo, p: PartitionView, po: PartitionOffsets | None,
+    def _observe(self, memo: GroupMemo, tp: TP, p: PartitionView, po: PartitionOffsets | None,
                  now: float) -> _Row | None:
         """Remember this cycle's consumed offset and HW of one partition; count losses."""
         if p.committed is None or p.lag_offsets is None or po is None or po.hw is None:
             return None
-        tp = (p.topic, p.partition)
         consumed = po.hw - p.lag_offsets  # the committed offset (share groups: HW - lag)
-        pm = memo.parts.get(tp)
-        first = pm is None
-        if pm is None:
-            pm = memo.parts[tp] = PartMemory()
+        points = memo.parts.get(tp)
+        first = points is None
+        if points is None:
+            points = memo.parts[tp] = Points()
         if po.log_start is not None:
             # A topic no member subscribes to any more is read by nobody: what retention
             # deletes there moves the baseline, it is not this group's loss (the
             # abandoned-topic alert warns about it before).
-            new, pm.counted_to = lost_step(consumed, po.log_start, pm.counted_to,
-                                           first or p.unsubscribed)
+            new, counted_to = lost_step(consumed, po.log_start, memo.counted.get(tp),
+                                        first or p.unsubscribed)
+            if counted_to is None:
+                memo.counted.pop(tp, None)
+            else:
+                memo.counted[tp] = counted_to
             if new:  # partitions that never lost a record hold no entry
                 memo.lost[tp] = memo.lost.get(tp, 0) + new
             memo.lost_total += new
-        add_point(pm.points, (now, consumed, po.hw), self.window)
-        return _Row(tp, p.lag_offsets, consumed, po.log_start, rates(pm.points, self.min_span), p.owner,
-                    pm.points)
+        points.add(now, consumed, po.hw, self.window)
+        return _Row(tp, p.lag_offsets, consumed, po.log_start, rates(points, self.min_span), p.owner,
+                    points)
 
 
 def summarize(rows: list[_Row], memo: GroupMemo, settle: float, span_min: float,

@@ -95,23 +95,31 @@ class Points:
         n = len(a)
         return n >= 6 and a[1] == a[n - 2] and a[2] == a[n - 1]
 
-    def rest_due(self, window: float, span_min: float) -> float:
+    def rest_due(self, window: float) -> float:
         """For points :meth:`constant`: the first time at which :meth:`add` with the same
         offsets would do more than move the newest point's time (append a point, drop
-        the oldest), or at which :func:`rates` would become known."""
+        the oldest)."""
         a = self._a
         n = len(a)
         due = a[n - 6] + window / POINTS_PER_WINDOW
         if n > 6:
             due = min(due, a[0] + window)
-        if a[n - 3] - a[0] < span_min:
-            due = min(due, a[0] + span_min)
         return due
 
     def touch(self, t: float) -> None:
         """Move the newest point to ``t``: what every :meth:`add` of the same offsets
         before :meth:`rest_due` does (exporter/evaluate/rest.py)."""
         self._a[len(self._a) - 3] = t
+
+    def again(self, t: float, window: float) -> None:
+        """:meth:`add` the newest point's offsets again, at ``t``."""
+        a = self._a
+        self.add(t, int(a[len(a) - 2]), int(a[len(a) - 1]), window)
+
+    def known_at(self, span_min: float) -> float:
+        """When :func:`rates` over these points is first known (``-inf``: it is already)."""
+        a = self._a
+        return -math.inf if a[len(a) - 3] - a[0] >= span_min else a[0] + span_min
 
     def oldest(self) -> float:
         return self._a[0]

@@ -35,14 +35,16 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from array import array
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 from exporter.contracts.snapshot import COMMITTING_TYPES, TP, GroupSample, PartitionOffsets
 from exporter.contracts.status import Status
 from exporter.contracts.view import GroupView, PartitionView
-from exporter.evaluate.memory import GroupMemory, at_rest, rest_due
+from exporter.evaluate.memory import GroupMemory, at_rest, rest_due, settle_rest
 from exporter.evaluate.progress import GroupMemo
+from exporter.evaluate.rates import POINTS_PER_WINDOW
 from exporter.evaluate.rebalances import RebalanceMemo
 
 
@@ -50,12 +52,18 @@ from exporter.evaluate.rebalances import RebalanceMemo
 class Resting:
     """A group skipped while its sample stays ``sample``."""
 
-    sample: GroupSample  # what it was last evaluated on
+    # What it was last evaluated on: its sample but for the committed offsets, which are
+    # kept as their keys (the snapshot's shared tuples) and an array of their values (a
+    # tenth of the sample's dict).
+    sample: GroupSample
+    keys: tuple[TP, ...]
+    offsets: array[int]
     topics: frozenset[str]  # the topics of its committed partitions
     view: GroupView  # its last view, as served (annotated)
-    due: float  # it wakes at the first cycle at or after this time
+    due: float  # a memory clock moves at the first cycle at or after this: :func:`tend`
+    wake_at: float  # its view would change: evaluated again at the first cycle at or after
     t0: float | None  # oldest time common to its rate points (rates known); else None
-    skipped: int = 0  # cycles skipped so far
+    skipped: int = 0  # cycles skipped since it was last evaluated or tended
     last: float = 0.0  # the last skipped cycle's time
 
 
@@ -74,22 +82,62 @@ def changed_topics(before: Mapping[TP, PartitionOffsets], now: Mapping[TP, Parti
 
 
 def still(r: Resting, g: GroupSample, changed: set[str], reported: bool, now: float) -> bool:
-    """The group may be skipped this cycle: nothing it was evaluated on changed and no
-    clock of its is due."""
+    """The group may be skipped this cycle: nothing it was evaluated on changed and its
+    view would not change."""
     s = r.sample
-    return (now < r.due and not reported and g.error is None and r.topics.isdisjoint(changed)
-            and g.committed == s.committed and g.members == s.members and g.state == s.state
-            and g.epoch == s.epoch and g.type == s.type and not g.reported_lag)
+    return (now < r.wake_at and not reported and g.error is None and r.topics.isdisjoint(changed)
+            and g.members == s.members and g.state == s.state and g.epoch == s.epoch
+            and g.type == s.type and not g.reported_lag and tuple(g.committed) == r.keys
+            and array("q", g.committed.values()) == r.offsets)
 
 
-def served(r: Resting, now: float) -> GroupView:
-    """The view served for a skipped cycle: the last one, its rate span moved on."""
-    r.skipped += 1
-    r.last = now
+def served(r: Resting, st: GroupMemory, pm: GroupMemo, rate_window: float, now: float) -> GroupView:
+    """A skipped cycle: the last view, its rate span moved on; the memory clocks tended
+    when one is due (:func:`tend`), else counted for when the group wakes."""
+    if now >= r.due:
+        tend(r, st, pm, rate_window, now)
+    else:
+        r.skipped += 1
+        r.last = now
     pr = r.view.progress
     if r.t0 is None or pr is None:
         return r.view
     return dataclasses.replace(r.view, progress=dataclasses.replace(pr, window_seconds=now - r.t0))
+
+
+def possible(rate_window: float, span_min: float) -> bool:
+    """Rates known over a group's points stay known when the oldest is dropped (the
+    points after it span more than the window less one spacing), unless the shortest
+    span is longer than that (an interval above a third of the window): then no group
+    rests."""
+    return span_min <= rate_window - rate_window / POINTS_PER_WINDOW
+
+
+def settle(r: Resting, st: GroupMemory, pm: GroupMemo | None) -> None:
+    """What the skipped cycles moved, before the group is evaluated again."""
+    if not r.skipped:
+        return
+    for tp, mem in st.parts.items():
+        st.parts[tp] = settle_rest(mem, r.skipped, r.last)
+    for points in pm.parts.values() if pm is not None else ():
+        points.touch(r.last)
+
+
+def tend(r: Resting, st: GroupMemory, pm: GroupMemo, rate_window: float, now: float) -> None:
+    """A memory clock is due (a late-commit floor rolls, a rate point is appended or
+    dropped) and the view stays: step the memories of the skipped cycles and this one,
+    as evaluating the group would, without evaluating it."""
+    for tp, mem in st.parts.items():
+        st.parts[tp] = settle_rest(mem, r.skipped + 1, now)
+    for points in pm.parts.values():
+        if r.skipped:
+            points.touch(r.last)
+        points.again(now, rate_window)
+    r.skipped, r.last = 0, now
+    due, _known, t0 = _clocks(st, pm, r.keys, rate_window, 0.0)
+    r.due = due
+    if r.t0 is not None:
+        r.t0 = t0
 
 
 def enter(g: GroupSample, v: GroupView, st: GroupMemory, pm: GroupMemo | None,
@@ -100,46 +148,58 @@ def enter(g: GroupSample, v: GroupView, st: GroupMemory, pm: GroupMemo | None,
     window, rebalance_window, rate_window, span_min = windows
     if (g.type not in COMMITTING_TYPES or g.error is not None or g.reported_lag
             or v.status != Status.OK or v.reasons or v.notes or st.uncommitted
-            or st.outside_at is not None or pm is None):
+            or st.outside_at is not None or pm is None
+            or not _memory_at_rest(g, v.partitions, st, partitions)
+            or not all((points := pm.parts.get(tp)) is not None and points.constant()
+                       for tp in g.committed)):
         return None
-    due = _memory_due(g, v.partitions, st, partitions)
-    if due is None:
-        return None
-    t0 = -math.inf
-    for tp in g.committed:
-        part = pm.parts.get(tp)
-        if part is None or not part.points.constant():
-            return None
-        due = min(due, part.points.rest_due(rate_window, span_min))
-        t0 = max(t0, part.points.oldest())
+    due, wake_at, t0 = _clocks(st, pm, tuple(g.committed), rate_window, span_min)
     known = v.progress is not None and bool(v.progress.window_seconds)
     if g.committed and not known:  # the group's rates become known at t0 + span_min
-        due = min(due, t0 + span_min)
+        wake_at = min(wake_at, t0 + span_min)
     if st.joins:
-        due = min(due, st.joins[0] + window)
+        wake_at = min(wake_at, st.joins[0] + window)
     if rm is not None and rm.events:
-        due = min(due, rm.events[0] + rebalance_window)
-    if due <= now:
+        wake_at = min(wake_at, rm.events[0] + rebalance_window)
+    if wake_at <= now:
         return None
-    return Resting(sample=g, topics=frozenset(t for t, _ in g.committed), view=v, due=due,
-                   t0=t0 if known else None)
+    return Resting(sample=dataclasses.replace(g, committed={}), keys=tuple(g.committed),
+                   offsets=array("q", g.committed.values()),
+                   topics=frozenset(t for t, _ in g.committed), view=v, due=due,
+                   wake_at=wake_at, t0=t0 if known else None)
 
 
-def _memory_due(g: GroupSample, parts: tuple[PartitionView, ...], st: GroupMemory,
-                partitions: Mapping[TP, PartitionOffsets]) -> float | None:
-    """The earliest due time of the partitions' memories, or None when one is not at rest."""
+def _clocks(st: GroupMemory, pm: GroupMemo, keys: tuple[TP, ...], rate_window: float,
+            span_min: float) -> tuple[float, float, float]:
+    """(when a memory clock is next due, when a partition's rates become known, the oldest
+    time common to the rate points)."""
+    due = wake_at = math.inf
+    t0 = -math.inf
+    for mem in st.parts.values():
+        due = min(due, rest_due(mem))
+    for tp in keys:
+        points = pm.parts[tp]
+        due = min(due, points.rest_due(rate_window))
+        known_at = points.known_at(span_min)
+        if known_at > -math.inf:  # not known yet: the view changes then
+            wake_at = min(wake_at, known_at)
+        t0 = max(t0, points.oldest())
+    return due, wake_at, t0
+
+
+def _memory_at_rest(g: GroupSample, parts: tuple[PartitionView, ...], st: GroupMemory,
+                    partitions: Mapping[TP, PartitionOffsets]) -> bool:
+    """Every partition committed, ``ok`` without lag, and its memory at rest."""
     if len(parts) != len(g.committed):
-        return None
+        return False
     owner_of = {tp: m.member_id for m in g.members for tp in m.assignment}
-    due = math.inf
     for p in parts:
         if (p.status != Status.OK or p.committed is None or p.lag_offsets != 0
                 or p.lag_seconds != 0.0 or p.stalled_seconds or p.unsubscribed
                 or p.position is not None):
-            return None
+            return False
         tp = (p.topic, p.partition)
         mem, po = st.parts.get(tp), partitions.get(tp)
         if mem is None or po is None or not at_rest(mem, p.committed, po.hw, owner_of.get(tp)):
-            return None
-        due = min(due, rest_due(mem))
-    return due
+            return False
+    return True
