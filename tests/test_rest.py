@@ -42,21 +42,22 @@ def _memory(ev: Evaluator, gid: str) -> tuple:
 
 def _compare(cycles, make) -> tuple[int, int]:  # noqa: ANN001
     """Feed (snapshot, reports, spark, exact_ts, now) cycles to a skipping and a never
-    skipping evaluator; assert equal views and memories; return the group-cycles skipped,
-    and of them those in which a memory clock was tended."""
+    skipping evaluator; assert equal views and memories; return the group-cycles skipped
+    and the times a group woke from rest."""
     skip, full = make(True), make(False)
-    skipped = tended = 0
+    skipped = woken = 0
+    was: set[str] = set()
     for i, (snap, consumer, spark, exact_ts, now) in enumerate(cycles):
         a = skip.evaluate(snap, consumer, spark, exact_ts, now=now)
         b = full.evaluate(snap, consumer, spark, exact_ts, now=now)
         assert a == b, f"cycle {i}: the views differ"
         skipped += sum(1 for r in skip.rest.values() if r.last == now)
+        woken += sum(1 for gid in was if gid not in skip.rest and gid in b.groups)
+        was = set(skip.rest) if snap.ok else was
         for gid in b.groups if snap.ok else ():
-            r = skip.rest.get(gid)
-            if r is None or not r.skipped:  # evaluated or tended this cycle: the same memory
+            if gid not in skip.rest:  # evaluated this cycle, and not at rest: the same memory
                 assert _memory(skip, gid) == _memory(full, gid), f"cycle {i}: {gid}'s memory differs"
-            tended += r is not None and r.last == now and not r.skipped
-    return skipped, tended
+    return skipped, woken
 
 
 @pytest.mark.parametrize("path", RECORDINGS, ids=lambda p: p.name.split(".")[0])
@@ -68,7 +69,7 @@ def test_a_recording_replays_the_same_with_groups_skipped_at_rest(path: Path) ->
         return Evaluator(head["cluster"], rec.thresholds, rec.interval, int(head["history_points"]),
                          int(head["max_group_partitions"]), rec.group_thresholds, skip_at_rest=skip)
 
-    skipped, _tended = _compare([(c.snap, c.consumer, c.spark, c.exact_ts, c.now) for c in rec.cycles], make)
+    skipped, _woken = _compare([(c.snap, c.consumer, c.spark, c.exact_ts, c.now) for c in rec.cycles], make)
     if path.name.startswith(("group-types", "membership.", "spark")):
         assert skipped > 0  # runs with groups idle for long enough
 
@@ -150,43 +151,46 @@ def test_a_synthetic_cluster_runs_the_same_with_groups_skipped_at_rest(seed: int
     def make(skip: bool) -> Evaluator:
         return Evaluator("syn", th, interval, skip_at_rest=skip)
 
-    skipped, tended = _compare(timeline, make)
+    skipped, woken = _compare(timeline, make)
     assert skipped > cycles * len(run.groups) // 10  # the idle groups were skipped for a while
-    assert tended > 20  # and clocks came due while they were
+    assert woken > 20  # and woke again, their memories then equal
 
 
 def test_settling_a_rest_is_the_rest_step_repeated() -> None:
-    """``settle_rest`` for k cycles equals k rest steps, the last of them possibly when
-    the late-commit floor rolls (owned and unowned, past the 64 shared unowned counts)."""
-    from exporter.evaluate.memory import rest_due, rest_step
+    """``settle_rest`` for k cycles, with the floor rolled as often as ``floor_rolls``
+    says, equals k rest steps (owned and unowned, past the 64 shared unowned counts)."""
+    from exporter.evaluate.memory import floor_rolls, rest_step, rolled_floor
 
     for owned in (True, False):
         mem = rest_step(PartitionMemory.first(10, 0.0), owned, "m1" if owned else None, 1.0)
-        stepped, k, t = mem, 0, 1.0
-        while t < rest_due(mem):
-            k, t = k + 1, t + 0.7
+        stepped, at, rolls = mem, mem.floor.at, 0
+        for k in range(1, 400):
+            t = 1.0 + k * 0.7
             stepped = rest_step(stepped, owned, "m1" if owned else None, t)
-            assert settle_rest(mem, k, t) == stepped
-        assert stepped.floor != mem.floor and k > 64  # the floor rolled at the last one
+            if floor_rolls(at, t):
+                at, rolls = t, rolls + 1
+            floor = rolled_floor(mem.floor, mem.committed, rolls, at)
+            assert settle_rest(mem, k, t, floor) == stepped
+        assert rolls > 2 and stepped.ownership.unowned == (0 if owned else 400)
 
 
-def test_points_at_rest_only_move_their_newest_time_until_due() -> None:
+def test_a_group_s_point_times_advance_as_each_partition_s_points() -> None:
+    """One set of times at offsets 0, advanced each skipped cycle and filled with a
+    partition's offsets, is that partition's points advanced with its constant offsets."""
+    rnd = random.Random(5)
     pts = Points()
-    for t in range(0, 700, 13):
-        pts.add(float(t), 5, 9, 600.0)
-    assert pts.constant()
-    due = pts.rest_due(600.0)
-    moved = Points()
-    for t, c, h in pts:
-        moved.append((t, c, h))
-    t = list(pts)[-1][0]
-    while t + 1 < due:
-        t += 1
-        pts.add(t, 5, 9, 600.0)
-    moved.touch(t)
-    assert list(pts) == list(moved)
-    pts.add(due + 0.001, 5, 9, 600.0)  # just past the due time it does more
-    assert list(pts) != [*list(moved)[:-1], (due + 0.001, 5, 9)]
+    t = 0.0
+    while t < 200:
+        t += rnd.uniform(5, 20)
+        pts.add(t, 7, 9, 600.0)
+    assert pts.constant(7, 9) and not pts.constant(7, 10)
+    times = pts.filled(0, 0)
+    for _ in range(300):  # past appends and the drops of a full window
+        t += rnd.uniform(5, 20)
+        pts.add(t, 7, 9, 600.0)
+        times.add(t, 0, 0, 600.0)
+        assert list(times.filled(7, 9)) == list(pts)
+    assert times.times() == pts.times()
 
 
 def test_changed_topics_names_moved_unknown_new_and_gone_partitions() -> None:

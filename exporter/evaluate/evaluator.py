@@ -167,11 +167,10 @@ class Evaluator:
             r = self.rest.pop(gid, None)
             if r is not None:
                 if still(r, g, changed, bool(consumer_reports.get(gid)), now):
-                    views[gid] = served(r, state, self.progress.groups[gid], self.progress.window, now)
-                    self.rest[gid] = r
+                    views[gid], self.rest[gid] = served(r, self.progress.window, now), r
                     rested.add(gid)
                     continue
-                settle(r, state, self.progress.groups.get(gid))
+                settle(r, state, self.progress.groups[gid])
             views[gid] = self._group(g, state, snap.partitions, consumer_reports.get(gid, []),
                                      spark_reports.get(gid) if g.type == GroupType.SPARK else None,
                                      exact_ts or {}, now)
@@ -206,7 +205,7 @@ class Evaluator:
                 continue
             th = self._thresholds_of(gid)
             r = enter(g, v, self.groups[gid], pr.groups.get(gid), self.rebalances.groups.get(gid),
-                      partitions, (th.window, th.rebalance_window, pr.window, pr.min_span), now)
+                      partitions, (th.window, th.rebalance_window, pr.min_span), now)
             if r is not None:
                 self.rest[gid] = r
 

@@ -232,7 +232,7 @@ def new_data(before: NewData, moved: bool, changed_at: float, hw: int | None, no
 def late_commit_floor(before: Floor, committed_before: int, now: float) -> Floor:
     """The floor a window on: every LATE_COMMIT_WINDOW the offset a window ago becomes the
     floor and the committed offset before this sample the next one."""
-    if now - before.at >= LATE_COMMIT_WINDOW:
+    if floor_rolls(before.at, now):
         return Floor(before.next, committed_before, now)
     return before
 
@@ -449,18 +449,24 @@ def rest_step(mem: PartitionMemory, owned: bool, owner: str | None, now: float) 
         above_from=mem.above_from)
 
 
-def rest_due(mem: PartitionMemory) -> float:
-    """When :func:`rest_step` would next do more than move ``quiet_at`` and the unowned
-    count: the late-commit floor's next roll (exporter/evaluate/rest.py)."""
-    return mem.floor.at + LATE_COMMIT_WINDOW
+def floor_rolls(at: float, now: float) -> bool:
+    """The late-commit floor last rolled at ``at`` rolls again at ``now``."""
+    return now - at >= LATE_COMMIT_WINDOW
 
 
-def settle_rest(mem: PartitionMemory, cycles: int, last: float) -> PartitionMemory:
+def rolled_floor(floor: Floor, committed: int, rolls: int, at: float) -> Floor:
+    """The floor after ``rolls`` rolls, the last at ``at``, while the committed offset
+    stood at ``committed``: :func:`late_commit_floor` repeated."""
+    if rolls == 0:
+        return floor
+    return Floor(floor.next if rolls == 1 else committed, committed, at)
+
+
+def settle_rest(mem: PartitionMemory, cycles: int, last: float, floor: Floor) -> PartitionMemory:
     """:func:`rest_step` applied for ``cycles`` cycles with the same sample, the last at
-    ``last`` and only that one possibly at or after :func:`rest_due`: the quiet HW's time
-    is the last cycle's, the floor rolls at most then, and a partition nobody owned (its
-    unowned count above 0 after any step) was unowned ``cycles`` more.
-    ``tests/test_rest.py`` holds it equal to the steps."""
+    ``last``, the floor then ``floor`` (:func:`rolled_floor`): the quiet HW's time is the
+    last cycle's, and a partition nobody owned (its unowned count above 0 after any step)
+    was unowned ``cycles`` more. ``tests/test_rest.py`` holds it equal to the steps."""
     data, own = mem.data, mem.ownership
     if own.unowned:
         n = own.unowned + cycles
@@ -468,8 +474,8 @@ def settle_rest(mem: PartitionMemory, cycles: int, last: float) -> PartitionMemo
     return PartitionMemory(
         committed=mem.committed, changed_at=mem.changed_at,
         data=data._replace(quiet_at=last) if data.new_data_at is None else data,
-        floor=late_commit_floor(mem.floor, mem.committed, last), rewind=mem.rewind,
-        lag_since=mem.lag_since, trend=mem.trend, ownership=own, above_from=mem.above_from)
+        floor=floor, rewind=mem.rewind, lag_since=mem.lag_since, trend=mem.trend,
+        ownership=own, above_from=mem.above_from)
 
 
 @dataclass

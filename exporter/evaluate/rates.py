@@ -88,33 +88,25 @@ class Points:
         while len(a) > 6 and a[0] < t - window:
             del a[:3]
 
-    def constant(self) -> bool:
-        """Two points or more, the oldest with the newest's offsets (offsets never go down
-        within the points, so all are equal): every rate over them is zero."""
+    def constant(self, consumed: int, hw: int) -> bool:
+        """Two points or more, the oldest and the newest at these offsets (offsets never go
+        down within the points, so all are): every rate over them is zero."""
         a = self._a
         n = len(a)
-        return n >= 6 and a[1] == a[n - 2] and a[2] == a[n - 1]
+        return (n >= 6 and a[1] == a[n - 2] == consumed and a[2] == a[n - 1] == hw)
 
-    def rest_due(self, window: float) -> float:
-        """For points :meth:`constant`: the first time at which :meth:`add` with the same
-        offsets would do more than move the newest point's time (append a point, drop
-        the oldest)."""
-        a = self._a
-        n = len(a)
-        due = a[n - 6] + window / POINTS_PER_WINDOW
-        if n > 6:
-            due = min(due, a[0] + window)
-        return due
+    def times(self) -> tuple[float, ...]:
+        return tuple(self._a[0::3])
 
-    def touch(self, t: float) -> None:
-        """Move the newest point to ``t``: what every :meth:`add` of the same offsets
-        before :meth:`rest_due` does (exporter/evaluate/rest.py)."""
-        self._a[len(self._a) - 3] = t
-
-    def again(self, t: float, window: float) -> None:
-        """:meth:`add` the newest point's offsets again, at ``t``."""
-        a = self._a
-        self.add(t, int(a[len(a) - 2]), int(a[len(a) - 1]), window)
+    def filled(self, consumed: int, hw: int) -> Points:
+        """A copy at these times, every point at these offsets (exporter/evaluate/rest.py
+        advances one set of times for all the partitions of a group at rest)."""
+        out = Points()
+        a = out._a = array("d", self._a)
+        n = len(a) // 3
+        a[1::3] = array("d", [consumed]) * n
+        a[2::3] = array("d", [hw]) * n
+        return out
 
     def known_at(self, span_min: float) -> float:
         """When :func:`rates` over these points is first known (``-inf``: it is already)."""

@@ -15,20 +15,23 @@ for it and its last view is served again, the span of its rates moved on. At res
 - this cycle: the same committed offsets, members, state, epoch and type, and no HW or
   log start moved (and no partition came or went) on the group's topics.
 
-A skipped cycle still moves a few clocks. Each is settled in closed form when the group
-wakes, or the group wakes at the cycle it would move (its ``due`` time), so skipping
-changes nothing that is served or judged (``tests/test_rest.py`` runs recordings and
-synthetic runs through a skipping evaluator and one that never skips, and compares every
-view of every cycle):
+A skipped cycle still moves a few clocks of every partition. None is moved per partition
+while the group rests, so a resting group costs a few operations a cycle whatever its
+size, and skipping changes nothing that is served or judged (``tests/test_rest.py`` runs
+recordings and synthetic runs through a skipping evaluator and one that never skips, and
+compares every view of every cycle and every memory of a group evaluated):
 
-- settled when it wakes: the quiet HW's time (``NewData.quiet_at``) is the last skipped
-  cycle's, a partition nobody owns was unowned that many cycles more
-  (:func:`~exporter.evaluate.memory.settle_rest`), each rate series' newest point moves to
-  the last skipped cycle (:meth:`~exporter.evaluate.rates.Points.touch`);
-- due: the late-commit floor's next roll, a rate point to append or drop, rates becoming
-  known (partition or group), joins and rebalances ageing out of their windows;
+- clocks the partitions share move once for the group each skipped cycle: the
+  late-commit floors (by the time they last rolled, usually one for the whole group) and
+  the times of the rate points (one set for the group, at offsets 0: each partition's own
+  points, all at its HW, are dropped at rest and rebuilt when it wakes);
+- clocks settled in closed form when it wakes (:func:`settle`): the quiet HW's time is the
+  last skipped cycle's, a partition nobody owns was unowned that many cycles more, the
+  floor rolled as the group's did (:func:`~exporter.evaluate.memory.settle_rest`);
 - served each skipped cycle: the group's rate span (``window_seconds``), ``now`` minus the
-  oldest time common to its rate points.
+  oldest time common to its rate points;
+- the group wakes (is evaluated again) when its view would change: rates becoming known,
+  joins and rebalances ageing out of their windows.
 """
 
 from __future__ import annotations
@@ -37,15 +40,30 @@ import dataclasses
 import math
 from array import array
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from exporter.contracts.snapshot import COMMITTING_TYPES, TP, GroupSample, PartitionOffsets
 from exporter.contracts.status import Status
 from exporter.contracts.view import GroupView, PartitionView
-from exporter.evaluate.memory import GroupMemory, at_rest, rest_due, settle_rest
+from exporter.evaluate.memory import (
+    GroupMemory,
+    at_rest,
+    floor_rolls,
+    rolled_floor,
+    settle_rest,
+)
 from exporter.evaluate.progress import GroupMemo
-from exporter.evaluate.rates import POINTS_PER_WINDOW
+from exporter.evaluate.rates import POINTS_PER_WINDOW, Points
 from exporter.evaluate.rebalances import RebalanceMemo
+
+
+@dataclass(slots=True)
+class _Rolls:
+    """The late-commit floor of the partitions whose floor last rolled at ``since`` when
+    the group came to rest: rolled ``rolls`` times since, the last at ``at``."""
+
+    at: float
+    rolls: int = 0
 
 
 @dataclass(slots=True)
@@ -60,10 +78,15 @@ class Resting:
     offsets: array[int]
     topics: frozenset[str]  # the topics of its committed partitions
     view: GroupView  # its last view, as served (annotated)
-    due: float  # a memory clock moves at the first cycle at or after this: :func:`tend`
     wake_at: float  # its view would change: evaluated again at the first cycle at or after
-    t0: float | None  # oldest time common to its rate points (rates known); else None
-    skipped: int = 0  # cycles skipped since it was last evaluated or tended
+    rates_known: bool  # the group's rates are known (its view shows their span)
+    # The clocks its partitions share, moved each skipped cycle in their stead: the
+    # late-commit floors by the time they last rolled at rest, and the times of the rate
+    # points (the partitions' own points are dropped at rest and rebuilt from these).
+    floors: dict[float, _Rolls]
+    times: list[Points]  # one per distinct set of point times, at offsets 0
+    which: dict[TP, int] = field(default_factory=dict)  # index into ``times`` when several
+    skipped: int = 0  # cycles skipped so far
     last: float = 0.0  # the last skipped cycle's time
 
 
@@ -81,6 +104,14 @@ def changed_topics(before: Mapping[TP, PartitionOffsets], now: Mapping[TP, Parti
     return out
 
 
+def possible(rate_window: float, span_min: float) -> bool:
+    """Rates known over a group's points stay known when the oldest is dropped (the
+    points after it span more than the window less one spacing), unless the shortest
+    span is longer than that (an interval above a third of the window): then no group
+    rests."""
+    return span_min <= rate_window - rate_window / POINTS_PER_WINDOW
+
+
 def still(r: Resting, g: GroupSample, changed: set[str], reported: bool, now: float) -> bool:
     """The group may be skipped this cycle: nothing it was evaluated on changed and its
     view would not change."""
@@ -91,100 +122,88 @@ def still(r: Resting, g: GroupSample, changed: set[str], reported: bool, now: fl
             and array("q", g.committed.values()) == r.offsets)
 
 
-def served(r: Resting, st: GroupMemory, pm: GroupMemo, rate_window: float, now: float) -> GroupView:
-    """A skipped cycle: the last view, its rate span moved on; the memory clocks tended
-    when one is due (:func:`tend`), else counted for when the group wakes."""
-    if now >= r.due:
-        tend(r, st, pm, rate_window, now)
-    else:
-        r.skipped += 1
-        r.last = now
+def served(r: Resting, rate_window: float, now: float) -> GroupView:
+    """A skipped cycle: the shared clocks move as every partition's would, and the last
+    view is served, its rate span moved on."""
+    r.skipped += 1
+    r.last = now
+    for rolls in r.floors.values():
+        if floor_rolls(rolls.at, now):
+            rolls.at, rolls.rolls = now, rolls.rolls + 1
+    for times in r.times:
+        times.add(now, 0, 0, rate_window)
     pr = r.view.progress
-    if r.t0 is None or pr is None:
+    if not r.rates_known or pr is None:
         return r.view
-    return dataclasses.replace(r.view, progress=dataclasses.replace(pr, window_seconds=now - r.t0))
+    t0 = max(times.oldest() for times in r.times)  # as common_rates reads the points
+    return dataclasses.replace(r.view, progress=dataclasses.replace(pr, window_seconds=now - t0))
 
 
-def possible(rate_window: float, span_min: float) -> bool:
-    """Rates known over a group's points stay known when the oldest is dropped (the
-    points after it span more than the window less one spacing), unless the shortest
-    span is longer than that (an interval above a third of the window): then no group
-    rests."""
-    return span_min <= rate_window - rate_window / POINTS_PER_WINDOW
-
-
-def settle(r: Resting, st: GroupMemory, pm: GroupMemo | None) -> None:
-    """What the skipped cycles moved, before the group is evaluated again."""
-    if not r.skipped:
-        return
-    for tp, mem in st.parts.items():
-        st.parts[tp] = settle_rest(mem, r.skipped, r.last)
-    for points in pm.parts.values() if pm is not None else ():
-        points.touch(r.last)
-
-
-def tend(r: Resting, st: GroupMemory, pm: GroupMemo, rate_window: float, now: float) -> None:
-    """A memory clock is due (a late-commit floor rolls, a rate point is appended or
-    dropped) and the view stays: step the memories of the skipped cycles and this one,
-    as evaluating the group would, without evaluating it."""
-    for tp, mem in st.parts.items():
-        st.parts[tp] = settle_rest(mem, r.skipped + 1, now)
-    for points in pm.parts.values():
-        if r.skipped:
-            points.touch(r.last)
-        points.again(now, rate_window)
-    r.skipped, r.last = 0, now
-    due, _known, t0 = _clocks(st, pm, r.keys, rate_window, 0.0)
-    r.due = due
-    if r.t0 is not None:
-        r.t0 = t0
+def settle(r: Resting, st: GroupMemory, pm: GroupMemo) -> None:
+    """Before the group is evaluated again: what its skipped cycles moved in each
+    partition's memory, and its rate points rebuilt."""
+    if r.skipped:
+        for tp, mem in st.parts.items():
+            rolls = r.floors[mem.floor.at]
+            floor = rolled_floor(mem.floor, mem.committed, rolls.rolls, rolls.at)
+            st.parts[tp] = settle_rest(mem, r.skipped, r.last, floor)
+    for tp in r.keys:
+        hw = st.parts[tp].data.freeze_hw
+        assert hw is not None  # at rest: a known HW
+        pm.parts[tp] = r.times[r.which.get(tp, 0)].filled(hw, hw)
 
 
 def enter(g: GroupSample, v: GroupView, st: GroupMemory, pm: GroupMemo | None,
           rm: RebalanceMemo | None, partitions: Mapping[TP, PartitionOffsets],
-          windows: tuple[float, float, float, float], now: float) -> Resting | None:
+          windows: tuple[float, float, float], now: float) -> Resting | None:
     """The group's rest after an evaluation that found it at rest, else None.
-    ``windows``: (judgement window, rebalance window, rate window, shortest rate span)."""
-    window, rebalance_window, rate_window, span_min = windows
+    ``windows``: (judgement window, rebalance window, shortest rate span)."""
+    window, rebalance_window, span_min = windows
     if (g.type not in COMMITTING_TYPES or g.error is not None or g.reported_lag
             or v.status != Status.OK or v.reasons or v.notes or st.uncommitted
             or st.outside_at is not None or pm is None
-            or not _memory_at_rest(g, v.partitions, st, partitions)
-            or not all((points := pm.parts.get(tp)) is not None and points.constant()
-                       for tp in g.committed)):
+            or not _memory_at_rest(g, v.partitions, st, partitions)):
         return None
-    due, wake_at, t0 = _clocks(st, pm, tuple(g.committed), rate_window, span_min)
+    keys = tuple(g.committed)
+    for tp in keys:
+        hw = st.parts[tp].data.freeze_hw
+        points = pm.parts.get(tp)
+        if points is None or hw is None or not points.constant(hw, hw):
+            return None
+    times, which = _shared_times(keys, pm)
     known = v.progress is not None and bool(v.progress.window_seconds)
-    if g.committed and not known:  # the group's rates become known at t0 + span_min
-        wake_at = min(wake_at, t0 + span_min)
+    wake_at = min((at for t in times if (at := t.known_at(span_min)) > -math.inf), default=math.inf)
+    if keys and not known:  # the group's rates become known once its common span is long enough
+        wake_at = min(wake_at, max(t.oldest() for t in times) + span_min)
     if st.joins:
         wake_at = min(wake_at, st.joins[0] + window)
     if rm is not None and rm.events:
         wake_at = min(wake_at, rm.events[0] + rebalance_window)
     if wake_at <= now:
         return None
-    return Resting(sample=dataclasses.replace(g, committed={}), keys=tuple(g.committed),
+    for tp in keys:  # rebuilt when it wakes (:func:`settle`)
+        del pm.parts[tp]
+    return Resting(sample=dataclasses.replace(g, committed={}), keys=keys,
                    offsets=array("q", g.committed.values()),
-                   topics=frozenset(t for t, _ in g.committed), view=v, due=due,
-                   wake_at=wake_at, t0=t0 if known else None)
+                   topics=frozenset(t for t, _ in keys), view=v, wake_at=wake_at,
+                   rates_known=known, times=times, which=which,
+                   floors={at: _Rolls(at) for at in {st.parts[tp].floor.at for tp in keys}})
 
 
-def _clocks(st: GroupMemory, pm: GroupMemo, keys: tuple[TP, ...], rate_window: float,
-            span_min: float) -> tuple[float, float, float]:
-    """(when a memory clock is next due, when a partition's rates become known, the oldest
-    time common to the rate points)."""
-    due = wake_at = math.inf
-    t0 = -math.inf
-    for mem in st.parts.values():
-        due = min(due, rest_due(mem))
+def _shared_times(keys: tuple[TP, ...], pm: GroupMemo) -> tuple[list[Points], dict[TP, int]]:
+    """The distinct sets of point times of the partitions (usually one: they are sampled
+    together), at offsets 0, and which partition has which when there are several."""
+    index: dict[tuple[float, ...], int] = {}
+    which: dict[TP, int] = {}
+    times: list[Points] = []
     for tp in keys:
-        points = pm.parts[tp]
-        due = min(due, points.rest_due(rate_window))
-        known_at = points.known_at(span_min)
-        if known_at > -math.inf:  # not known yet: the view changes then
-            wake_at = min(wake_at, known_at)
-        t0 = max(t0, points.oldest())
-    return due, wake_at, t0
+        key = pm.parts[tp].times()
+        i = index.get(key)
+        if i is None:
+            i = index[key] = len(times)
+            times.append(pm.parts[tp].filled(0, 0))
+        which[tp] = i
+    return times, which if len(times) > 1 else {}
 
 
 def _memory_at_rest(g: GroupSample, parts: tuple[PartitionView, ...], st: GroupMemory,
