@@ -78,7 +78,7 @@ class _Run:
     """A synthetic cluster: topics idle or produced to, groups committing, resting, joining,
     leaving, rewinding; one cycle per :meth:`cycle`."""
 
-    def __init__(self, seed: int, groups: int = 40, parts: int = 3) -> None:
+    def __init__(self, seed: int, groups: int = 24, parts: int = 3) -> None:
         self.rnd = random.Random(seed)
         self.parts = parts
         self.topics = [f"t{i}" for i in range(8)]
@@ -137,7 +137,7 @@ class _Run:
         return snap, {}, {}, {}, now
 
 
-@pytest.mark.parametrize(("seed", "interval", "cycles"), [(1, 1.0, 900), (2, 7.0, 400), (3, 15.0, 300)])
+@pytest.mark.parametrize(("seed", "interval", "cycles"), [(1, 1.0, 800), (2, 7.0, 300), (3, 15.0, 200)])
 def test_a_synthetic_cluster_runs_the_same_with_groups_skipped_at_rest(seed: int, interval: float,
                                                                         cycles: int) -> None:
     run = _Run(seed)
@@ -153,7 +153,7 @@ def test_a_synthetic_cluster_runs_the_same_with_groups_skipped_at_rest(seed: int
 
     skipped, woken = _compare(timeline, make)
     assert skipped > cycles * len(run.groups) // 10  # the idle groups were skipped for a while
-    assert woken > 20  # and woke again, their memories then equal
+    assert woken >= 10  # and woke again, their memories then equal
 
 
 def test_settling_a_rest_is_the_rest_step_repeated() -> None:

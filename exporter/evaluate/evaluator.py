@@ -438,7 +438,8 @@ class Evaluator:
         obs = observe(mem, sample, c.tuning)
         if not lag_off and not unsubscribed:
             st.parts[tp] = remember(obs, Status.OK, c.share_dates.get(tp))
-            return _caught_up(tp, committed, lag_off, lag_s, position, owner)
+            kept = lag_off == 0 and lag_s == 0.0 and _kept(c.prev_views.get(tp), committed, position, owner)
+            return kept or _caught_up(tp, committed, lag_off, lag_s, position, owner)
         facts = PartitionFacts(
             topic=tp[0], partition=tp[1], committed=committed, hw=hw, lag_offsets=lag_off,
             lag_seconds=lag_s, stalled_seconds=obs.stalled_seconds,
