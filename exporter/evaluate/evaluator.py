@@ -9,7 +9,8 @@ partition's. What differs between group types is named in one place each: who ow
 committed partition (:func:`_member_owns`, :func:`_spark_owns`), share groups' progress
 (:func:`_share_progress`, :func:`_share_dates`), partitions owned and never committed
 (member groups only, :meth:`Evaluator._uncommitted`), the group's status
-(:func:`_group_status`)."""
+(:func:`_group_status`). A group found entirely at rest is not evaluated again while its
+sample stands still (``exporter/evaluate/rest.py``)."""
 
 from __future__ import annotations
 
