@@ -149,7 +149,7 @@ class Evaluator:
                 groups=prev.groups if prev else {},
                 last_error="; ".join(str(e) for e in snap.errors),
                 brokers=snap.brokers)
-        changed = changed_topics(self.last_good.partitions if self.last_good else {}, snap.partitions)
+        changed = self._changed_topics(snap)
         self._update_history(snap, now)
         self._lag_memo: dict[tuple[str, int, int], float | None] = {}
         consumer_reports = consumer_reports or {}
@@ -194,6 +194,13 @@ class Evaluator:
         self.last_good = view
         return view
 
+    def _changed_topics(self, snap: Snapshot) -> set[str]:
+        """The topics whose offsets moved since the last evaluated snapshot; only groups at
+        rest need them (exporter/evaluate/rest.py)."""
+        if not self.rest or self.last_good is None:
+            return set()
+        return changed_topics(self.last_good.partitions, snap.partitions)
+
     def _rest(self, views: dict[str, GroupView], samples: dict[str, GroupSample],
               reports: dict[str, list[ConsumerReport]], partitions: dict[TP, PartitionOffsets],
               rested: set[str], now: float) -> None:
@@ -201,11 +208,10 @@ class Evaluator:
         nothing changes (exporter/evaluate/rest.py)."""
         pr = self.progress
         for gid, v in views.items():
-            g = samples[gid]
-            if gid in rested or reports.get(gid) or g.type not in COMMITTING_TYPES:
+            if gid in rested or reports.get(gid):
                 continue
             th = self._thresholds_of(gid)
-            r = enter(g, v, self.groups[gid], pr.groups.get(gid), self.rebalances.groups.get(gid),
+            r = enter(samples[gid], v, self.groups[gid], pr.groups.get(gid), self.rebalances.groups.get(gid),
                       partitions, (th.window, th.rebalance_window, pr.min_span), now)
             if r is not None:
                 self.rest[gid] = r

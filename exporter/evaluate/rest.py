@@ -159,19 +159,23 @@ def enter(g: GroupSample, v: GroupView, st: GroupMemory, pm: GroupMemo | None,
     """The group's rest after an evaluation that found it at rest, else None.
     ``windows``: (judgement window, rebalance window, shortest rate span)."""
     window, rebalance_window, span_min = windows
+    pr = v.progress
+    # The cheap tests first: this runs after every evaluation of every group not at rest.
     if (g.type not in COMMITTING_TYPES or g.error is not None or g.reported_lag
             or v.status != Status.OK or v.reasons or v.notes or st.uncommitted
             or st.outside_at is not None or pm is None
-            or not _memory_at_rest(g, v.partitions, st, partitions)):
+            or (pr is not None and (pr.consume_rate or pr.produce_rate))):  # points not constant
         return None
     keys = tuple(g.committed)
-    for tp in keys:
-        hw = st.parts[tp].data.freeze_hw
-        points = pm.parts.get(tp)
+    for tp in keys:  # a consumer at work fails here, at its first partition
+        mem, points = st.parts.get(tp), pm.parts.get(tp)
+        hw = mem.data.freeze_hw if mem is not None else None
         if points is None or hw is None or not points.constant(hw, hw):
             return None
+    if not _memory_at_rest(g, v.partitions, st, partitions):
+        return None
     times, which = _shared_times(keys, pm)
-    known = v.progress is not None and bool(v.progress.window_seconds)
+    known = pr is not None and bool(pr.window_seconds)
     wake_at = min((at for t in times if (at := t.known_at(span_min)) > -math.inf), default=math.inf)
     if keys and not known:  # the group's rates become known once its common span is long enough
         wake_at = min(wake_at, max(t.oldest() for t in times) + span_min)
