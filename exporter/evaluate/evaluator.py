@@ -670,7 +670,7 @@ def _share_progress(start: int, hw: int | None, reported_lag: int | None,
     consumed = max(start, hw - lag)
     if mem is None:
         return consumed, consumed
-    before = mem.data.freeze_hw if mem.data.freeze_hw is not None else hw  # the HW at the last sample
+    before = mem.freeze_hw if mem.freeze_hw is not None else hw  # the HW at the last sample
     return consumed, consumed if max(start, before - lag) > mem.committed else mem.committed
 
 

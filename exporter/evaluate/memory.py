@@ -31,7 +31,8 @@ from __future__ import annotations
 import bisect
 import collections
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from operator import itemgetter
+from typing import Any, NamedTuple
 
 from exporter.contracts.status import Status
 from exporter.contracts.view import GroupView
@@ -135,10 +136,12 @@ _UNOWNED = tuple(Ownership(None, n) for n in range(64))
 _NO_OWNER = _UNOWNED[0]
 
 
-@dataclass(frozen=True, slots=True)
-class PartitionMemory:
-    """Per partition of a group, one concern per field. Frozen: :func:`remember` replaces
-    it whole. Slotted and tuple-based: 100k of these must stay small."""
+_NO_RUN = (None,) * len(Run._fields)
+
+
+@dataclass(frozen=True)
+class _Fields:
+    """PartitionMemory's fields, one concern each (read through its properties)."""
 
     committed: int  # as the memory follows it (:class:`Sample`)
     changed_at: float  # when it last moved
@@ -152,6 +155,68 @@ class PartitionMemory:
     # acknowledged (HW - the broker's lag) stood above ``committed`` (evaluator._share_dates).
     above_from: float | None = None
 
+
+class PartitionMemory(tuple):
+    """Per partition of a group, one concern per field (:class:`_Fields`). Immutable:
+    :func:`remember` replaces it whole.
+
+    Stored flat: one tuple of 24 elements instead of an object holding four tuples
+    (``NewData``, ``Floor``, ``Trend`` and its ``Run``), 224 bytes a partition instead
+    of 448 (100k of these are kept). The concerns are read as their tuples, built on
+    access; the dataclass interface stays (``dataclasses.replace``, ``fields``, equality
+    of every field)."""
+
+    __slots__ = ()
+    __dataclass_fields__ = _Fields.__dataclass_fields__  # type: ignore[assignment]
+    __dataclass_params__ = _Fields.__dataclass_params__  # type: ignore[attr-defined]
+
+    def __new__(cls, committed: int, changed_at: float, data: NewData, floor: Floor, rewind: Rewind,
+                lag_since: float | None, trend: Trend, ownership: Ownership,
+                above_from: float | None = None) -> PartitionMemory:
+        return tuple.__new__(cls, (committed, changed_at, *data, *floor, rewind, lag_since,
+                                   *(trend.run or _NO_RUN), trend.lagging, ownership, above_from))
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return _flat_memory, (tuple(self),)
+
+    def __repr__(self) -> str:
+        return "PartitionMemory(" + ", ".join(
+            f"{f}={getattr(self, f)!r}" for f in self.__dataclass_fields__) + ")"
+
+    committed = property(itemgetter(0))
+    changed_at = property(itemgetter(1))
+    freeze_hw = property(itemgetter(2))  # data.freeze_hw, read without building ``data``
+    new_data_at = property(itemgetter(6))  # data.new_data_at
+    floor_at = property(itemgetter(10))  # floor.at
+    rewind = property(itemgetter(11))
+    lag_since = property(itemgetter(12))
+    has_run = property(lambda self: self[13] is not None)  # trend.run is not None
+    lagging = property(itemgetter(21))  # trend.lagging
+    ownership = property(itemgetter(22))
+    above_from = property(itemgetter(23))
+
+    @property
+    def data(self) -> NewData:
+        return NewData._make(self[2:8])
+
+    @property
+    def floor(self) -> Floor:
+        return Floor._make(self[8:11])
+
+    @property
+    def trend(self) -> Trend:
+        return Trend(None if self[13] is None else Run._make(self[13:21]), self[21])
+
+    def with_(self, floor: Floor | None = None, **changes: Any) -> PartitionMemory:
+        """This memory with the floor and the elements named in ``changes`` (a field or
+        ``quiet_at``, ``lagging``) replaced: one new tuple, no concern rebuilt."""
+        items = list(self)
+        for name, value in changes.items():
+            items[_AT[name]] = value
+        if floor is not None:
+            items[8:11] = floor
+        return tuple.__new__(PartitionMemory, items)
+
     @classmethod
     def first(cls, committed: int, now: float) -> PartitionMemory:
         """The memory of a partition seen for the first time."""
@@ -160,6 +225,16 @@ class PartitionMemory:
                                 new_data_at=None, arrived_at=now),
                    floor=Floor(-1, committed, now), rewind=_NO_REWIND, lag_since=None,
                    trend=_NO_TREND, ownership=_NO_OWNER)
+
+
+# Where PartitionMemory.with_ finds what it replaces.
+_AT = {"committed": 0, "changed_at": 1, "quiet_at": 3, "lag_since": 12, "lagging": 21,
+       "ownership": 22, "above_from": 23}
+
+
+def _flat_memory(flat: tuple[Any, ...]) -> PartitionMemory:
+    """A PartitionMemory from its elements (unpickling)."""
+    return tuple.__new__(PartitionMemory, flat)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -410,16 +485,14 @@ def remember(obs: Observation, status: Status, share: tuple[float | None, float 
     ``share`` (share groups): (when certain progress happened, the next ``above_from``),
     from evaluator._share_dates: the progress is dated then, not at this sample."""
     after = obs.after
-    lagging = after.trend.lagging and status in (Status.OK, Status.LAGGING)
+    lagging = after.lagging and status in (Status.OK, Status.LAGGING)
     changed_at, above_from = after.changed_at, after.above_from
     if share is not None:
         moved_at, above_from = share
         changed_at = changed_at if moved_at is None else moved_at
     # Built directly, not with dataclasses.replace: this runs for every group-partition.
-    trend = after.trend if after.trend.lagging == lagging else after.trend._replace(lagging=lagging)
-    return PartitionMemory(committed=after.committed, changed_at=changed_at, data=after.data,
-                           floor=after.floor, rewind=after.rewind, lag_since=after.lag_since,
-                           trend=trend, ownership=after.ownership, above_from=above_from)
+    return after.with_(changed_at=changed_at, lagging=lagging, above_from=above_from)
+
 
 # -- a partition at rest -----------------------------------------------------------------
 
@@ -429,8 +502,8 @@ def at_rest(mem: PartitionMemory, committed: int, hw: int | None, owner: str | N
     same owner (or none known). Most group-partitions of a large cluster are at rest in
     most cycles (caught-up groups, idle topics); :func:`rest_step` is their memory step."""
     return (committed == mem.committed and hw is not None and hw <= committed
-            and hw == mem.data.freeze_hw and mem.rewind.pending is None
-            and mem.trend.run is not None and not mem.trend.lagging
+            and hw == mem.freeze_hw and mem.rewind.pending is None
+            and mem.has_run and not mem.lagging
             and (owner is None or owner == mem.ownership.owner))
 
 
@@ -440,13 +513,9 @@ def rest_step(mem: PartitionMemory, owned: bool, owner: str | None, now: float) 
     with no lag every rule says ``ok``, so only the clocks a later cycle needs move (the
     quiet HW's, the late-commit floor's window, the cycles nobody owned it).
     ``tests/test_memory_steps.py`` holds it equal to the full step."""
-    data = mem.data
-    return PartitionMemory(
-        committed=mem.committed, changed_at=mem.changed_at,
-        data=data._replace(quiet_at=now) if data.new_data_at is None else data,
-        floor=late_commit_floor(mem.floor, mem.committed, now), rewind=mem.rewind,
-        lag_since=None, trend=mem.trend, ownership=ownership(mem.ownership, owned, owner)[0],
-        above_from=mem.above_from)
+    return mem.with_(floor=late_commit_floor(mem.floor, mem.committed, now), lag_since=None,
+                     ownership=ownership(mem.ownership, owned, owner)[0],
+                     **({} if mem.new_data_at is not None else {"quiet_at": now}))
 
 
 def floor_rolls(at: float, now: float) -> bool:
@@ -467,15 +536,12 @@ def settle_rest(mem: PartitionMemory, cycles: int, last: float, floor: Floor) ->
     ``last``, the floor then ``floor`` (:func:`rolled_floor`): the quiet HW's time is the
     last cycle's, and a partition nobody owned (its unowned count above 0 after any step)
     was unowned ``cycles`` more. ``tests/test_rest.py`` holds it equal to the steps."""
-    data, own = mem.data, mem.ownership
+    own = mem.ownership
     if own.unowned:
         n = own.unowned + cycles
         own = _UNOWNED[n] if own.owner is None and n < len(_UNOWNED) else Ownership(own.owner, n)
-    return PartitionMemory(
-        committed=mem.committed, changed_at=mem.changed_at,
-        data=data._replace(quiet_at=last) if data.new_data_at is None else data,
-        floor=floor, rewind=mem.rewind, lag_since=mem.lag_since, trend=mem.trend,
-        ownership=own, above_from=mem.above_from)
+    return mem.with_(floor=floor, ownership=own,
+                     **({} if mem.new_data_at is not None else {"quiet_at": last}))
 
 
 @dataclass

@@ -144,11 +144,11 @@ def settle(r: Resting, st: GroupMemory, pm: GroupMemo) -> None:
     partition's memory, and its rate points rebuilt."""
     if r.skipped:
         for tp, mem in st.parts.items():
-            rolls = r.floors[mem.floor.at]
+            rolls = r.floors[mem.floor_at]
             floor = rolled_floor(mem.floor, mem.committed, rolls.rolls, rolls.at)
             st.parts[tp] = settle_rest(mem, r.skipped, r.last, floor)
     for tp in r.keys:
-        hw = st.parts[tp].data.freeze_hw
+        hw = st.parts[tp].freeze_hw
         assert hw is not None  # at rest: a known HW
         pm.parts[tp] = r.times[r.which.get(tp, 0)].filled(hw, hw)
 
@@ -169,7 +169,7 @@ def enter(g: GroupSample, v: GroupView, st: GroupMemory, pm: GroupMemo | None,
     keys = tuple(g.committed)
     for tp in keys:  # a consumer at work fails here, at its first partition
         mem, points = st.parts.get(tp), pm.parts.get(tp)
-        hw = mem.data.freeze_hw if mem is not None else None
+        hw = mem.freeze_hw if mem is not None else None
         if points is None or hw is None or not points.constant(hw, hw):
             return None
     if not _memory_at_rest(g, v.partitions, st, partitions):
@@ -191,7 +191,7 @@ def enter(g: GroupSample, v: GroupView, st: GroupMemory, pm: GroupMemo | None,
                    offsets=array("q", g.committed.values()),
                    topics=frozenset(t for t, _ in keys), view=v, wake_at=wake_at,
                    rates_known=known, times=times, which=which,
-                   floors={at: _Rolls(at) for at in {st.parts[tp].floor.at for tp in keys}})
+                   floors={at: _Rolls(at) for at in {st.parts[tp].floor_at for tp in keys}})
 
 
 def _shared_times(keys: tuple[TP, ...], pm: GroupMemo) -> tuple[list[Points], dict[TP, int]]:
