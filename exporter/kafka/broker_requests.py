@@ -681,14 +681,22 @@ def parse_offset_fetch(res: Any, ids: Sequence[str]) -> dict[str, Committed]:
     else:
         groups = res.groups
     out = {}
+    # One (topic, partition) key object per partition, shared by the groups that commit
+    # there: a key per group-partition (100k in a large cluster) would double the memory
+    # the parsed answer takes while the decoded response is still alive.
+    keys: dict[tuple[str, int], tuple[str, int]] = {}
     for g in groups:
         if g.error_code:
             out[g.group_id] = Committed(offsets={}, error_code=g.error_code,
                                         error=_err(g.error_code, None))
             continue
-        out[g.group_id] = Committed(offsets={
-            (t.name, p.partition_index): p.committed_offset for t in g.topics for p in t.partitions
-            if p.error_code == 0 and p.committed_offset >= 0})
+        offsets = {}
+        for t in g.topics:
+            for p in t.partitions:
+                if p.error_code == 0 and p.committed_offset >= 0:
+                    key = (t.name, p.partition_index)
+                    offsets[keys.setdefault(key, key)] = p.committed_offset
+        out[g.group_id] = Committed(offsets=offsets)
     return out
 
 
