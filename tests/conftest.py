@@ -55,9 +55,11 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     a mistake in the test, reported at collection. Tests that need the container image run
     last, so that its build (started in the background once collected) overlaps the rest.
 
-    `make test` runs two pytest-xdist workers with ``--dist loadfile`` (most tests wait on
-    thresholds, brokers and JVMs, not on the CPU): each file stays on one worker with its
-    module-scoped workload, and every test of the 3-broker cluster is in tests/test_faults.py."""
+    `make test` runs three pytest-xdist workers on two cores with ``--dist loadfile``
+    (most tests wait on thresholds, brokers and JVMs, not on the CPU: with two workers
+    the suite used about one core of the two): each file stays on one worker with its
+    module-scoped workload and its own broker, and every test of the 3-broker cluster is
+    in tests/test_faults.py."""
     for item in items:
         if item.get_closest_marker("unit") and BROKER_FIXTURES & set(getattr(item, "fixturenames", ())):
             raise pytest.UsageError(f"{item.nodeid} is marked unit but uses a broker fixture")

@@ -20,7 +20,8 @@ import zlib
 from collections.abc import Iterator
 
 # Bytes of encoded lines a family buffers before deflating them: below this a family
-# stays plain text (small clusters, every test's hand-built view).
+# stays plain text (small clusters, every test's hand-built view). The families of a
+# cycle fill side by side, so the process holds thirty-odd such buffers at its peak.
 PACK_ABOVE = 1 << 18
 # zlib's fastest level: about 0.25 s of CPU per 100 MB of text, against 0.9 s at level 6
 # for a few per cent less.
