@@ -137,6 +137,16 @@ _NO_OWNER = _UNOWNED[0]
 
 
 _NO_RUN = (None,) * len(Run._fields)
+# Where each concern sits among a PartitionMemory's elements (committed, changed_at, the
+# NewData, the Floor, rewind, lag_since, the Run or _NO_RUN, lagging, ownership, above_from).
+_DATA = slice(2, 2 + len(NewData._fields))
+_FLOOR = slice(_DATA.stop, _DATA.stop + len(Floor._fields))
+_REWIND, _LAG_SINCE = _FLOOR.stop, _FLOOR.stop + 1
+_RUN = slice(_LAG_SINCE + 1, _LAG_SINCE + 1 + len(Run._fields))
+_LAGGING, _OWNERSHIP, _ABOVE_FROM = _RUN.stop, _RUN.stop + 1, _RUN.stop + 2
+# The elements PartitionMemory.with_ replaces by name.
+_AT = {"committed": 0, "changed_at": 1, "quiet_at": _DATA.start + NewData._fields.index("quiet_at"),
+       "lag_since": _LAG_SINCE, "lagging": _LAGGING, "ownership": _OWNERSHIP, "above_from": _ABOVE_FROM}
 
 
 @dataclass(frozen=True)
@@ -168,7 +178,6 @@ class PartitionMemory(tuple):
 
     __slots__ = ()
     __dataclass_fields__ = _Fields.__dataclass_fields__  # type: ignore[assignment]
-    __dataclass_params__ = _Fields.__dataclass_params__  # type: ignore[attr-defined]
 
     def __new__(cls, committed: int, changed_at: float, data: NewData, floor: Floor, rewind: Rewind,
                 lag_since: float | None, trend: Trend, ownership: Ownership,
@@ -185,36 +194,41 @@ class PartitionMemory(tuple):
 
     committed = property(itemgetter(0))
     changed_at = property(itemgetter(1))
-    freeze_hw = property(itemgetter(2))  # data.freeze_hw, read without building ``data``
-    new_data_at = property(itemgetter(6))  # data.new_data_at
-    floor_at = property(itemgetter(10))  # floor.at
-    rewind = property(itemgetter(11))
-    lag_since = property(itemgetter(12))
-    has_run = property(lambda self: self[13] is not None)  # trend.run is not None
-    lagging = property(itemgetter(21))  # trend.lagging
-    ownership = property(itemgetter(22))
-    above_from = property(itemgetter(23))
+    rewind = property(itemgetter(_REWIND))
+    lag_since = property(itemgetter(_LAG_SINCE))
+    ownership = property(itemgetter(_OWNERSHIP))
+    above_from = property(itemgetter(_ABOVE_FROM))
+    # Read without building the concern's tuple (the hot paths ask only these).
+    freeze_hw = property(itemgetter(_DATA.start + NewData._fields.index("freeze_hw")))
+    new_data_at = property(itemgetter(_DATA.start + NewData._fields.index("new_data_at")))
+    floor_at = property(itemgetter(_FLOOR.start + Floor._fields.index("at")))
+    lagging = property(itemgetter(_LAGGING))  # trend.lagging
 
     @property
     def data(self) -> NewData:
-        return NewData._make(self[2:8])
+        return NewData._make(self[_DATA])
 
     @property
     def floor(self) -> Floor:
-        return Floor._make(self[8:11])
+        return Floor._make(self[_FLOOR])
 
     @property
     def trend(self) -> Trend:
-        return Trend(None if self[13] is None else Run._make(self[13:21]), self[21])
+        return Trend(Run._make(self[_RUN]) if self.has_run else None, self[_LAGGING])
+
+    @property
+    def has_run(self) -> bool:
+        """``trend.run is not None`` (a Run's first element, its start, is never None)."""
+        return self[_RUN.start] is not None
 
     def with_(self, floor: Floor | None = None, **changes: Any) -> PartitionMemory:
-        """This memory with the floor and the elements named in ``changes`` (a field or
-        ``quiet_at``, ``lagging``) replaced: one new tuple, no concern rebuilt."""
+        """This memory with the floor and the elements named in ``changes`` (in ``_AT``)
+        replaced: one new tuple, no concern rebuilt."""
         items = list(self)
         for name, value in changes.items():
             items[_AT[name]] = value
         if floor is not None:
-            items[8:11] = floor
+            items[_FLOOR] = floor
         return tuple.__new__(PartitionMemory, items)
 
     @classmethod
@@ -225,11 +239,6 @@ class PartitionMemory(tuple):
                                 new_data_at=None, arrived_at=now),
                    floor=Floor(-1, committed, now), rewind=_NO_REWIND, lag_since=None,
                    trend=_NO_TREND, ownership=_NO_OWNER)
-
-
-# Where PartitionMemory.with_ finds what it replaces.
-_AT = {"committed": 0, "changed_at": 1, "quiet_at": 3, "lag_since": 12, "lagging": 21,
-       "ownership": 22, "above_from": 23}
 
 
 def _flat_memory(flat: tuple[Any, ...]) -> PartitionMemory:
