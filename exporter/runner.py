@@ -123,8 +123,11 @@ class ClusterRunner:
             if self.recorder is not None:
                 self.recorder.cycle(snap, consumer_reports, spark_reports, exact_ts, snap.taken_at)
             view = self.evaluator.evaluate(snap, consumer_reports, spark_reports, exact_ts)
+            # The sample (every group's offsets) is freed before the render takes its buffers.
+            ok, errors = snap.ok, snap.errors
+            del snap, res
             self.cycles += 1
-            if not snap.ok:
+            if not ok:
                 if self._failures == 0:
                     log.error("cluster %s: cannot sample: %s", self.cfg.name, view.last_error,
                               extra=TRANSITION)
@@ -132,12 +135,12 @@ class ClusterRunner:
                     log.error("cluster %s: %s", self.cfg.name, crash)
             elif self._failures:
                 log.info("cluster %s: sampling recovered", self.cfg.name)
-            for e in snap.errors if snap.ok else ():
+            for e in errors if ok else ():
                 log.warning("cluster %s: %s: %s", self.cfg.name, e.stage, e.message)
             # The render is part of the cycle: the record is complete before anyone sees it.
             exposition = render_cluster(view, self.compat, self.bounded)
             self.store.publish(ClusterRecord(view=view, stats=self._stats(t0), exposition=exposition))
-            return snap.ok
+            return ok
         except Exception:  # noqa: BLE001 - the thread must survive anything
             self.errors["cycle"] += 1
             log.exception("cluster %s: sampling cycle failed", self.cfg.name)
