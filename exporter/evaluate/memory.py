@@ -145,7 +145,7 @@ _REWIND, _LAG_SINCE = _FLOOR.stop, _FLOOR.stop + 1
 _RUN = slice(_LAG_SINCE + 1, _LAG_SINCE + 1 + len(Run._fields))
 _LAGGING, _OWNERSHIP, _ABOVE_FROM = _RUN.stop, _RUN.stop + 1, _RUN.stop + 2
 # The elements PartitionMemory.with_ replaces by name.
-_AT = {"committed": 0, "changed_at": 1, "quiet_at": _DATA.start + NewData._fields.index("quiet_at"),
+_AT = {"changed_at": 1, "quiet_at": _DATA.start + NewData._fields.index("quiet_at"),
        "lag_since": _LAG_SINCE, "lagging": _LAGGING, "ownership": _OWNERSHIP, "above_from": _ABOVE_FROM}
 
 
@@ -184,9 +184,6 @@ class PartitionMemory(tuple):
                 above_from: float | None = None) -> PartitionMemory:
         return tuple.__new__(cls, (committed, changed_at, *data, *floor, rewind, lag_since,
                                    *(trend.run or _NO_RUN), trend.lagging, ownership, above_from))
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return _flat_memory, (tuple(self),)
 
     def __repr__(self) -> str:
         return "PartitionMemory(" + ", ".join(
@@ -239,11 +236,6 @@ class PartitionMemory(tuple):
                                 new_data_at=None, arrived_at=now),
                    floor=Floor(-1, committed, now), rewind=_NO_REWIND, lag_since=None,
                    trend=_NO_TREND, ownership=_NO_OWNER)
-
-
-def _flat_memory(flat: tuple[Any, ...]) -> PartitionMemory:
-    """A PartitionMemory from its elements (unpickling)."""
-    return tuple.__new__(PartitionMemory, flat)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
