@@ -18,6 +18,9 @@ from exporter.expose.server import WebConfig, make_server, serve_in_thread
 from exporter.runner import Exporter
 
 log = logging.getLogger("lagwatch")
+# Seconds a thread holds the interpreter lock while another waits for it (see
+# _share_the_interpreter).
+SWITCH_INTERVAL = 0.0005
 
 
 class _Parser(argparse.ArgumentParser):
@@ -90,8 +93,18 @@ def _limit_malloc_arenas() -> None:
         ctypes.CDLL("libc.so.6").mallopt(-8, 2)  # M_ARENA_MAX
 
 
+def _share_the_interpreter() -> None:
+    """A scrape's thread takes the interpreter lock back after every piece it inflates
+    and writes; while a cycle computes, each hand-over waits up to the switch interval
+    (5 ms by default), which made a 300 MB scrape take seconds more than its own work.
+    The interval only matters while threads contend, so an idle exporter pays nothing.
+    https://docs.python.org/3/library/sys.html#sys.setswitchinterval"""
+    sys.setswitchinterval(SWITCH_INTERVAL)
+
+
 def main(argv: list[str] | None = None) -> int:
     _limit_malloc_arenas()
+    _share_the_interpreter()
     try:
         config = load(argv)
         web = WebConfig(config.web_config)
