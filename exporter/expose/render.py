@@ -23,9 +23,9 @@ from prometheus_client.registry import Collector
 
 from exporter.contracts.snapshot import PartitionOffsets
 from exporter.contracts.status import Status
-from exporter.contracts.view import STATUSES, ClusterView
+from exporter.contracts.view import STATUSES, ClusterView, PartitionView
 from exporter.expose.metrics import DOC, ERROR_STAGES, FAMILIES
-from exporter.expose.textformat import Lines, Packed, escape_label, finite
+from exporter.expose.textformat import Lines, Packed, escape_label, finite, fmt_value
 
 if TYPE_CHECKING:
     from exporter.store import ClusterRecord
@@ -88,9 +88,9 @@ def render_groups(v: ClusterView, fam: dict[str, Lines], compat: frozenset[str],
     max_lag, lag_sum = fam["kafka_consumergroup_max_lag_seconds"], fam["kafka_consumergroup_lag_offsets_sum"]
     committed, position = (fam["kafka_consumergroup_committed_offset"],
                            fam["kafka_consumergroup_position_offset"])
-    lag_o, lag_s, stalled = (fam["kafka_consumergroup_lag_offsets"], fam["kafka_consumergroup_lag_seconds"],
-                             fam["kafka_consumergroup_stalled_seconds"])
+    lag_o, lag_s = fam["kafka_consumergroup_lag_offsets"], fam["kafka_consumergroup_lag_seconds"]
     poll_age = fam["kafka_consumergroup_member_last_poll_age_seconds"]
+    stalled = fam["kafka_consumergroup_stalled_seconds"]
     epoch = fam["kafka_consumergroup_epoch"]
     compat_ke = "kafka_exporter" in compat
     for g in v.groups.values():
@@ -114,23 +114,39 @@ def render_groups(v: ClusterView, fam: dict[str, Lines], compat: frozenset[str],
             if m.last_poll_age is not None and m.client_id not in seen_clients:
                 seen_clients.add(m.client_id)
                 poll_age.add(f'{gl},client_id="{escape_label(m.client_id)}"', m.last_poll_age)
-        if bounded and g.status == Status.OK:
-            continue
-        gtl: dict[str, str] = {}
-        for p in g.partitions:
-            tl = gtl.get(p.topic)
-            if tl is None:
-                tl = gtl[p.topic] = f'{gl},topic="{escape_label(p.topic)}"'
-            pl = f'{tl},partition="{p.partition}"'
-            if p.committed is not None:
-                committed.add(pl, p.committed)
-            if p.position is not None:
-                position.add(pl, p.position)
-            if p.lag_offsets is not None:
-                lag_o.add(pl, p.lag_offsets)
-            if finite(p.lag_seconds):
-                lag_s.add(pl, p.lag_seconds)  # type: ignore[arg-type]
-            stalled.add(pl, p.stalled_seconds)
+        if not bounded or g.status != Status.OK:
+            _partition_lines(gl, g.partitions, (committed, position, lag_o, lag_s, stalled))
+
+
+def _partition_lines(gl: str, partitions: Iterable[PartitionView],
+                     out: tuple[Lines, Lines, Lines, Lines, Lines]) -> None:
+    """One group's per-partition series (committed, position, lag in offsets and seconds,
+    stalled), formatted into one text per family and added at once: the most numerous
+    lines of a large cluster, so each costs a list append, not an encode and a copy."""
+    committed, position, lag_o, lag_s, stalled = (f"{f.name}{{" for f in out)
+    cl: list[str] = []
+    po: list[str] = []
+    lo: list[str] = []
+    ls: list[str] = []
+    st: list[str] = []
+    gtl: dict[str, str] = {}
+    for p in partitions:
+        tl = gtl.get(p.topic)
+        if tl is None:
+            tl = gtl[p.topic] = f'{gl},topic="{escape_label(p.topic)}"'
+        pl = f'{tl},partition="{p.partition}"}} '
+        if p.committed is not None:
+            cl.append(f"{committed}{pl}{p.committed}\n")
+        if p.position is not None:
+            po.append(f"{position}{pl}{p.position}\n")
+        if p.lag_offsets is not None:
+            lo.append(f"{lag_o}{pl}{p.lag_offsets}\n")
+        if finite(p.lag_seconds):
+            ls.append(f"{lag_s}{pl}{fmt_value(p.lag_seconds)}\n")  # type: ignore[arg-type]
+        st.append(f"{stalled}{pl}{fmt_value(p.stalled_seconds)}\n")
+    for lines, text in zip(out, (cl, po, lo, ls, st), strict=True):
+        if text:
+            lines.add_text("".join(text))
 
 
 def render_progress(v: ClusterView, fam: dict[str, Lines]) -> None:

@@ -96,6 +96,13 @@ class Lines:
         if len(buf) > PACK_ABOVE:
             self._deflate()
 
+    def add_text(self, text: str) -> None:
+        """Whole sample lines already formatted (each ``name{labels} value\\n``)."""
+        buf = self.buf
+        buf += text.encode()
+        if len(buf) > PACK_ABOVE:
+            self._deflate()
+
     def _deflate(self) -> None:
         if self._z is None:
             self._z = zlib.compressobj(PACK_LEVEL)
