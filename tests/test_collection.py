@@ -6,17 +6,19 @@ with the same values."""
 from __future__ import annotations
 
 import dataclasses
+import io
 import pickle
 import re
+import struct
 
 import pytest
-from kafka.protocol.consumer import OffsetFetchResponse
+from kafka.protocol.consumer import OffsetFetchRequest, OffsetFetchResponse
 
 from devenv.kafka import KafkaCluster
 from exporter.config import ClusterConfig, Filters
 from exporter.contracts.errors import ErrorRecord, ErrorStage
 from exporter.expose.metrics import ERROR_STAGES
-from exporter.kafka import broker_requests
+from exporter.kafka import broker_requests, offset_fetch
 from exporter.kafka.broker_requests import (
     MAX_ELEMENTS,
     UNKNOWN_WEIGHT,
@@ -27,6 +29,7 @@ from exporter.kafka.broker_requests import (
     kafka_python_config,
     parse_offset_fetch,
 )
+from exporter.kafka.offset_fetch import LEAN_VERSIONS
 from exporter.kafka.sampler import Sampler
 from tests.conftest import commit_offsets, create_topic, produce, unique
 
@@ -90,6 +93,86 @@ def test_one_groups_error_never_costs_another_its_offsets() -> None:
     req._forget_moved("moved", NOT_COORDINATOR)
     req._forget_moved("orders", 0)
     assert req.coordinators == {"orders": 1}
+
+
+def _offset_fetch_answer(version: int) -> tuple[bytes, list[str]]:
+    """An OffsetFetch answer as a broker sends it (kafka-python encodes it), with what
+    varies in the layout: long names and arrays (multi-byte lengths), metadata present,
+    empty and null, errors of a partition and of a group, and no offset (-1)."""
+    group = OffsetFetchResponse.OffsetFetchResponseGroup
+    topic = group.OffsetFetchResponseTopics
+    part = topic.OffsetFetchResponsePartitions
+    long_name = "g" * 300
+    groups = [
+        group(group_id="moved", topics=[], error_code=NOT_COORDINATOR),
+        group(group_id=long_name, error_code=0, topics=[
+            topic(name="big", partitions=[
+                part(partition_index=p, committed_offset=10**12 + p, committed_leader_epoch=p % 3,
+                     metadata=("m" * p if p % 3 == 0 else None if p % 3 == 1 else ""),
+                     error_code=0) for p in range(200)]),
+            topic(name="t", partitions=[
+                part(partition_index=0, committed_offset=-1, committed_leader_epoch=-1,
+                     metadata="", error_code=0),
+                part(partition_index=1, committed_offset=7, committed_leader_epoch=-1,
+                     metadata="", error_code=3)])]),
+        group(group_id="orders", error_code=0, topics=[topic(name="big", partitions=[
+            part(partition_index=5, committed_offset=42, committed_leader_epoch=-1, metadata="x",
+                 error_code=0)])]),
+    ]
+    res = OffsetFetchResponse(throttle_time_ms=5, groups=groups)
+    return bytes(res.encode(version=version)), ["moved", long_name, "orders"]
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("version", LEAN_VERSIONS)
+def test_offset_fetch_decoded_as_kafka_python_decodes_it(version: int) -> None:
+    """The exporter's OffsetFetch decoder (exporter/kafka/offset_fetch.py) keeps what
+    kafka-python's decode then the parse keep, group by group, partition by partition."""
+    body, ids = _offset_fetch_answer(version)
+    theirs = parse_offset_fetch(OffsetFetchResponse.decode(body, version=version), ids)
+    decoded = offset_fetch.decode(body, version)
+    assert decoded.throttle_time_ms == 5  # kafka-python's connection honours it (KIP-219)
+    ours = parse_offset_fetch(decoded, ids)
+    assert ours == theirs
+    assert len(ours[ids[1]].offsets) == 200  # the 200 of "big"; "t" has none to keep
+    assert ours["orders"].offsets == {("big", 5): 42}
+    assert ours["moved"].error_code == NOT_COORDINATOR and not ours["moved"].offsets
+    # a truncated answer fails as kafka-python's own decode failures do (ValueError or
+    # struct.error, which it turns into the request's KafkaProtocolError)
+    for cut in (3, 40, len(body) // 2, len(body) - 1):
+        with pytest.raises((ValueError, struct.error)):
+            offset_fetch._Decoder(version).decode(io.BytesIO(body[:cut]))
+    # one key object per partition, shared by the groups that commit there
+    key = next(k for k in ours[ids[1]].offsets if k == ("big", 5))
+    assert next(iter(ours["orders"].offsets)) is key
+
+
+@pytest.mark.unit
+def test_offset_fetch_decoder_skips_tagged_fields() -> None:
+    """Tagged fields (KIP-482) a newer broker may add are skipped by their size."""
+    r = offset_fetch._Reader(bytes([2, 0, 3, 9, 9, 9, 1, 1, 7, 0x55]))
+    r.skip_tags()  # two fields: tag 0 of 3 bytes, tag 1 of 1 byte
+    assert r.pos == 9 and r.data[r.pos] == 0x55
+    r = offset_fetch._Reader(bytes([0xAC, 0x02]))
+    assert r.uvarint() == 300 and r.pos == 2
+
+
+@pytest.mark.unit
+def test_only_the_exporters_offset_fetch_answers_use_its_decoder() -> None:
+    """v8-v9 answers to the exporter's request go to its decoder; older versions and
+    every other client's OffsetFetch stay kafka-python's."""
+    def answer_type(req: object, version: int) -> object:
+        req.API_VERSION = version  # type: ignore[attr-defined]
+        req.with_header(correlation_id=1, client_id="t")  # type: ignore[attr-defined]
+        return req.header.get_response_class()  # type: ignore[attr-defined]
+
+    group = [OffsetFetchRequest.OffsetFetchRequestGroup(group_id="g", topics=None)]
+    mine = offset_fetch.LeanOffsetFetchRequest(groups=group, require_stable=False)
+    assert isinstance(answer_type(mine, 9), offset_fetch._Decoder)
+    assert answer_type(offset_fetch.LeanOffsetFetchRequest(group_id="g", topics=None), 7) is \
+        OffsetFetchResponse[7]
+    assert answer_type(OffsetFetchRequest(groups=group, require_stable=False), 9) is \
+        OffsetFetchResponse[9]
 
 
 def _cycle(kafka: KafkaCluster, groups: list[str], **cap: int) -> tuple[dict, int]:

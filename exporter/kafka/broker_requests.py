@@ -58,6 +58,7 @@ from exporter.kafka.messages import (
     ShareGroupDescribeRequest,
     StreamsGroupDescribeRequest,
 )
+from exporter.kafka.offset_fetch import CommittedOffsets, LeanOffsetFetchRequest
 
 log = logging.getLogger("lagwatch.protocol")
 
@@ -514,7 +515,7 @@ class BrokerRequests:
         batched = self._connected().api_version(
             OffsetFetchRequest, max_version=self.offset_fetch_max_version) >= 8
         if batched:
-            results, errors = self._per_coordinator(group_ids, lambda ids: OffsetFetchRequest(
+            results, errors = self._per_coordinator(group_ids, lambda ids: LeanOffsetFetchRequest(
                 groups=[OffsetFetchRequest.OffsetFetchRequestGroup(group_id=g, topics=None) for g in ids],
                 require_stable=False, max_version=self.offset_fetch_max_version), weight)
         else:
@@ -675,6 +676,10 @@ def parse_offset_fetch(res: Any, ids: Sequence[str]) -> dict[str, Committed]:
     its own error (one group's error never costs another its offsets); before v8 the
     response is the one group asked (``ids[0]``). No committed offset (-1) or a partition
     error: left out."""
+    if isinstance(res, CommittedOffsets):  # v8-v9, decoded by exporter/kafka/offset_fetch.py
+        return {g: Committed(offsets=offsets) if not code else
+                Committed(offsets={}, error_code=code, error=_err(code, None))
+                for g, (code, offsets) in res.groups.items()}
     if res.version < 8:
         top = SimpleNamespace(group_id=ids[0], error_code=res.error_code, topics=res.topics)
         groups = [top]
