@@ -141,9 +141,14 @@ def _partition_lines(gl: str, partitions: Iterable[PartitionView],
             po.append(f"{position}{pl}{p.position}\n")
         if p.lag_offsets is not None:
             lo.append(f"{lag_o}{pl}{p.lag_offsets}\n")
-        if finite(p.lag_seconds):
-            ls.append(f"{lag_s}{pl}{fmt_value(p.lag_seconds)}\n")  # type: ignore[arg-type]
-        st.append(f"{stalled}{pl}{fmt_value(p.stalled_seconds)}\n")
+        # Most partitions of a large cluster are caught up: 0 s needs no formatting.
+        v = p.lag_seconds
+        if v == 0:
+            ls.append(f"{lag_s}{pl}0\n")
+        elif finite(v):
+            ls.append(f"{lag_s}{pl}{fmt_value(v)}\n")  # type: ignore[arg-type]
+        v = p.stalled_seconds
+        st.append(f"{stalled}{pl}{fmt_value(v) if v else '0'}\n")
     for lines, text in zip(out, (cl, po, lo, ls, st), strict=True):
         if text:
             lines.add_text("".join(text))
