@@ -161,20 +161,19 @@ class Evaluator:
             if gid not in samples or not samples[gid].members:
                 samples[gid] = _spark_sample(rep, now, self._thresholds_of(gid))
         views: dict[str, GroupView] = {}
-        rested: set[str] = set()
+        self.progress.begin(snap.partitions)
         for gid, g in samples.items():
             self.th = self._thresholds_of(gid)
-            state = self.groups.setdefault(gid, GroupMemory())
+            reports = consumer_reports.get(gid, [])
             r = self.rest.pop(gid, None)
-            if r is not None:
-                if still(r, g, changed, bool(consumer_reports.get(gid)), now):
-                    views[gid], self.rest[gid] = served(r, self.progress.window, now), r
-                    rested.add(gid)
-                    continue
-                settle(r, state, self.progress.groups[gid])
-            views[gid] = self._group(g, state, snap.partitions, consumer_reports.get(gid, []),
-                                     spark_reports.get(gid) if g.type == GroupType.SPARK else None,
-                                     exact_ts or {}, now)
+            if r is not None and still(r, g, changed, bool(reports), now):
+                self.rest[gid] = r
+                views[gid] = self.progress.one(gid, served(r, self.progress.window, now), g,
+                                               snap.partitions, now, rested=True)
+                continue
+            views[gid] = self._judged(gid, g, r, snap.partitions, reports,
+                                      spark_reports.get(gid) if g.type == GroupType.SPARK else None,
+                                      exact_ts or {}, now)
         self.th = self.cluster_th
         for gid in list(self.groups):
             if gid not in samples:
@@ -182,10 +181,8 @@ class Evaluator:
                 self.rest.pop(gid, None)
                 self._th_of.pop(gid, None)
                 self.commit_gaps.pop(gid, None)
-        views = self.progress.annotate(views, samples, snap.partitions, now, rested)
-        views = self.rebalances.annotate(views, samples, consumer_reports, now, rested)
-        if self.skip_at_rest:
-            self._rest(views, samples, consumer_reports, snap.partitions, rested, now)
+        self.progress.end(views)
+        self.rebalances.end(views)
         views, dropped = self._cap(views)
         view = ClusterView(cluster=self.cluster, up=True, sampled_at=snap.taken_at,
                            sample_duration=snap.duration, partitions=snap.partitions,
@@ -201,20 +198,27 @@ class Evaluator:
             return set()
         return changed_topics(self.last_good.partitions, snap.partitions)
 
-    def _rest(self, views: dict[str, GroupView], samples: dict[str, GroupSample],
-              reports: dict[str, list[ConsumerReport]], partitions: dict[TP, PartitionOffsets],
-              rested: set[str], now: float) -> None:
-        """Groups this evaluation found at rest are skipped from the next cycle on while
-        nothing changes (exporter/evaluate/rest.py)."""
-        pr = self.progress
-        for gid, v in views.items():
-            if gid in rested or reports.get(gid):
-                continue
-            th = self._thresholds_of(gid)
-            r = enter(samples[gid], v, self.groups[gid], pr.groups.get(gid), self.rebalances.groups.get(gid),
-                      partitions, (th.window, th.rebalance_window, pr.min_span), now)
-            if r is not None:
-                self.rest[gid] = r
+    def _judged(self, gid: str, g: GroupSample, r: Resting | None,
+                partitions: dict[TP, PartitionOffsets], reports: list[ConsumerReport],
+                spark: SparkReport | None, exact_ts: dict[tuple[str, int, int], float],
+                now: float) -> GroupView:
+        """One group evaluated, with its rates and rebalances; found at rest, it is skipped
+        from the next cycle on while nothing changes (exporter/evaluate/rest.py). Done group
+        by group, so a group entering rest drops its per-partition rate points before the
+        next group is evaluated: a cycle that wakes every group holds one group's points."""
+        state = self.groups.setdefault(gid, GroupMemory())
+        if r is not None:
+            settle(r, state, self.progress.groups[gid])
+        v = self._group(g, state, partitions, reports, spark, exact_ts, now)
+        v = self.progress.one(gid, v, g, partitions, now)
+        v = self.rebalances.one(gid, v, g, reports, now)
+        if self.skip_at_rest and not reports:
+            th = self.th
+            rest = enter(g, v, state, self.progress.groups.get(gid), self.rebalances.groups.get(gid),
+                         partitions, (th.window, th.rebalance_window, self.progress.min_span), now)
+            if rest is not None:
+                self.rest[gid] = rest
+        return v
 
     def _thresholds_of(self, gid: str) -> Thresholds:
         th = self._th_of.get(gid)

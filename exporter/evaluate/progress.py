@@ -82,27 +82,41 @@ class ProgressTracker:
     def annotate(self, views: dict[str, GroupView], samples: dict[str, GroupSample],
                  partitions: dict[TP, PartitionOffsets], now: float,
                  rested: frozenset[str] | set[str] = frozenset()) -> dict[str, GroupView]:
-        """``rested``: groups at rest, whose views carry their figures already
+        """Every group of a cycle at once: :meth:`begin`, :meth:`one` per group, :meth:`end`.
+        ``rested``: groups at rest, whose views carry their figures already
         (exporter/evaluate/rest.py)."""
-        out: dict[str, GroupView] = {}
+        self.begin(partitions)
+        out = {gid: self.one(gid, v, samples.get(gid), partitions, now, gid in rested)
+               for gid, v in views.items()}
+        self.end(out)
+        return out
+
+    def begin(self, partitions: dict[TP, PartitionOffsets]) -> None:
+        """A cycle's groups follow; the evaluator annotates each as soon as it is judged,
+        so that a group entering rest drops its rate points before the next is judged."""
         self._shared = {}
         # The snapshot's own (topic, partition) keys: one object per partition, not one per
         # group-partition, in the memory kept and in the figures served.
         self._canon = {tp: tp for tp in partitions}
-        for gid, v in views.items():
-            memo = self.groups.setdefault(gid, GroupMemo())
-            if gid in rested:
-                memo.last, out[gid] = v.progress, v
-                continue
-            sample = samples.get(gid)
-            if sample is None or sample.error is None:
-                memo.last = self._group(memo, v, partitions, now)
-            # An unreadable group keeps its last figures, like its last judgement.
-            out[gid] = dataclasses.replace(v, progress=memo.last) if memo.last else v
+
+    def one(self, gid: str, v: GroupView, sample: GroupSample | None,
+            partitions: dict[TP, PartitionOffsets], now: float, rested: bool = False
+            ) -> GroupView:
+        """One group's view with its figures."""
+        memo = self.groups.setdefault(gid, GroupMemo())
+        if rested:
+            memo.last = v.progress
+            return v
+        if sample is None or sample.error is None:
+            memo.last = self._group(memo, v, partitions, now)
+        # An unreadable group keeps its last figures, like its last judgement.
+        return dataclasses.replace(v, progress=memo.last) if memo.last else v
+
+    def end(self, views: dict[str, GroupView]) -> None:
+        """The cycle's groups are done: ``views`` holds every group of the cycle."""
         for gid in [g for g in self.groups if g not in views]:
             del self.groups[gid]  # deleted group: its series vanish with it
         self._shared, self._canon = {}, {}
-        return out
 
     def _group(self, memo: GroupMemo, v: GroupView, partitions: dict[TP, PartitionOffsets],
                now: float) -> GroupProgress:

@@ -120,23 +120,30 @@ class RebalanceTracker:
     def annotate(self, views: dict[str, GroupView], samples: dict[str, GroupSample],
                  reports: dict[str, list[ConsumerReport]], now: float,
                  rested: frozenset[str] | set[str] = frozenset()) -> dict[str, GroupView]:
-        """``rested``: groups at rest, whose views carry their figures already
+        """Every group of a cycle at once: :meth:`one` per group, then :meth:`end`.
+        ``rested``: groups at rest, whose views carry their figures already
         (exporter/evaluate/rest.py)."""
-        out: dict[str, GroupView] = {}
-        for gid, v in views.items():
-            sample = samples.get(gid)
-            if v.type == GroupType.SPARK or sample is None or gid in rested:
-                out[gid] = v
-                continue
-            memo = self.groups.setdefault(gid, RebalanceMemo())
-            if sample.error is None:
-                self._observe(memo, sample, reports.get(gid, []), now)
-                memo.last = self._summary(memo, v, now)
-            # An unreadable group keeps its last figures, like its last judgement.
-            out[gid] = dataclasses.replace(v, rebalances=memo.last) if memo.last else v
+        out = {gid: self.one(gid, v, samples.get(gid), reports.get(gid, []), now, gid in rested)
+               for gid, v in views.items()}
+        self.end(out)
+        return out
+
+    def one(self, gid: str, v: GroupView, sample: GroupSample | None,
+            reports: list[ConsumerReport], now: float, rested: bool = False) -> GroupView:
+        """One group's view with its rebalances."""
+        if v.type == GroupType.SPARK or sample is None or rested:
+            return v
+        memo = self.groups.setdefault(gid, RebalanceMemo())
+        if sample.error is None:
+            self._observe(memo, sample, reports, now)
+            memo.last = self._summary(memo, v, now)
+        # An unreadable group keeps its last figures, like its last judgement.
+        return dataclasses.replace(v, rebalances=memo.last) if memo.last else v
+
+    def end(self, views: dict[str, GroupView]) -> None:
+        """The cycle's groups are done: ``views`` holds every group of the cycle."""
         for gid in [g for g in self.groups if g not in views]:
             del self.groups[gid]  # deleted group: its series vanish with it
-        return out
 
     def _observe(self, memo: RebalanceMemo, g: GroupSample, reports: list[ConsumerReport],
                  now: float) -> None:
