@@ -66,7 +66,8 @@ class _Pool:
 
 
 class ProgressTracker:
-    """The memory behind :class:`GroupProgress` for one cluster; :meth:`annotate` each cycle."""
+    """The memory behind :class:`GroupProgress` for one cluster: :meth:`begin`, then
+    :meth:`one` for each group of a cycle as the evaluator judges it, then :meth:`end`."""
 
     def __init__(self, window: float, interval: float) -> None:
         self.window = window
@@ -79,18 +80,6 @@ class ProgressTracker:
         self._shared: dict[PartitionProgress, PartitionProgress] = {}
         self._canon: dict[TP, TP] = {}
 
-    def annotate(self, views: dict[str, GroupView], samples: dict[str, GroupSample],
-                 partitions: dict[TP, PartitionOffsets], now: float,
-                 rested: frozenset[str] | set[str] = frozenset()) -> dict[str, GroupView]:
-        """Every group of a cycle at once: :meth:`begin`, :meth:`one` per group, :meth:`end`.
-        ``rested``: groups at rest, whose views carry their figures already
-        (exporter/evaluate/rest.py)."""
-        self.begin(partitions)
-        out = {gid: self.one(gid, v, samples.get(gid), partitions, now, gid in rested)
-               for gid, v in views.items()}
-        self.end(out)
-        return out
-
     def begin(self, partitions: dict[TP, PartitionOffsets]) -> None:
         """A cycle's groups follow; the evaluator annotates each as soon as it is judged,
         so that a group entering rest drops its rate points before the next is judged."""
@@ -99,15 +88,16 @@ class ProgressTracker:
         # group-partition, in the memory kept and in the figures served.
         self._canon = {tp: tp for tp in partitions}
 
-    def one(self, gid: str, v: GroupView, sample: GroupSample | None,
+    def one(self, gid: str, v: GroupView, sample: GroupSample,
             partitions: dict[TP, PartitionOffsets], now: float, rested: bool = False
             ) -> GroupView:
-        """One group's view with its figures."""
+        """One group's view with its figures; ``rested``: a group at rest, whose view
+        carries its figures already (exporter/evaluate/rest.py)."""
         memo = self.groups.setdefault(gid, GroupMemo())
         if rested:
             memo.last = v.progress
             return v
-        if sample is None or sample.error is None:
+        if sample.error is None:
             memo.last = self._group(memo, v, partitions, now)
         # An unreadable group keeps its last figures, like its last judgement.
         return dataclasses.replace(v, progress=memo.last) if memo.last else v

@@ -111,27 +111,18 @@ def client_step(counts: dict[str, int], reports: list[ConsumerReport]) -> int:
 
 
 class RebalanceTracker:
-    """The memory behind :class:`GroupRebalances` for one cluster; :meth:`annotate` each cycle."""
+    """The memory behind :class:`GroupRebalances` for one cluster: :meth:`one` for each group of a
+    cycle as the evaluator judges it, then :meth:`end`."""
 
     def __init__(self, thresholds_of: Callable[[str], Thresholds]) -> None:
         self.thresholds_of = thresholds_of
         self.groups: dict[str, RebalanceMemo] = {}
 
-    def annotate(self, views: dict[str, GroupView], samples: dict[str, GroupSample],
-                 reports: dict[str, list[ConsumerReport]], now: float,
-                 rested: frozenset[str] | set[str] = frozenset()) -> dict[str, GroupView]:
-        """Every group of a cycle at once: :meth:`one` per group, then :meth:`end`.
-        ``rested``: groups at rest, whose views carry their figures already
-        (exporter/evaluate/rest.py)."""
-        out = {gid: self.one(gid, v, samples.get(gid), reports.get(gid, []), now, gid in rested)
-               for gid, v in views.items()}
-        self.end(out)
-        return out
-
-    def one(self, gid: str, v: GroupView, sample: GroupSample | None,
-            reports: list[ConsumerReport], now: float, rested: bool = False) -> GroupView:
-        """One group's view with its rebalances."""
-        if v.type == GroupType.SPARK or sample is None or rested:
+    def one(self, gid: str, v: GroupView, sample: GroupSample, reports: list[ConsumerReport],
+            now: float) -> GroupView:
+        """One group's view with its rebalances (a group at rest is not given them again:
+        its view carries them)."""
+        if v.type == GroupType.SPARK:
             return v
         memo = self.groups.setdefault(gid, RebalanceMemo())
         if sample.error is None:
