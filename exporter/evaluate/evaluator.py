@@ -167,9 +167,8 @@ class Evaluator:
             reports = consumer_reports.get(gid, [])
             r = self.rest.pop(gid, None)
             if r is not None and still(r, g, changed, bool(reports), now):
-                self.rest[gid] = r
-                views[gid] = self.progress.one(gid, served(r, self.progress.window, now), g,
-                                               snap.partitions, now, rested=True)
+                self.rest[gid], views[gid] = r, served(r, self.progress.window, now)
+                self.progress.rested(gid, views[gid])
                 continue
             views[gid] = self._judged(gid, g, r, snap.partitions, reports,
                                       spark_reports.get(gid) if g.type == GroupType.SPARK else None,

@@ -67,7 +67,8 @@ class _Pool:
 
 class ProgressTracker:
     """The memory behind :class:`GroupProgress` for one cluster: :meth:`begin`, then
-    :meth:`one` for each group of a cycle as the evaluator judges it, then :meth:`end`."""
+    :meth:`one` for each group of a cycle as the evaluator judges it (:meth:`rested` for
+    a group at rest), then :meth:`end`."""
 
     def __init__(self, window: float, interval: float) -> None:
         self.window = window
@@ -88,15 +89,14 @@ class ProgressTracker:
         # group-partition, in the memory kept and in the figures served.
         self._canon = {tp: tp for tp in partitions}
 
+    def rested(self, gid: str, v: GroupView) -> None:
+        """A group at rest: its view carries its figures already (exporter/evaluate/rest.py)."""
+        self.groups.setdefault(gid, GroupMemo()).last = v.progress
+
     def one(self, gid: str, v: GroupView, sample: GroupSample,
-            partitions: dict[TP, PartitionOffsets], now: float, rested: bool = False
-            ) -> GroupView:
-        """One group's view with its figures; ``rested``: a group at rest, whose view
-        carries its figures already (exporter/evaluate/rest.py)."""
+            partitions: dict[TP, PartitionOffsets], now: float) -> GroupView:
+        """One group's view with its figures."""
         memo = self.groups.setdefault(gid, GroupMemo())
-        if rested:
-            memo.last = v.progress
-            return v
         if sample.error is None:
             memo.last = self._group(memo, v, partitions, now)
         # An unreadable group keeps its last figures, like its last judgement.

@@ -91,10 +91,7 @@ class Lines:
         self._size = 0
 
     def add(self, labels: str, v: float | int) -> None:
-        buf = self.buf
-        buf += f"{self.name}{{{labels}}} {fmt_value(v)}\n".encode()
-        if len(buf) > PACK_ABOVE:
-            self._deflate()
+        self.add_text(f"{self.name}{{{labels}}} {fmt_value(v)}\n")
 
     def add_text(self, text: str) -> None:
         """Whole sample lines already formatted (each ``name{labels} value\\n``)."""

@@ -677,32 +677,21 @@ def parse_offset_fetch(res: Any, ids: Sequence[str]) -> dict[str, Committed]:
     response is the one group asked (``ids[0]``). No committed offset (-1) or a partition
     error: left out."""
     if isinstance(res, CommittedOffsets):  # v8-v9, decoded by exporter/kafka/offset_fetch.py
-        return {g: Committed(offsets=offsets) if not code else
-                Committed(offsets={}, error_code=code, error=_err(code, None))
-                for g, (code, offsets) in res.groups.items()}
-    if res.version < 8:
-        top = SimpleNamespace(group_id=ids[0], error_code=res.error_code, topics=res.topics)
-        groups = [top]
+        return {g: _committed(code, offsets) for g, (code, offsets) in res.groups.items()}
+    if res.version < 8:  # kafka-python's decode: the one group asked
+        groups = [SimpleNamespace(group_id=ids[0], error_code=res.error_code, topics=res.topics)]
     else:
         groups = res.groups
-    out = {}
-    # One (topic, partition) key object per partition, shared by the groups that commit
-    # there: a key per group-partition (100k in a large cluster) would double the memory
-    # the parsed answer takes while the decoded response is still alive.
-    keys: dict[tuple[str, int], tuple[str, int]] = {}
-    for g in groups:
-        if g.error_code:
-            out[g.group_id] = Committed(offsets={}, error_code=g.error_code,
-                                        error=_err(g.error_code, None))
-            continue
-        offsets = {}
-        for t in g.topics:
-            for p in t.partitions:
-                if p.error_code == 0 and p.committed_offset >= 0:
-                    key = (t.name, p.partition_index)
-                    offsets[keys.setdefault(key, key)] = p.committed_offset
-        out[g.group_id] = Committed(offsets=offsets)
-    return out
+    return {g.group_id: _committed(g.error_code, {} if g.error_code else {
+        (t.name, p.partition_index): p.committed_offset for t in g.topics for p in t.partitions
+        if p.error_code == 0 and p.committed_offset >= 0}) for g in groups}
+
+
+def _committed(code: int, offsets: dict[TP, int]) -> Committed:
+    """A group's committed offsets, or its error and none."""
+    if code:
+        return Committed(offsets={}, error_code=code, error=_err(code, None))
+    return Committed(offsets=offsets)
 
 
 def parse_described(kind: str, node: int, res: Any) -> list[DescribedGroup]:
