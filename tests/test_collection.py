@@ -12,7 +12,7 @@ import re
 import struct
 
 import pytest
-from kafka.protocol.consumer import OffsetFetchRequest, OffsetFetchResponse
+from kafka.protocol.consumer import ListOffsetsResponse, OffsetFetchRequest, OffsetFetchResponse
 
 from devenv.kafka import KafkaCluster
 from exporter.config import ClusterConfig, Filters
@@ -25,6 +25,7 @@ from exporter.kafka.broker_requests import (
     BrokerRequests,
     _chunks,
     _list_offsets_request,
+    _offsets_of,
     _partition_chunks,
     kafka_python_config,
     parse_offset_fetch,
@@ -66,6 +67,22 @@ def test_list_offsets_requests_stay_under_the_element_limit(monkeypatch: pytest.
     for c in chunks:
         req = _list_offsets_request(c, -1, -1, 0)
         assert len(req.topics) + sum(len(t.partitions) for t in req.topics) <= 10
+
+
+@pytest.mark.unit
+def test_partitions_a_leader_refuses_are_failures_not_silence() -> None:
+    """A ListOffsets answered with a partition error (a leader that moved, a topic deleted
+    meanwhile) leaves that partition unknown and says so, once per leader and error."""
+    topic = ListOffsetsResponse.ListOffsetsTopicResponse
+    part = topic.ListOffsetsPartitionResponse
+    res = ListOffsetsResponse(throttle_time_ms=0, topics=[topic(name="t", partitions=[
+        part(partition_index=p, error_code=code, timestamp=-1, offset=off, leader_epoch=-1)
+        for p, code, off in ((0, 0, 40), (1, 6, -1), (2, 6, -1), (3, 3, -1), (4, 0, -1))])])
+    res = ListOffsetsResponse.decode(res.encode(version=4), version=4)
+    got, failures = _offsets_of([(1, None)], [res])
+    assert got == {("t", 0): 40}  # -1 without an error: unknown, not a failure
+    assert failures == ["broker 1: UnknownTopicOrPartitionError (3) for 1 partition",
+                        "broker 1: NotLeaderForPartitionError (6) for 2 partitions"]
 
 
 @pytest.mark.unit

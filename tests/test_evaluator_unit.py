@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from exporter.config import Thresholds
@@ -335,6 +337,53 @@ def test_unreadable_grace_is_at_least_a_coordinator_failover() -> None:
     got = [ev.evaluate(bad(t)).groups["g"].status for t in range(2, 64, 2)]
     # unreadable from t=2: ok while less than 60 s have passed (t < 62), then error
     assert got == ["ok"] * 30 + ["error"], got
+
+
+def _unread_hw(snap: Snapshot) -> Snapshot:
+    """``snap`` as a cycle whose ListOffsets failed: the partitions known, their offsets not."""
+    return dataclasses.replace(snap, partitions={tp: dataclasses.replace(
+        po, log_start=None, hw=None, lso=None, leo=None) for tp, po in snap.partitions.items()})
+
+
+def test_a_stalled_partition_stays_stalled_while_its_hw_cannot_be_read_then_is_error() -> None:
+    """A failed ListOffsets (or a leaderless partition while its broker restarts) must not
+    turn a stalled group `ok` for the cycle: the last HW stands in for the grace (60 s at
+    10 s cycles), lag and stall going on from it; past the grace the partition is `error`;
+    read again, it is stalled again, its stall counted through the gap."""
+    ev = Evaluator("c", TH, interval=10)
+    steps = [(100 + 10 * i, 110 + 10 * i, (MEMBER,)) for i in range(3)]
+    steps += [(120, 130 + 10 * i, (MEMBER,)) for i in range(5)]  # frozen from t=20, lag growing
+    assert _run(ev, steps)[-1] == "stalled"
+    t = T0 + 10 * len(steps)  # t=80; last HW read 170, at t=70
+    views = [ev.evaluate(_unread_hw(_snap(t + 10 * i, 120, 999, (MEMBER,)))) for i in range(8)]
+    got = [(v.groups["g"].status, v.groups["g"].partitions[0].lag_offsets) for v in views]
+    # unread from t=80: the last reading stands while less than 60 s have passed (t < 140)
+    assert got == [("stalled", 50)] * 6 + [("error", None)] * 2, got
+    assert views[0].partitions[TP].hw == 170  # the series stand at the last reading too
+    assert [v.groups["g"].partitions[0].stalled_seconds for v in views[:6]] == [60, 70, 80, 90, 100, 110]
+    assert "orders[3]: high watermark not read for 60s" in views[6].groups["g"].reasons[0]
+    assert TP not in views[6].partitions or views[6].partitions[TP].hw is None
+    v = ev.evaluate(_snap(t + 80, 120, 260, (MEMBER,)))
+    p = v.groups["g"].partitions[0]
+    assert (v.groups["g"].status, p.lag_offsets, p.stalled_seconds) == ("stalled", 140, 140)
+
+
+def test_a_hw_never_read_is_unknown_lag_then_error() -> None:
+    """Nothing to stand in for a HW never read: its lag is unknown (the partition has no
+    lag series), the partition `ok` within the grace and `error` past it."""
+    ev = Evaluator("c", TH, interval=10)
+    views = [ev.evaluate(_unread_hw(_snap(T0 + 10 * i, 100, 150, (MEMBER,)))) for i in range(8)]
+    got = [(v.groups["g"].status, v.groups["g"].partitions[0].lag_offsets) for v in views]
+    assert got == [("ok", None)] * 6 + [("error", None)] * 2, got
+    assert ev.evaluate(_snap(T0 + 80, 100, 150, (MEMBER,))).groups["g"].partitions[0].lag_offsets == 50
+
+
+def test_a_cycle_that_read_every_hw_is_not_copied() -> None:
+    """Standing in costs nothing while every HW is read: the snapshot's map is used as is."""
+    ev = Evaluator("c", TH, interval=10)
+    snap = _snap(T0, 100, 150, (MEMBER,))
+    assert ev.evaluate(snap).partitions is snap.partitions
+    assert not ev.unread.since
 
 
 def test_cardinality_cap_keeps_worst_groups() -> None:

@@ -66,6 +66,7 @@ from exporter.evaluate.progress import ProgressTracker
 from exporter.evaluate.rebalances import RebalanceTracker
 from exporter.evaluate.rest import Resting, changed_topics, enter, possible, served, settle, still
 from exporter.evaluate.rules import PartitionFacts, classify, fmt_seconds, note, reason
+from exporter.evaluate.unread import UnreadOffsets
 from exporter.reports.decode import ConsumerReport, SparkReport
 from exporter.reports.match import match_reports
 
@@ -132,6 +133,8 @@ class Evaluator:
         # Groups at rest, skipped while nothing changes (exporter/evaluate/rest.py).
         self.skip_at_rest = skip_at_rest and possible(self.progress.window, self.progress.min_span)
         self.rest: dict[str, Resting] = {}
+        # Partitions whose HW a cycle could not read (exporter/evaluate/unread.py).
+        self.unread = UnreadOffsets()
 
     # -- entry point ---------------------------------------------------------
     def evaluate(self, snap: Snapshot,
@@ -149,8 +152,10 @@ class Evaluator:
                 groups=prev.groups if prev else {},
                 last_error="; ".join(str(e) for e in snap.errors),
                 brokers=snap.brokers)
+        self._update_history(snap, now)  # what was read, not what stands in for it
+        snap = dataclasses.replace(snap, partitions=self.unread.bridge(
+            snap.partitions, self.last_good.partitions if self.last_good else {}, now, self._grace()))
         changed = self._changed_topics(snap)
-        self._update_history(snap, now)
         self._lag_memo: dict[tuple[str, int, int], float | None] = {}
         consumer_reports = consumer_reports or {}
         samples = dict(snap.groups)
@@ -218,6 +223,11 @@ class Evaluator:
             if rest is not None:
                 self.rest[gid] = rest
         return v
+
+    def _grace(self) -> float:
+        """How long a group, or a partition's offsets, may go unread with the last reading
+        standing in before it is ``error``."""
+        return max(UNREADABLE_GRACE_CYCLES * self.interval, UNREADABLE_GRACE_SECONDS)
 
     def _thresholds_of(self, gid: str) -> Thresholds:
         th = self._th_of.get(gid)
@@ -330,9 +340,7 @@ class Evaluator:
         reason_txt = f"group could not be read: {g.error}"
         if st.unreadable_since is None:
             st.unreadable_since = now
-        if (prev is not None and prev.status != Status.ERROR
-                and now - st.unreadable_since < max(UNREADABLE_GRACE_CYCLES * self.interval,
-                                                    UNREADABLE_GRACE_SECONDS)):
+        if prev is not None and prev.status != Status.ERROR and now - st.unreadable_since < self._grace():
             # A coordinator failing over or a broker restarting leaves a group unreadable
             # for a cycle or three: its last judgement stands meanwhile (the error is
             # counted), so a healthy group is not flagged and its alerts keep their `for:`.
@@ -431,6 +439,8 @@ class Evaluator:
         owner_id = owner.member_id if owner is not None else None
         rep = _report_for(c, tp, owner)
         position = rep.positions.get(tp) if rep and spark is None else None
+        if hw is None and (unread := self.unread.overdue(tp, now, self._grace())) is not None:
+            return _unread(tp, committed, position, owner, unread)
         owned = _spark_owns(g, spark) if g.type == GroupType.SPARK else _member_owns(c, tp)
         unsubscribed = tp[0] in c.left  # shown with a note: the full path
         consumed, progress = c.progress[tp]
@@ -489,6 +499,17 @@ def _caught_up(tp: TP, committed: int, lag_off: int | None, lag_s: float | None,
     return PartitionView(topic=tp[0], partition=tp[1], committed=committed, position=position,
                          lag_offsets=lag_off, lag_seconds=lag_s, stalled_seconds=0.0,
                          status=Status.OK, reason="", owner=_member_label(owner))
+
+
+def _unread(tp: TP, committed: int, position: int | None, owner: Member | None,
+            unread: float) -> PartitionView:
+    """A committed partition whose HW has not been read for longer than the grace
+    (exporter/evaluate/unread.py): ``error``, its lag unknown, its memory left as it was."""
+    return PartitionView(topic=tp[0], partition=tp[1], committed=committed, position=position,
+                         lag_offsets=None, lag_seconds=None, stalled_seconds=0.0, status=Status.ERROR,
+                         reason=f"{tp[0]}[{tp[1]}]: high watermark not read for {fmt_seconds(unread)} "
+                                "(lagwatch_errors_total, stage list_offsets)",
+                         owner=_member_label(owner))
 
 
 def _kept(prev: PartitionView | None, committed: int, position: int | None,

@@ -603,10 +603,15 @@ def _offsets_of(calls: list[tuple[int, Any]], answers: list[Any]) -> tuple[dict[
         if isinstance(res, BaseException):
             failures.append(f"broker {leader}: {res}")
             continue
+        refused: dict[int, int] = {}  # error code -> partitions (a leader moved, a topic deleted)
         for t in res.topics:
             for p in t.partitions:
                 if p.error_code == 0 and p.offset >= 0:
                     out[(t.name, p.partition_index)] = p.offset
+                elif p.error_code:
+                    refused[p.error_code] = refused.get(p.error_code, 0) + 1
+        failures.extend(f"broker {leader}: {_err(code, None)} for {n} partition{'s' * (n > 1)}"
+                        for code, n in sorted(refused.items()))
     return out, failures
 
 
