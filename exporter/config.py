@@ -211,9 +211,10 @@ class Config:
         "groups are kept", 500_000)
     history_points: int = setting("(time, HW) points kept per partition for lag in seconds", 120)
     metrics_detail: str = setting(
-        "/metrics per-partition group series: for every group (`full`), or only for groups that "
-        "are not `ok`, with one status series per group (`bounded`; per-group series always, "
-        "every partition in the JSON API)",
+        "/metrics group series: every series of every group (`full`), or every group's status "
+        "and max lag, and the other series only of the groups an alert reads them for: not "
+        "`ok`, near retention, rebalancing, Spark (`bounded`; every group and partition in the "
+        "JSON API)",
         "full", flag="--metrics-detail", choices=METRICS_DETAIL, see="metrics.md#bounded-metrics")
     log_level: str = setting(f"how much to log: {', '.join(LOG_LEVELS[:-1])} or {LOG_LEVELS[-1]}", "INFO",
                              flag="--log-level", metavar="LEVEL")

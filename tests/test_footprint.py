@@ -5,12 +5,14 @@
   body the HTTP server writes, with a Content-Length equal to it.
 - The rate points of a group-partition live in one array of doubles and give the same
   points and rates as a list of tuples.
-- ``metrics_detail: bounded`` serves per-partition group series only for groups that are
-  not ``ok``, per-group series for every group; ``full`` (the default) serves them all.
+- ``metrics_detail: bounded`` serves every group's status and max lag, and its other
+  series only where an alert reads them (exporter/expose/detail.py); ``full`` (the
+  default) serves them all.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import urllib.request
 
@@ -20,7 +22,7 @@ from exporter.cli import load
 from exporter.config import ConfigError, build_config
 from exporter.contracts.snapshot import PartitionOffsets
 from exporter.contracts.status import Status
-from exporter.contracts.view import ClusterView, GroupView, PartitionView
+from exporter.contracts.view import ClusterView, GroupProgress, GroupRebalances, GroupView, PartitionView
 from exporter.evaluate.rates import Points, add_point, common_rates, rates
 from exporter.expose import textformat
 from exporter.expose.render import body_of, render_cluster, scrape
@@ -134,11 +136,11 @@ def test_bounded_mode_serves_partitions_only_of_groups_not_ok() -> None:
     assert full["kafka_consumergroup_lag_offsets"] == 2000 and full["kafka_consumergroup_lag"] == 2000
     assert bounded["kafka_consumergroup_lag_offsets"] == 20  # 2 groups x 10 partitions
     assert bounded["kafka_consumergroup_lag"] == 20  # kafka_exporter's name too
-    # per-group series for every group, in both modes; bounded: only the status that is 1
+    # full: every status of every group; bounded: the status that is 1 of every group
     assert full["kafka_consumergroup_status"] == 200 * len(Status)
     assert bounded["kafka_consumergroup_status"] == 200
-    assert bounded["kafka_consumergroup_lag_offsets_sum"] == 200
     assert full["kafka_consumergroup_lag_offsets_sum"] == 200
+    assert bounded["kafka_consumergroup_lag_offsets_sum"] == 2  # the stopped groups'
     m = parse_metrics(bounded_body.decode())
     stopped = {dict(labels)["group"] for (n, labels) in m if n == "kafka_consumergroup_lag_offsets"}
     assert stopped == {"g00000", "g00100"}
@@ -146,6 +148,62 @@ def test_bounded_mode_serves_partitions_only_of_groups_not_ok() -> None:
               if n == "kafka_consumergroup_status"}
     assert status[("g00100", "stopped")] == 1 and status[("g00001", "ok")] == 1
     assert set(status.values()) == {1}
+
+
+def _progress(lost: int = 0, position: float | None = None) -> GroupProgress:
+    return GroupProgress(window_seconds=600.0, consume_rate=1.0, produce_rate=1.0, catchup_seconds=None,
+                         falling_behind=False, records_lost_total=lost, below_log_start=0, notes=(),
+                         partitions={}, retained_position=position)
+
+
+def _rebalances(recent: int) -> GroupRebalances:
+    return GroupRebalances(total=3 + recent, recent=recent, window_seconds=600.0, storm=False,
+                           source="epoch", notes=())
+
+
+def test_bounded_mode_serves_each_group_what_its_alerts_read() -> None:
+    """Every group: its status and max lag. The per-group families also for a group that
+    rebalanced within the window (the storm alert) and Spark queries (their alerts find
+    them by info{type="spark"}); the per-partition families too for a group not ok, one
+    that lost records or nears the log start (the retention alerts), one holding offsets
+    on a topic nobody subscribes to (the abandoned-topic alert)."""
+    ok = _group("idle", Status.OK, 3, 2)
+    groups = {
+        "idle": dataclasses.replace(ok, progress=_progress(position=0.6), rebalances=_rebalances(0)),
+        "stalled": _group("stalled", Status.STALLED, 3, 7),
+        "rebalancing": dataclasses.replace(ok, group="rebalancing", rebalances=_rebalances(2)),
+        "spark": dataclasses.replace(ok, group="spark", type="spark"),
+        "lost": dataclasses.replace(ok, group="lost", progress=_progress(lost=5)),
+        "near": dataclasses.replace(ok, group="near", progress=_progress(position=0.4)),
+        "moved": dataclasses.replace(ok, group="moved", partitions=(
+            dataclasses.replace(ok.partitions[0], unsubscribed=True), *ok.partitions[1:])),
+    }
+    view = dataclasses.replace(_view(0, 3), groups=groups)
+    full = parse_metrics(body_of(scrape([_record(view)], None, NOW)[0]).decode())
+    m = parse_metrics(body_of(scrape([_record(view, bounded=True)], None, NOW)[0]).decode())
+
+    def served(samples: dict, name: str, label: str = "group") -> set[str]:
+        return {dict(labels)[label] for (n, labels) in samples if n == name}
+
+    every = set(groups)
+    whole = {"stalled", "lost", "near", "moved"}
+    per_group = whole | {"rebalancing", "spark"}
+    assert served(m, "kafka_consumergroup_status") == every
+    assert served(m, "kafka_consumergroup_max_lag_seconds") == every
+    for name in ("kafka_consumergroup_info", "kafka_consumergroup_members",
+                 "kafka_consumergroup_lag_offsets_sum"):
+        assert served(m, name) == per_group, name
+        assert served(full, name) == every, name
+    assert served(m, "kafka_consumergroup_rebalances_total") == {"idle", "rebalancing"} & per_group
+    assert served(m, "kafka_consumergroup_records_lost_total") == {"lost", "near"}
+    assert served(m, "kafka_consumergroup_topic_unsubscribed") == {"moved"}
+    for name in ("kafka_consumergroup_committed_offset", "kafka_consumergroup_lag_offsets",
+                 "kafka_consumergroup_lag_seconds", "kafka_consumergroup_stalled_seconds"):
+        assert served(m, name) == whole, name
+        assert served(full, name) == every, name
+    # kafka_exporter's name (--compat), which leaves Spark queries out
+    assert served(m, "kafka_consumergroup_lag", "consumergroup") == whole
+    assert served(full, "kafka_consumergroup_lag", "consumergroup") == every - {"spark"}
 
 
 def test_metrics_detail_goes_through_the_configuration() -> None:

@@ -234,6 +234,22 @@ def test_records_lost_count_only_new_losses() -> None:
            "(committed 140 < log start 150)" in notes
 
 
+def test_retained_position_is_where_the_committed_offset_sits_in_the_retained_log() -> None:
+    """The lowest (committed - log start) / (HW - log start) over the partitions with lag
+    on a trimmed, non-empty log: what the near-retention alert reads."""
+    ev = Evaluator("c", TH, interval=1.0)
+    steps = (
+        {0: (0, 100, 60), 1: (0, 100, 100)},      # never trimmed: no position
+        {0: (40, 140, 90), 1: (20, 100, 100)},    # p0 half way; p1 no lag
+        {0: (40, 140, 90), 1: (80, 100, 82)},     # p1 near the log start: 2 / 20
+        {0: (100, 100, 90), 1: (80, 100, 82)},    # p0's log empty (HW = log start): skipped
+        {0: (100, 150, 90), 1: (80, 100, 100)},   # p0 below the log start: negative
+    )
+    pos = [ev.evaluate(_snap(T0 + i, parts)).groups["g"].progress.retained_position
+           for i, parts in enumerate(steps)]
+    assert pos == [None, 0.5, 0.1, 0.1, -0.2]
+
+
 def test_loss_before_first_sight_is_not_counted_but_named() -> None:
     ev = Evaluator("c", TH, interval=1.0)
     pr = ev.evaluate(_snap(T0, {0: (100, 150, 60)})).groups["g"].progress

@@ -88,6 +88,11 @@ class GroupProgress:
     below_log_start: int
     notes: tuple[str, ...]  # human-readable: "caught up in about 4 min at current rates", ...
     partitions: dict[TP, PartitionProgress]
+    # Where the committed offset sits in the retained log, lowest over the partitions with
+    # lag whose log retention has trimmed: (committed - log start) / (HW - log start), 0 at
+    # the log start, negative below it; None without such a partition. The ratio the
+    # near-retention alert reads (alerts/lagwatch.rules.yml).
+    retained_position: float | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -180,7 +180,19 @@ def summarize(rows: list[_Row], memo: GroupMemo, settle: float, span_min: float,
         produce_rate=group.produce if group else None, catchup_seconds=eta,
         falling_behind=bool(losing), records_lost_total=memo.lost_total,
         below_log_start=sum(p.below_log_start for p in parts.values()), notes=tuple(notes),
-        partitions=parts)
+        partitions=parts, retained_position=_retained_position(rows))
+
+
+def _retained_position(rows: list[_Row]) -> float | None:
+    """GroupProgress.retained_position: the lowest over the partitions with lag on a log
+    that retention has trimmed (log start above 0) and that is not empty."""
+    low = None
+    for r in rows:
+        hw = r.consumed + r.lag
+        if r.lag > 0 and r.log_start and hw > r.log_start:
+            pos = (r.consumed - r.log_start) / (hw - r.log_start)
+            low = pos if low is None else min(low, pos)
+    return low
 
 
 def _pools(rows: list[_Row], settle: float, span_min: float) -> list[_Pool]:

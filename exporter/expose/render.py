@@ -22,8 +22,8 @@ from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import Collector
 
 from exporter.contracts.snapshot import PartitionOffsets
-from exporter.contracts.status import Status
-from exporter.contracts.view import STATUSES, ClusterView, PartitionView
+from exporter.contracts.view import STATUSES, ClusterView, GroupView, PartitionView
+from exporter.expose.detail import group_served, partitions_served
 from exporter.expose.metrics import DOC, ERROR_STAGES, FAMILIES
 from exporter.expose.textformat import Lines, Packed, escape_label, finite, fmt_value
 
@@ -81,20 +81,27 @@ def render_partitions(v: ClusterView, fam: dict[str, Lines]) -> None:
 def render_groups(v: ClusterView, fam: dict[str, Lines], compat: frozenset[str],
                   bounded: bool = False) -> None:
     """kafka_consumergroup_*: each group's state, status and per-partition lag; with
-    ``bounded`` (``metrics_detail: bounded``), per-partition lag only of groups not ``ok``
-    and only the status series that is 1."""
+    ``bounded`` (``metrics_detail: bounded``), only the status series that is 1, and the
+    other per-group and the per-partition series only of the groups
+    exporter/expose/detail.py picks."""
     info, members, status = (fam["kafka_consumergroup_info"], fam["kafka_consumergroup_members"],
                              fam["kafka_consumergroup_status"])
     max_lag, lag_sum = fam["kafka_consumergroup_max_lag_seconds"], fam["kafka_consumergroup_lag_offsets_sum"]
-    committed, position = (fam["kafka_consumergroup_committed_offset"],
-                           fam["kafka_consumergroup_position_offset"])
-    lag_o, lag_s = fam["kafka_consumergroup_lag_offsets"], fam["kafka_consumergroup_lag_seconds"]
+    per_partition = (fam["kafka_consumergroup_committed_offset"], fam["kafka_consumergroup_position_offset"],
+                     fam["kafka_consumergroup_lag_offsets"], fam["kafka_consumergroup_lag_seconds"],
+                     fam["kafka_consumergroup_stalled_seconds"])
     poll_age = fam["kafka_consumergroup_member_last_poll_age_seconds"]
-    stalled = fam["kafka_consumergroup_stalled_seconds"]
     epoch = fam["kafka_consumergroup_epoch"]
     compat_ke = "kafka_exporter" in compat
     for g in v.groups.values():
         gl = _group_labels(v, g.group)
+        for st in (g.status,) if bounded else STATUSES:  # bounded: the current one, 1
+            status.add(f'{gl},status="{st}"', 1 if st == g.status else 0)
+        mls = g.max_lag_seconds
+        if finite(mls):
+            max_lag.add(gl, mls)  # type: ignore[arg-type]
+        if bounded and not group_served(g):
+            continue
         info.add(f'{gl},state="{escape_label(g.state)}",type="{g.type}"', 1)
         if compat_ke:  # kafka_exporter's name for the same family: one series, both labels
             members.add(f'{gl},consumergroup="{escape_label(g.group)}"', len(g.members))
@@ -102,11 +109,6 @@ def render_groups(v: ClusterView, fam: dict[str, Lines], compat: frozenset[str],
             members.add(gl, len(g.members))
         if g.epoch is not None and g.epoch >= 0:
             epoch.add(gl, g.epoch)
-        for st in (g.status,) if bounded else STATUSES:  # bounded: the current one, 1
-            status.add(f'{gl},status="{st}"', 1 if st == g.status else 0)
-        mls = g.max_lag_seconds
-        if finite(mls):
-            max_lag.add(gl, mls)  # type: ignore[arg-type]
         if g.total_lag is not None:
             lag_sum.add(gl, g.total_lag)
         seen_clients: set[str] = set()
@@ -114,8 +116,8 @@ def render_groups(v: ClusterView, fam: dict[str, Lines], compat: frozenset[str],
             if m.last_poll_age is not None and m.client_id not in seen_clients:
                 seen_clients.add(m.client_id)
                 poll_age.add(f'{gl},client_id="{escape_label(m.client_id)}"', m.last_poll_age)
-        if not bounded or g.status != Status.OK:
-            _partition_lines(gl, g.partitions, (committed, position, lag_o, lag_s, stalled))
+        if not bounded or partitions_served(g):
+            _partition_lines(gl, g.partitions, per_partition)
 
 
 def _partition_lines(gl: str, partitions: Iterable[PartitionView],
@@ -154,12 +156,12 @@ def _partition_lines(gl: str, partitions: Iterable[PartitionView],
             lines.add_text("".join(text))
 
 
-def render_progress(v: ClusterView, fam: dict[str, Lines]) -> None:
+def render_progress(v: ClusterView, fam: dict[str, Lines], groups: Iterable[GroupView]) -> None:
     """Rates, time to catch up and records lost per group (exporter/evaluate/progress.py)."""
     consumed, produced = (fam["kafka_consumergroup_consumed_records_per_second"],
                           fam["kafka_consumergroup_produced_records_per_second"])
     eta, lost = fam["kafka_consumergroup_catchup_seconds"], fam["kafka_consumergroup_records_lost_total"]
-    for g in v.groups.values():
+    for g in groups:
         pr = g.progress
         if pr is None:
             continue
@@ -172,20 +174,20 @@ def render_progress(v: ClusterView, fam: dict[str, Lines]) -> None:
         lost.add(gl, pr.records_lost_total)
 
 
-def render_rebalances(v: ClusterView, fam: dict[str, Lines]) -> None:
+def render_rebalances(v: ClusterView, fam: dict[str, Lines], groups: Iterable[GroupView]) -> None:
     """kafka_consumergroup_rebalances_total per group (exporter/evaluate/rebalances.py)."""
     out = fam["kafka_consumergroup_rebalances_total"]
-    for g in v.groups.values():
+    for g in groups:
         if g.rebalances is not None:
             out.add(_group_labels(v, g.group), g.rebalances.total)
 
 
-def render_exposure(v: ClusterView, fam: dict[str, Lines]) -> None:
+def render_exposure(v: ClusterView, fam: dict[str, Lines], groups: Iterable[GroupView]) -> None:
     """Records fetched and not committed, per partition and per group
     (exporter/evaluate/exposure.py); absent where unknown."""
     per_tp = fam["kafka_consumergroup_partition_redelivery_exposure_records"]
     total = fam["kafka_consumergroup_redelivery_exposure_records"]
-    for g in v.groups.values():
+    for g in groups:
         ex = g.exposure
         if ex is None or ex.records is None:
             continue
@@ -195,19 +197,19 @@ def render_exposure(v: ClusterView, fam: dict[str, Lines]) -> None:
             per_tp.add(f'{gl},topic="{escape_label(topic)}",partition="{partition}"', n)
 
 
-def render_unsubscribed(v: ClusterView, fam: dict[str, Lines]) -> None:
+def render_unsubscribed(v: ClusterView, fam: dict[str, Lines], groups: Iterable[GroupView]) -> None:
     """kafka_consumergroup_topic_unsubscribed: one series per topic a group holds offsets on
     but no member subscribes to, so that alerts can tell an abandoned topic from a consumed
     one (its partitions' own series are served as for any other)."""
     out = fam["kafka_consumergroup_topic_unsubscribed"]
-    for g in v.groups.values():
+    for g in groups:
         for topic in sorted({p.topic for p in g.partitions if p.unsubscribed}):
             out.add(f'{_group_labels(v, g.group)},topic="{escape_label(topic)}"', 1)
 
 
-def render_spark(v: ClusterView, fam: dict[str, Lines]) -> None:
+def render_spark(v: ClusterView, fam: dict[str, Lines], groups: Iterable[GroupView]) -> None:
     """kafka_spark_query_*: progress of the Spark queries shown as groups."""
-    for g in v.groups.values():
+    for g in groups:
         sp = g.spark
         if sp is None:
             continue
@@ -223,15 +225,18 @@ def render_spark(v: ClusterView, fam: dict[str, Lines]) -> None:
 def render_cluster(v: ClusterView, compat: frozenset[str] = frozenset(), bounded: bool = False
                    ) -> Exposition:
     """The view families of one cluster's view, encoded once, in the contract's order;
-    ``bounded``: the per-partition group series only of groups that are not ``ok``."""
+    ``bounded``: every group's status and max lag, the rest only of the groups
+    exporter/expose/detail.py picks."""
     fam = {f.name: Lines(f.name, f.help, f.kind) for f in FAMILIES if f.name.startswith("kafka_")}
     render_partitions(v, fam)
     render_groups(v, fam, compat, bounded)
-    render_progress(v, fam)
-    render_rebalances(v, fam)
-    render_exposure(v, fam)
-    render_unsubscribed(v, fam)
-    render_spark(v, fam)
+    served = [g for g in v.groups.values() if group_served(g)] if bounded else list(v.groups.values())
+    render_progress(v, fam, served)
+    render_rebalances(v, fam, served)
+    detailed = [g for g in served if partitions_served(g)] if bounded else served
+    render_exposure(v, fam, detailed)
+    render_unsubscribed(v, fam, detailed)
+    render_spark(v, fam, served)
     out = list(fam.values())
     if "kafka_exporter" in compat:
         from exporter.expose.compat import kafka_exporter_lines
