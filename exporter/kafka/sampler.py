@@ -394,8 +394,9 @@ class Sampler:
             lso=values["lso"].get(tp), leo=values["leo"].get(tp)) for tp, pm in meta.items()}
 
 
-# ListOffsets per offset kind (KIP-79 timestamps -2 earliest / -1 latest; replica_id -2
-# answers with the leader's log end offset, see reference/kafka-protocol.md §1).
+# ListOffsets per offset kind (KIP-79 timestamps -2 earliest / -1 latest; replica_id -2,
+# DEBUGGING_REPLICA_ID in exporter/kafka/broker_requests.py, answers with the leader's log
+# end offset).
 _OFFSET_KINDS: tuple[tuple[str, dict[str, int]], ...] = (
     ("log_start", {"timestamp": -2}),
     ("hw", {"timestamp": -1}),
