@@ -13,15 +13,15 @@ from __future__ import annotations
 
 from exporter.contracts.snapshot import GroupType
 from exporter.contracts.view import ClusterView
-from exporter.expose.detail import partitions_served
+from exporter.expose.detail import Detail
 from exporter.expose.render import partition_labels
 from exporter.expose.textformat import Lines, escape_label
 
 
-def kafka_exporter_lines(v: ClusterView, bounded: bool = False) -> list[Lines]:
+def kafka_exporter_lines(v: ClusterView, level: dict[str, Detail] | None = None) -> list[Lines]:
     """kafka_exporter's families for one cluster's view (labels: cluster plus theirs);
-    ``bounded``: per-partition group series only of the groups exporter/expose/detail.py
-    serves in full (sums always)."""
+    ``level`` (``metrics_detail: bounded``): per-partition group series only of the
+    groups exporter/expose/detail.py serves in full (sums always)."""
     current = Lines("kafka_topic_partition_current_offset", "Current (high watermark) offset of a partition")
     oldest = Lines("kafka_topic_partition_oldest_offset", "Oldest offset of a partition")
     isr = Lines("kafka_topic_partition_in_sync_replica", "In-sync replicas of a partition")
@@ -56,7 +56,7 @@ def kafka_exporter_lines(v: ClusterView, bounded: bool = False) -> list[Lines]:
             continue
         gl = f'{cl},consumergroup="{escape_label(g.group)}"'
         sums: dict[str, list[int]] = {}
-        detail = not bounded or partitions_served(g)
+        detail = level is None or level[g.group] == Detail.PARTITIONS
         for pv in g.partitions:
             lab = f'{gl},topic="{escape_label(pv.topic)}",partition="{pv.partition}"'
             s = sums.setdefault(pv.topic, [0, 0])

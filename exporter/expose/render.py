@@ -23,7 +23,7 @@ from prometheus_client.registry import Collector
 
 from exporter.contracts.snapshot import PartitionOffsets
 from exporter.contracts.view import STATUSES, ClusterView, GroupView, PartitionView
-from exporter.expose.detail import group_served, partitions_served
+from exporter.expose.detail import Detail, detail_of
 from exporter.expose.metrics import DOC, ERROR_STAGES, FAMILIES
 from exporter.expose.textformat import Lines, Packed, escape_label, finite, fmt_value
 
@@ -79,11 +79,10 @@ def render_partitions(v: ClusterView, fam: dict[str, Lines]) -> None:
 
 
 def render_groups(v: ClusterView, fam: dict[str, Lines], compat: frozenset[str],
-                  bounded: bool = False) -> None:
+                  level: dict[str, Detail] | None = None) -> None:
     """kafka_consumergroup_*: each group's state, status and per-partition lag; with
-    ``bounded`` (``metrics_detail: bounded``), only the status series that is 1, and the
-    other per-group and the per-partition series only of the groups
-    exporter/expose/detail.py picks."""
+    ``level`` (``metrics_detail: bounded``: exporter/expose/detail.py), only the status
+    series that is 1, and of each group only what its level says."""
     info, members, status = (fam["kafka_consumergroup_info"], fam["kafka_consumergroup_members"],
                              fam["kafka_consumergroup_status"])
     max_lag, lag_sum = fam["kafka_consumergroup_max_lag_seconds"], fam["kafka_consumergroup_lag_offsets_sum"]
@@ -95,12 +94,13 @@ def render_groups(v: ClusterView, fam: dict[str, Lines], compat: frozenset[str],
     compat_ke = "kafka_exporter" in compat
     for g in v.groups.values():
         gl = _group_labels(v, g.group)
-        for st in (g.status,) if bounded else STATUSES:  # bounded: the current one, 1
+        for st in STATUSES if level is None else (g.status,):  # bounded: the current one, 1
             status.add(f'{gl},status="{st}"', 1 if st == g.status else 0)
         mls = g.max_lag_seconds
         if finite(mls):
             max_lag.add(gl, mls)  # type: ignore[arg-type]
-        if bounded and not group_served(g):
+        lv = Detail.PARTITIONS if level is None else level[g.group]
+        if lv == Detail.STATUS:
             continue
         info.add(f'{gl},state="{escape_label(g.state)}",type="{g.type}"', 1)
         if compat_ke:  # kafka_exporter's name for the same family: one series, both labels
@@ -116,7 +116,7 @@ def render_groups(v: ClusterView, fam: dict[str, Lines], compat: frozenset[str],
             if m.last_poll_age is not None and m.client_id not in seen_clients:
                 seen_clients.add(m.client_id)
                 poll_age.add(f'{gl},client_id="{escape_label(m.client_id)}"', m.last_poll_age)
-        if not bounded or partitions_served(g):
+        if lv == Detail.PARTITIONS:
             _partition_lines(gl, g.partitions, per_partition)
 
 
@@ -229,19 +229,21 @@ def render_cluster(v: ClusterView, compat: frozenset[str] = frozenset(), bounded
     exporter/expose/detail.py picks."""
     fam = {f.name: Lines(f.name, f.help, f.kind) for f in FAMILIES if f.name.startswith("kafka_")}
     render_partitions(v, fam)
-    render_groups(v, fam, compat, bounded)
-    served = [g for g in v.groups.values() if group_served(g)] if bounded else list(v.groups.values())
+    groups = list(v.groups.values())
+    level = {g.group: detail_of(g) for g in groups} if bounded else None
+    render_groups(v, fam, compat, level)
+    served = groups if level is None else [g for g in groups if level[g.group] >= Detail.GROUP]
     render_progress(v, fam, served)
     render_rebalances(v, fam, served)
-    detailed = [g for g in served if partitions_served(g)] if bounded else served
+    render_spark(v, fam, served)
+    detailed = groups if level is None else [g for g in served if level[g.group] == Detail.PARTITIONS]
     render_exposure(v, fam, detailed)
     render_unsubscribed(v, fam, detailed)
-    render_spark(v, fam, served)
     out = list(fam.values())
     if "kafka_exporter" in compat:
         from exporter.expose.compat import kafka_exporter_lines
 
-        out.extend(kafka_exporter_lines(v, bounded))
+        out.extend(kafka_exporter_lines(v, level))
     # A read-only view of each buffer, not a copy, or the deflated text of a large family:
     # the text of a large cluster is ~50 MB.
     return tuple((f.name, f.header().encode(), f.body()) for f in out)
