@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 from confluent_kafka import ElectionType
-from confluent_kafka.admin import NewPartitions
+from confluent_kafka.admin import NewPartitions, NewTopic
 
 from devenv.groups_tool import describe_group
 from devenv.kafka import KafkaCluster
@@ -20,6 +20,7 @@ from tests.conftest import (
     create_topic,
     cycles_until,
     exporter_config,
+    exporter_cycles,
     groups_on_two_brokers,
     produce,
     unique,
@@ -284,3 +285,55 @@ def test_a_paused_broker_costs_only_its_own_groups(kafka3: KafkaCluster, tmp_pat
             assert value(m, "lagwatch_errors_total", cluster="test", stage="worker_crash") == 0
         finally:
             victim.resume()
+
+
+@pytest.mark.cluster3
+def test_a_partition_whose_leader_is_paused_keeps_its_groups_judgement(kafka3: KafkaCluster,
+                                                                        tmp_path: Any) -> None:
+    """The only replica of a partition SIGSTOPped: its HW cannot be read (the ListOffsets
+    times out, then the partition has no leader). Its `stopped` group, coordinated
+    elsewhere, stays `stopped` with the lag of the last HW read, every failure counted;
+    it never reads `ok` (before the unreadable grace ends it cannot read `error` either:
+    exporter/evaluate/unread.py)."""
+    admin = admin_for(kafka3)
+    controller = admin.describe_cluster(request_timeout=10).result().controller.id
+    victim = next(b for b in kafka3.brokers if b.node_id != controller)
+    topic = unique("offline")
+    only_on_victim = NewTopic(topic, num_partitions=1,
+                              replica_assignment=[[victim.node_id]])
+    admin.create_topics([only_on_victim])[topic].result(30)
+    produce(kafka3, topic, {0: 50}, acks="all")
+    for _ in range(40):
+        group = unique("offline")
+        commit_offsets(kafka3.bootstrap_servers, group, topic, {0: 10})
+        coord = admin.describe_consumer_groups([group], request_timeout=10)[group].result().coordinator.id
+        if coord != victim.node_id:
+            break
+    assert coord != victim.node_id
+    cfg = exporter_config(tmp_path, kafka3.bootstrap_servers, interval=1.0, request_timeout=2.0)
+    with ExporterProcess(None, config=cfg) as exp:
+        exp.wait_ready()
+        rec = Recorder(exp)
+        rec.start()
+        try:
+            rec.first(group, "stopped", 60, 0.0)
+
+            def failures() -> float:
+                m = exp.metrics()
+                return value(m, "lagwatch_errors_total", cluster="test", stage="list_offsets") or 0
+
+            before, paused_at = failures(), time.time()
+            victim.pause()
+            try:
+                # Three cycles whose HW read failed: the request timing out while the
+                # controller still names the paused broker, then no leader at all.
+                wait_for(lambda: failures() >= before + 3, 60, "three failed HW reads")
+                c0 = exporter_cycles(exp)
+                wait_for(lambda: exporter_cycles(exp) >= c0 + 1, 20, "a cycle after them")
+            finally:
+                victim.resume()
+            seen = {s for _t, s in rec.statuses(group, paused_at)}
+            assert seen <= {"stopped", "error"} and "stopped" in seen, rec.story(group, paused_at)
+            assert {o for _t, _s, o in rec.lag_line(group, paused_at)} == {40}, rec.story(group, paused_at)
+        finally:
+            rec.stop_flag.set()

@@ -378,6 +378,10 @@ class Sampler:
         for tp, pm in meta.items():
             if pm.leader >= 0 and pm.leader in md.brokers:
                 by_leader.setdefault(pm.leader, []).append(tp)
+        leaderless = len(meta) - sum(len(tps) for tps in by_leader.values())
+        if leaderless:  # offline (its replicas down) or electing: nothing to ask, unknown
+            errors.append(ErrorRecord(stage=ErrorStage.LIST_OFFSETS, message=(
+                f"{leaderless} partition{'s' * (leaderless > 1)} without a leader")))
         values: dict[str, dict[TP, int]] = {}
         for name, kwargs in _OFFSET_KINDS:
             try:
