@@ -152,9 +152,10 @@ class Evaluator:
                 groups=prev.groups if prev else {},
                 last_error="; ".join(str(e) for e in snap.errors),
                 brokers=snap.brokers)
-        self._update_history(snap, now)  # what was read, not what stands in for it
+        unread = self._update_history(snap, now)  # what was read, not what stands in for it
         snap = dataclasses.replace(snap, partitions=self.unread.bridge(
-            snap.partitions, self.last_good.partitions if self.last_good else {}, now, self._grace()))
+            snap.partitions, unread, self.last_good.partitions if self.last_good else {}, now,
+            self._grace()))
         changed = self._changed_topics(snap)
         self._lag_memo: dict[tuple[str, int, int], float | None] = {}
         consumer_reports = consumer_reports or {}
@@ -235,9 +236,13 @@ class Evaluator:
             th = self._th_of[gid] = thresholds_for(self.cluster_th, self.group_thresholds, gid)
         return th
 
-    def _update_history(self, snap: Snapshot, now: float) -> None:
+    def _update_history(self, snap: Snapshot, now: float) -> list[TP]:
+        """Each HW read this cycle into its partition's history; the partitions whose HW
+        was not read (exporter/evaluate/unread.py), found in the same pass."""
+        unread: list[TP] = []
         for tp, po in snap.partitions.items():
             if po.hw is None:
+                unread.append(tp)
                 continue
             h = self.hw_history.get(tp)
             if h is None:
@@ -246,6 +251,7 @@ class Evaluator:
         for tp in list(self.hw_history):
             if tp not in snap.partitions:
                 del self.hw_history[tp]
+        return unread
 
     def _cap(self, views: dict[str, GroupView]) -> tuple[dict[str, GroupView], int]:
         # A group without committed partitions still costs its group-level series:

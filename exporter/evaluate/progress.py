@@ -26,7 +26,7 @@ from exporter.evaluate.rates import (
     min_span,
     rates,
 )
-from exporter.evaluate.retention import below_log_start, lost_step
+from exporter.evaluate.retention import below_log_start, lost_step, retained_position
 
 # Partitions named in the notes about records lost, at most.
 MAX_LOST_NOTES = 3
@@ -184,15 +184,10 @@ def summarize(rows: list[_Row], memo: GroupMemo, settle: float, span_min: float,
 
 
 def _retained_position(rows: list[_Row]) -> float | None:
-    """GroupProgress.retained_position: the lowest over the partitions with lag on a log
-    that retention has trimmed (log start above 0) and that is not empty."""
-    low = None
-    for r in rows:
-        hw = r.consumed + r.lag
-        if r.lag > 0 and r.log_start and hw > r.log_start:
-            pos = (r.consumed - r.log_start) / (hw - r.log_start)
-            low = pos if low is None else min(low, pos)
-    return low
+    """GroupProgress.retained_position: the lowest of its partitions'
+    (:func:`~exporter.evaluate.retention.retained_position`)."""
+    known = [p for r in rows if (p := retained_position(r.consumed, r.lag, r.log_start)) is not None]
+    return min(known) if known else None
 
 
 def _pools(rows: list[_Row], settle: float, span_min: float) -> list[_Pool]:

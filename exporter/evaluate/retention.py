@@ -29,6 +29,16 @@ def lost_step(consumed: int, log_start: int, counted_to: int | None, first: bool
     return (0 if first else log_start - floor), log_start
 
 
+def retained_position(consumed: int, lag: int, log_start: int | None) -> float | None:
+    """Where the consumed offset sits in the retained log: (consumed - log start) /
+    (HW - log start), 0 at the log start, negative below it. None without lag, on a log
+    retention has never trimmed (log start 0) or an empty one (HW = log start)."""
+    hw = consumed + lag
+    if lag <= 0 or not log_start or hw <= log_start:
+        return None
+    return (consumed - log_start) / (hw - log_start)
+
+
 def below_log_start(consumed: int, log_start: int) -> int:
     """Records between the consumed offset and the log start now: deleted unread."""
     return max(0, log_start - consumed)

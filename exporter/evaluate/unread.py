@@ -30,15 +30,14 @@ class UnreadOffsets:
     def __init__(self) -> None:
         self.since: dict[TP, float] = {}
 
-    def bridge(self, read: dict[TP, PartitionOffsets], last: dict[TP, PartitionOffsets],
-               now: float, grace: float) -> dict[TP, PartitionOffsets]:
-        """``read`` with the partitions whose HW is unknown standing at ``last``'s readings
-        while they are unknown for less than ``grace`` seconds; ``read`` itself when there
-        is nothing to fill (the common case costs one pass and no copy)."""
+    def bridge(self, read: dict[TP, PartitionOffsets], unread: list[TP],
+               last: dict[TP, PartitionOffsets], now: float, grace: float) -> dict[TP, PartitionOffsets]:
+        """``read`` with its ``unread`` partitions (HW unknown) standing at ``last``'s
+        readings while they are unknown for less than ``grace`` seconds; ``read`` itself
+        when there is nothing to fill (the common case: no copy)."""
         out: dict[TP, PartitionOffsets] | None = None
-        for tp, po in read.items():
-            if po.hw is not None:
-                continue
+        for tp in unread:
+            po = read[tp]
             since = self.since.setdefault(tp, now)
             old = last.get(tp)
             if old is None or old.hw is None or now - since >= grace:

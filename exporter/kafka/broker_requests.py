@@ -687,9 +687,14 @@ def parse_offset_fetch(res: Any, ids: Sequence[str]) -> dict[str, Committed]:
         groups = [SimpleNamespace(group_id=ids[0], error_code=res.error_code, topics=res.topics)]
     else:
         groups = res.groups
-    return {g.group_id: _committed(g.error_code, {} if g.error_code else {
-        (t.name, p.partition_index): p.committed_offset for t in g.topics for p in t.partitions
-        if p.error_code == 0 and p.committed_offset >= 0}) for g in groups}
+    return {g.group_id: _committed(g.error_code, _offsets(g)) for g in groups}
+
+
+def _offsets(g: Any) -> dict[TP, int]:
+    """One group of kafka-python's answer: its committed offsets (-1 and partition errors
+    left out; a group's error leaves no topics)."""
+    return {(t.name, p.partition_index): p.committed_offset for t in g.topics for p in t.partitions
+            if p.error_code == 0 and p.committed_offset >= 0}
 
 
 def _committed(code: int, offsets: dict[TP, int]) -> Committed:

@@ -375,10 +375,12 @@ class Sampler:
         assert self.extra is not None
         meta: dict[TP, Any] = {(t, p): pm for t in topics for p, pm in md.topics[t].partitions.items()}
         by_leader: dict[int, list[TP]] = {}
+        leaderless = 0
         for tp, pm in meta.items():
             if pm.leader >= 0 and pm.leader in md.brokers:
                 by_leader.setdefault(pm.leader, []).append(tp)
-        leaderless = len(meta) - sum(len(tps) for tps in by_leader.values())
+            else:
+                leaderless += 1
         if leaderless:  # offline (its replicas down) or electing: nothing to ask, unknown
             errors.append(ErrorRecord(stage=ErrorStage.LIST_OFFSETS, message=(
                 f"{leaderless} partition{'s' * (leaderless > 1)} without a leader")))
