@@ -26,8 +26,10 @@ from exporter.expose.render import render_cluster
 
 
 def snapshot(groups: int, partitions: int, cycle: int, t: float, not_ok: float = 1.0,
-             produce: bool = True) -> Snapshot:
+             produce: bool = True, live: bool = False) -> Snapshot:
     topic = f"bench-{groups}x{partitions}"
+    if live:
+        return live_snapshot(groups, partitions, cycle, t)
     parts = {(topic, p): PartitionOffsets(leader=1, replicas=1, isr=1, log_start=0,
                                           hw=100 + (cycle if produce and p % 10 == 0 else 0),
                                           lso=100, leo=100) for p in range(partitions)}
@@ -38,6 +40,21 @@ def snapshot(groups: int, partitions: int, cycle: int, t: float, not_ok: float =
         off = 50 + (g % 50) if every and g % every == 0 else 100
         gs[gid] = GroupSample(group_id=gid, type=GroupType.CLASSIC, state="empty",
                               committed={(topic, p): off for p in range(partitions)})
+    return Snapshot(cluster="bench", taken_at=t, duration=0.5, partitions=parts, groups=gs, brokers=1)
+
+
+def live_snapshot(groups: int, partitions: int, cycle: int, t: float) -> Snapshot:
+    """The live shape: every partition written every cycle, every group committing a few
+    records behind the HW every cycle (assign()-style commits, no members: every group ok)."""
+    topic = f"bench-{groups}x{partitions}"
+    hw = 100 + 20 * cycle
+    parts = {(topic, p): PartitionOffsets(leader=1, replicas=1, isr=1, log_start=0, hw=hw + p % 3,
+                                          lso=hw + p % 3, leo=hw + p % 3) for p in range(partitions)}
+    gs = {}
+    for g in range(groups):
+        gid = f"bench-{groups}x{partitions}-g{g:05d}"
+        gs[gid] = GroupSample(group_id=gid, type=GroupType.CLASSIC, state="empty",
+                              committed={(topic, p): hw - 1 - (g + p) % 5 for p in range(partitions)})
     return Snapshot(cluster="bench", taken_at=t, duration=0.5, partitions=parts, groups=gs, brokers=1)
 
 
@@ -60,6 +77,9 @@ def main() -> int:
     ap.add_argument("--trace", action="store_true", help="tracemalloc: top allocation sites")
     ap.add_argument("--bounded", action="store_true")
     ap.add_argument("--idle", action="store_true", help="no records produced: the HW stands still")
+    ap.add_argument("--live", action="store_true",
+                    help="every partition written and every group committing every cycle")
+    ap.add_argument("--profile", help="write a cProfile of the cycles after the first to this file")
     args = ap.parse_args()
     ev = Evaluator("bench", Thresholds(), 15.0)
     if args.trace:
@@ -68,7 +88,7 @@ def main() -> int:
     ev_s, re_s, size = [], [], 0
     exposition = None
     for c in range(args.cycles):
-        snap = snapshot(args.groups, args.partitions, c, t + 15 * c, args.not_ok, not args.idle)
+        snap = snapshot(args.groups, args.partitions, c, t + 15 * c, args.not_ok, not args.idle, args.live)
         s = time.process_time()
         view = ev.evaluate(snap)
         ev_s.append(time.process_time() - s)

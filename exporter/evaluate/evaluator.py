@@ -17,6 +17,8 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
+import numpy as np
+
 from exporter.config import Config, GroupThresholds, Thresholds, default_of, thresholds_for
 from exporter.contracts.snapshot import (
     COMMITTING_TYPES,
@@ -38,6 +40,7 @@ from exporter.contracts.view import (
     SparkInfo,
 )
 from exporter.evaluate.cadence import Gaps, learn_commit_gaps, member_allowance, new_gaps
+from exporter.evaluate.columns import NONE, PartitionTable, Samples, observe_rows, ok_rows, plain
 from exporter.evaluate.constants import (
     REPORT_STALE_INTERVALS,
     UNREADABLE_GRACE_CYCLES,
@@ -111,8 +114,14 @@ class Evaluator:
     def __init__(self, cluster: str, thresholds: Thresholds, interval: float,
                  history_points: int = default_of(Config, "history_points"),
                  max_group_partitions: int = default_of(Config, "max_group_partitions"),
-                 group_thresholds: Sequence[GroupThresholds] = (), skip_at_rest: bool = True) -> None:
+                 group_thresholds: Sequence[GroupThresholds] = (), skip_at_rest: bool = True,
+                 columns: bool = True) -> None:
         self.cluster = cluster
+        # Partitions judged together in columns where no partition needs its own Python
+        # (exporter/evaluate/columns.py); False: one at a time, the reference the tests
+        # hold the columns equal to.
+        self.columns = columns
+        self.judged_in_columns = 0  # partitions judged in columns in the last cycle
         # ``th``: the thresholds of the group being judged (the cluster's, or the first
         # group override matching it), set per group in :meth:`evaluate`.
         self.th = self.cluster_th = thresholds
@@ -157,6 +166,7 @@ class Evaluator:
             snap.partitions, unread, self.last_good.partitions if self.last_good else {}, now,
             self._grace()))
         changed = self._changed_topics(snap)
+        self.judged_in_columns = 0
         self._lag_memo: dict[tuple[str, int, int], float | None] = {}
         consumer_reports = consumer_reports or {}
         samples = dict(snap.groups)
@@ -211,7 +221,9 @@ class Evaluator:
         from the next cycle on while nothing changes (exporter/evaluate/rest.py). Done group
         by group, so a group entering rest drops its per-partition rate points before the
         next group is evaluated: a cycle that wakes every group holds one group's points."""
-        state = self.groups.setdefault(gid, GroupMemory())
+        state = self.groups.get(gid)
+        if state is None:
+            state = self.groups[gid] = GroupMemory(parts=PartitionTable())
         if r is not None:
             settle(r, state, self.progress.groups[gid])
         v = self._group(g, state, partitions, reports, spark, exact_ts, now)
@@ -301,9 +313,11 @@ class Evaluator:
         was_empty = st.seen_once and not st.members
         remember_members(st, {m.member_id for m in g.members}, now, self.th.window, g.epoch)
         c = self._cycle_of(g, st, partitions, reports, spark, exact_ts, was_empty, now)
-        parts = [self._partition(c, tp) for tp in sorted(g.committed)]
         for tp in [tp for tp in st.parts if tp not in g.committed]:
             del st.parts[tp]
+        tps = sorted(g.committed)
+        parts = (self._columns_views(c, tps) if self.columns else None) or [
+            self._partition(c, tp) for tp in tps]
         fresh = self._uncommitted(c)
         if fresh:
             parts = sorted((*parts, *fresh), key=lambda p: (p.topic, p.partition))
@@ -484,6 +498,55 @@ class Evaluator:
                              reason=reason(rule, facts, self.th) or note(facts), owner=facts.owner,
                              unsubscribed=unsubscribed)
 
+    def _columns_views(self, c: _GroupCycle, tps: list[TP]) -> list[PartitionView] | None:
+        """The committed partitions of a group without reports, judged in columns
+        (exporter/evaluate/columns.py): every partition whose memory step is plain and that
+        every rule leaves ``ok`` at once, the others one at a time (:meth:`_partition`).
+        None when the group is not judged so (reports, Spark, share groups, partitions new
+        to the memory)."""
+        g, table = c.g, c.st.parts
+        if (g.type not in COMMITTING_TYPES or c.spark is not None or c.report_of
+                or c.report_by_member or not isinstance(table, PartitionTable) or not tps
+                or not table.aligned(tps)):
+            return None
+        s, owners, lag_s = self._column_samples(c, tps, table)
+        rows = np.flatnonzero(plain(table.rows, s) & np.fromiter(
+            (tp[0] not in c.left for tp in tps), bool, len(tps)))
+        sub = Samples(*(col[rows] for col in s))
+        after, e = observe_rows(table.rows[rows], sub, c.now, c.tuning)
+        ok = ok_rows(e, sub, c.st.outside_at is not None, c.allowance, self.th.stall_after,
+                     self.th.lag_seconds)
+        table.rows[rows[ok]] = after[ok]
+        self.judged_in_columns += int(ok.sum())
+        views: list[PartitionView | None] = [None] * len(tps)
+        committed, lag_off = s.committed.tolist(), s.lag_off.tolist()
+        for i, stalled in zip(rows[ok].tolist(), e.stalled_seconds[ok].tolist(), strict=True):
+            views[i] = _ok_view(tps[i], committed[i], lag_off[i], lag_s[i], stalled, owners[i],
+                                c.prev_views)
+        return [v if v is not None else self._partition(c, tp) for v, tp in zip(views, tps, strict=True)]
+
+    def _column_samples(self, c: _GroupCycle, tps: list[TP], table: PartitionTable
+                        ) -> tuple[Samples, list[Member | None], list[float | None]]:
+        """This cycle's samples of a group's committed partitions, as columns; the owning
+        members and the lag seconds, as lists."""
+        g, n, now = c.g, len(tps), c.now
+        committed = [g.committed[tp] for tp in tps]
+        hws = [po.hw if (po := c.partitions.get(tp)) is not None else None for tp in tps]
+        hw = np.array([NONE if h is None else h for h in hws], np.int64)
+        lag_off = [0 if h is None else max(0, h - off) for h, off in zip(hws, committed, strict=True)]
+        lag_s = [0.0 if not lo else self._lag_seconds(tp, off, hws[i], lo, c.exact_ts, now)
+                 for i, (tp, off, lo) in enumerate(zip(tps, committed, lag_off, strict=True))]
+        if c.owner_of or c.incoming or (g.members and not c.assignment_known):
+            owners = [c.owner_of.get(tp) for tp in tps]
+            owned = np.fromiter((_member_owns(c, tp) for tp in tps), bool, n)
+            owner = np.fromiter((table.owner_id(m.member_id) if m is not None else -1 for m in owners),
+                                np.int64, n)
+        else:
+            owners, owned, owner = [None] * n, np.zeros(n, bool), np.full(n, -1, np.int64)
+        return Samples(np.array(committed, np.int64), hw, np.array(lag_off, np.int64),
+                       np.array([np.nan if v is None else v for v in lag_s], np.float64),
+                       owned, owner), owners, lag_s
+
     def _lag_seconds(self, tp: TP, committed: int, hw: int, lag_off: int,
                      exact_ts: dict[tuple[str, int, int], float], now: float) -> float | None:
         key = (tp[0], tp[1], committed)
@@ -497,6 +560,18 @@ class Evaluator:
         self._lag_memo[key] = lag_s
         return lag_s
 
+
+
+def _ok_view(tp: TP, committed: int, lag_off: int, lag_s: float | None, stalled: float,
+             owner: Member | None, prev_views: dict[TP, PartitionView]) -> PartitionView:
+    """The view of a committed partition every rule leaves ``ok``, as :meth:`Evaluator._partition`
+    builds it."""
+    if not lag_off:
+        return _kept(prev_views.get(tp), committed, None, owner) or _caught_up(
+            tp, committed, lag_off, lag_s, None, owner)
+    return PartitionView(topic=tp[0], partition=tp[1], committed=committed, position=None,
+                         lag_offsets=lag_off, lag_seconds=lag_s, stalled_seconds=stalled,
+                         status=Status.OK, reason="", owner=_member_label(owner))
 
 
 def _caught_up(tp: TP, committed: int, lag_off: int | None, lag_s: float | None,

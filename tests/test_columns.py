@@ -1,0 +1,202 @@
+"""Judging partitions in columns (exporter/evaluate/columns.py) changes nothing served or
+remembered: the oracle is the same evaluator judging every partition one at a time.
+
+Every recording of tests/recordings/, the synthetic cluster of tests/test_rest.py and a
+livelier one (every topic written, groups committing, lagging, stalling, stopping,
+rebalancing, rewinding, unreadable, deleted, partitions added, unread HWs, uneven cycle
+times) go through both; every view of every cycle is equal, and so is every group's
+memory. Each run also shows that partitions were judged in columns, so the comparison is
+not between two evaluators judging one at a time."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from bench.footprint import live_snapshot, snapshot
+from exporter import recording
+from exporter.config import Thresholds
+from exporter.contracts.snapshot import GroupSample, GroupType, Member, PartitionOffsets, Snapshot
+from exporter.contracts.status import Status
+from exporter.evaluate.columns import NONE, PartitionTable
+from exporter.evaluate.evaluator import Evaluator
+from exporter.evaluate.memory import Floor, NewData, Ownership, PartitionMemory, Rewind, Run, Trend
+from tests.test_rest import _memory, _Run
+
+pytestmark = pytest.mark.unit
+
+RECORDINGS = sorted((Path(__file__).resolve().parent / "recordings").glob("*.jsonl.xz"))
+
+
+def _compare(cycles, make) -> int:  # noqa: ANN001
+    """Feed cycles to an evaluator judging in columns and one judging one partition at a
+    time; assert equal views and memories; return the partitions judged in columns."""
+    cols, one = make(True), make(False)
+    in_columns = 0
+    for i, (snap, consumer, spark, exact_ts, now) in enumerate(cycles):
+        a = cols.evaluate(snap, consumer, spark, exact_ts, now=now)
+        b = one.evaluate(snap, consumer, spark, exact_ts, now=now)
+        assert a == b, f"cycle {i}: the views differ"
+        in_columns += cols.judged_in_columns
+        assert one.judged_in_columns == 0
+        for gid in b.groups if snap.ok else ():
+            assert _memory(cols, gid) == _memory(one, gid), f"cycle {i}: {gid}'s memory differs"
+    return in_columns
+
+
+@pytest.mark.parametrize("path", RECORDINGS, ids=lambda p: p.name.split(".")[0])
+def test_a_recording_replays_the_same_judged_in_columns(path: Path) -> None:
+    rec = recording.load(path)
+    head = rec.header
+
+    def make(columns: bool) -> Evaluator:
+        return Evaluator(head["cluster"], rec.thresholds, rec.interval, int(head["history_points"]),
+                         int(head["max_group_partitions"]), rec.group_thresholds, columns=columns)
+
+    in_columns = _compare([(c.snap, c.consumer, c.spark, c.exact_ts, c.now) for c in rec.cycles], make)
+    if not path.name.startswith(("spark", "jvm")):  # every group there reports or is a query
+        assert in_columns > 0, path.name
+
+
+def test_the_resting_cluster_of_test_rest_runs_the_same_judged_in_columns() -> None:
+    run = _Run(1)
+    th = Thresholds(stall_after=30, livelock_after=30, lag_seconds=600, window=600, report_stale_after=30)
+    now, timeline = 1_767_225_600.0, []
+    rnd = random.Random(1)
+    for i in range(300):
+        now += rnd.uniform(0.9, 1.3)
+        timeline.append(run.cycle(i, now))
+    assert _compare(timeline, lambda columns: Evaluator("syn", th, 1.0, columns=columns)) > 0
+
+
+class _LiveRun:
+    """A cluster in use: every topic written most cycles; groups of every kind of health
+    (keeping up, slower than the producers, polling without committing, gone, committing
+    from outside group membership), members moving between partitions, rewinds, late
+    commits, unreadable groups, HWs not read, partitions added, groups deleted."""
+
+    KINDS = ("keeps_up", "slow", "stalls", "stops", "outside", "batchy")
+
+    def __init__(self, seed: int, groups: int = 30, parts: int = 4) -> None:
+        self.rnd = random.Random(seed)
+        self.topics = {f"t{i}": parts for i in range(6)}
+        self.hw = {(t, p): 500 for t, n in self.topics.items() for p in range(n)}
+        self.groups = {f"g{g:03d}": self._new_group(g) for g in range(groups)}
+
+    def _new_group(self, g: int) -> dict:
+        topic = f"t{g % len(self.topics)}"
+        return {"topic": topic, "type": (GroupType.CLASSIC, GroupType.CONSUMER, GroupType.STREAMS)[g % 3],
+                "kind": self.KINDS[g % len(self.KINDS)], "gen": 0, "epoch": 1,
+                "committed": {(topic, p): 480 for p in range(self.topics[topic])}}
+
+    def _produce(self, i: int) -> None:
+        rnd = self.rnd
+        for tp in self.hw:
+            if rnd.random() < (0.9 if i % 40 < 30 else 0.1):  # now and then the producers pause
+                self.hw[tp] += rnd.randint(1, 8)
+        if i == 60:  # a topic grows a partition
+            self.topics["t0"] += 1
+            self.hw[("t0", self.topics["t0"] - 1)] = 0
+
+    def _consume(self, g: dict, i: int) -> None:
+        rnd, kind = self.rnd, g["kind"]
+        topic = g["topic"]
+        for p in range(self.topics[topic]):
+            tp = (topic, p)
+            at = g["committed"].get(tp)
+            if kind in ("keeps_up", "outside") or (kind == "batchy" and i % 5 == 0):
+                g["committed"][tp] = max(at or 0, self.hw[tp] - rnd.randint(0, 3))
+            elif kind == "slow" and at is not None:
+                g["committed"][tp] = min(self.hw[tp], at + rnd.randint(0, 4))
+            elif kind == "stalls" and at is not None and i % 80 > 50:
+                g["committed"][tp] = self.hw[tp]
+        r = rnd.random()
+        if r < 0.01:  # a rewind (an offset reset), or a late commit landing
+            tp = next(iter(g["committed"]))
+            g["committed"][tp] = max(0, g["committed"][tp] - rnd.randint(1, 30))
+        elif r < 0.03:  # a rebalance: members change
+            g["gen"] += 1
+            g["epoch"] += 1
+        elif r < 0.035:
+            g["kind"] = rnd.choice(self.KINDS)
+
+    def _sample(self, gid: str, g: dict) -> GroupSample:
+        if self.rnd.random() < 0.01:
+            return GroupSample(group_id=gid, type=g["type"], state="unknown",
+                               error="COORDINATOR_NOT_AVAILABLE")
+        tps = sorted(g["committed"])
+        members: tuple[Member, ...] = ()
+        if g["kind"] not in ("stops", "outside"):
+            half = len(tps) // 2 + g["gen"] % 2
+            members = tuple(Member(member_id=f"{gid}-m{g['gen']}-{k}", client_id=f"c{k}", host="/10.0.0.1",
+                                   assignment=tuple(part)) for k, part in enumerate((tps[:half], tps[half:])))
+        state = ("stable" if self.rnd.random() > 0.05 else "preparingrebalance") if members else "empty"
+        epoch = g["epoch"] if g["type"] != GroupType.CLASSIC else None
+        return GroupSample(group_id=gid, type=g["type"], state=state, members=members,
+                           committed=dict(g["committed"]), epoch=epoch)
+
+    def cycle(self, i: int, now: float) -> tuple:
+        self._produce(i)
+        for g in self.groups.values():
+            self._consume(g, i)
+        if i % 53 == 40:  # a group deleted and recreated
+            gid = self.rnd.choice(sorted(self.groups))
+            self.groups[gid] = self._new_group(int(gid[1:]))
+        ok = self.rnd.random() > 0.01
+        parts = {tp: PartitionOffsets(leader=1, replicas=1, isr=1, log_start=0,
+                                      hw=None if self.rnd.random() < 0.01 else hw, leo=hw)
+                 for tp, hw in self.hw.items()}
+        snap = Snapshot(cluster="live", taken_at=now, duration=0.1, partitions=parts if ok else {},
+                        groups={gid: self._sample(gid, g) for gid, g in self.groups.items()} if ok else {},
+                        ok=ok)
+        return snap, {}, {}, {}, now
+
+
+@pytest.mark.parametrize(("seed", "interval", "cycles"), [(1, 1.0, 400), (2, 5.0, 250), (3, 15.0, 150)])
+def test_a_cluster_in_use_runs_the_same_judged_in_columns(seed: int, interval: float, cycles: int) -> None:
+    run = _LiveRun(seed)
+    th = Thresholds(stall_after=20, livelock_after=20, lag_seconds=120, window=300, report_stale_after=20)
+    rnd = random.Random(seed)
+    now, timeline, statuses = 1_767_225_600.0, [], set()
+    for i in range(cycles):
+        now += interval * rnd.uniform(0.7, 1.6)  # cycles are never evenly spaced
+        timeline.append(run.cycle(i, now))
+    ref = Evaluator("live", th, interval, columns=False)
+    for snap, *_rest, t in timeline:
+        statuses |= {v.status for v in ref.evaluate(snap, now=t).groups.values()}
+    # the run shows every status a cluster without reports or Spark can show
+    assert {Status.OK, Status.LAGGING, Status.STALLED, Status.STOPPED, Status.REWIND} <= statuses
+    in_columns = _compare(timeline, lambda columns: Evaluator("live", th, interval, columns=columns))
+    assert in_columns > cycles * 30  # most partitions, most cycles
+
+
+@pytest.mark.parametrize("live", [True, False], ids=["live", "behind"])
+def test_the_benchmark_shapes_are_judged_in_columns(live: bool) -> None:
+    th = Thresholds()
+    cols, one = Evaluator("bench", th, 15.0), Evaluator("bench", th, 15.0, columns=False)
+    for c in range(8):
+        snap = snapshot(40, 10, c, 1_000_000.0 + 15 * c, live=live)
+        assert cols.evaluate(snap) == one.evaluate(snap)
+    assert cols.judged_in_columns == (400 if live else 0)  # every partition of the last cycle
+    assert live_snapshot(2, 2, 1, 0.0).groups  # the live shape has groups
+
+
+def test_a_partition_memory_is_kept_whole_in_its_row() -> None:
+    table = PartitionTable()
+    full = PartitionMemory(
+        committed=41, changed_at=12.5, data=NewData(40, 11.0, 12.0, None, 10.5, 12.25),
+        floor=Floor(-1, 41, 3.0), rewind=Rewind(19.0, 44), lag_since=None,
+        trend=Trend(Run(1.0, None, 3, 2.5, 12.0, 41, 7.5, 50), True),
+        ownership=Ownership("member-1", 2), above_from=8.0)
+    bare = PartitionMemory.first(7, 100.0)
+    table[("t", 1)], table[("t", 0)] = full, bare
+    assert table[("t", 1)] == full and table[("t", 0)] == bare
+    assert table.rows["rewind_pending"].tolist() == [44, NONE]
+    assert np.isnan(table.rows["run_t0"][1])  # no run: every element of it None
+    assert table.aligned([("t", 0), ("t", 1)]) and table.tps == [("t", 0), ("t", 1)]
+    assert table[("t", 1)] == full
+    del table[("t", 0)]
+    assert dict(table) == {("t", 1): full} and not table.aligned([("t", 0)])
