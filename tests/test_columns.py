@@ -21,7 +21,7 @@ from exporter import recording
 from exporter.config import Thresholds
 from exporter.contracts.snapshot import GroupSample, GroupType, Member, PartitionOffsets, Snapshot
 from exporter.contracts.status import Status
-from exporter.evaluate.columns import NONE, PartitionTable
+from exporter.evaluate.columns import Columns, PartitionTable
 from exporter.evaluate.evaluator import Evaluator
 from exporter.evaluate.memory import Floor, NewData, Ownership, PartitionMemory, Rewind, Run, Trend
 from tests.test_rest import _memory, _Run
@@ -194,8 +194,9 @@ def test_a_partition_memory_is_kept_whole_in_its_row() -> None:
     bare = PartitionMemory.first(7, 100.0)
     table[("t", 1)], table[("t", 0)] = full, bare
     assert table[("t", 1)] == full and table[("t", 0)] == bare
-    assert table.rows["rewind_pending"].tolist() == [44, NONE]
-    assert np.isnan(table.rows["run_t0"][1])  # no run: every element of it None
+    cols = Columns(*table.rows)
+    assert cols.rewind_pending[0] == 44 and np.isnan(cols.rewind_pending[1])
+    assert np.isnan(cols.run_n[1])  # no run: every element of it None
     assert table.aligned([("t", 0), ("t", 1)]) and table.tps == [("t", 0), ("t", 1)]
     assert table[("t", 1)] == full
     del table[("t", 0)]

@@ -11,8 +11,10 @@ known HW, no backward move, none pending); :func:`ok_rows` says which of them ev
 leaves ``ok`` without reading a reason's facts. ``tests/test_columns.py`` holds both equal
 to the per-partition step and to :func:`~exporter.evaluate.rules.classify`.
 
-``None`` is stored as NaN in a float column and as :data:`NONE` in an integer column
-(offsets and counts are never that low).
+Every column is float64 and the table is column-major (a column's rows are contiguous,
+which is what the steps read): offsets are exact up to 2**53, as in
+:mod:`exporter.evaluate.rates`; ``None`` is NaN; an owner is its member id's index in the
+table's ``owners`` (-1: none known).
 """
 
 from __future__ import annotations
@@ -32,58 +34,53 @@ from exporter.evaluate.constants import (
 from exporter.evaluate.memory import Ownership, PartitionMemory, Rewind, Tuning
 
 TP = tuple[str, int]
-NONE = np.iinfo(np.int64).min  # an integer element that is None
+NONE = np.nan  # an element that is None
 
-_I, _F, _B = "i8", "f8", "?"
-# One column per element of PartitionMemory's flat tuple, in its order; the rewind and
-# the ownership (one element each there) take two columns each here.
+# One column per element of PartitionMemory's flat tuple, in its order, with what it
+# holds (i: an integer, f: a float, b: a bool; each may be None but the bools); the rewind
+# and the ownership (one element each there) take two columns each here.
 COLUMNS: tuple[tuple[str, str], ...] = (
-    ("committed", _I), ("changed_at", _F),
-    ("freeze_hw", _I), ("quiet_at", _F), ("flow_at", _F), ("tail_from", _F),
-    ("new_data_at", _F), ("arrived_at", _F),
-    ("floor_low", _I), ("floor_next", _I), ("floor_at", _F),
-    ("rewind_until", _F), ("rewind_pending", _I),
-    ("lag_since", _F),
-    ("run_t0", _F), ("run_l0", _F), ("run_n", _I), ("run_gap", _F), ("run_t_last", _F),
-    ("run_committed", _I), ("run_lag_s", _F), ("run_hw", _I),
-    ("lagging", _B), ("owner", _I), ("unowned", _I), ("above_from", _F),
+    ("committed", "i"), ("changed_at", "f"),
+    ("freeze_hw", "i"), ("quiet_at", "f"), ("flow_at", "f"), ("tail_from", "f"),
+    ("new_data_at", "f"), ("arrived_at", "f"),
+    ("floor_low", "i"), ("floor_next", "i"), ("floor_at", "f"),
+    ("rewind_until", "f"), ("rewind_pending", "i"),
+    ("lag_since", "f"),
+    ("run_t0", "f"), ("run_l0", "f"), ("run_n", "i"), ("run_gap", "f"), ("run_t_last", "f"),
+    ("run_committed", "i"), ("run_lag_s", "f"), ("run_hw", "i"),
+    ("lagging", "b"), ("owner", "i"), ("unowned", "i"), ("above_from", "f"),
 )
-DTYPE = np.dtype(list(COLUMNS))
+Columns = NamedTuple("Columns", [(name, np.ndarray) for name, _kind in COLUMNS])  # type: ignore[misc]
 _REWIND_AT, _OWNERSHIP_AT = 11, 22  # their places in PartitionMemory's flat tuple
 _KINDS = tuple(kind for _name, kind in COLUMNS)
+_RUN = tuple(i for i, (name, _kind) in enumerate(COLUMNS) if name.startswith("run_"))
 
 
-def _enc(v: object, kind: str) -> object:
-    if v is None:
-        return np.nan if kind == _F else NONE
-    return v
-
-
-def _dec(v: object, kind: str) -> object:
-    if kind == _F:
-        return None if v != v else v  # NaN is None
-    if kind == _I:
-        return None if v == NONE else v
-    return v
+def _dec(v: float, kind: str) -> object:
+    if kind == "b":
+        return bool(v)
+    if v != v:  # NaN is None
+        return None
+    return int(v) if kind == "i" else v
 
 
 class PartitionTable(MutableMapping[TP, PartitionMemory]):
-    """The partition memory of one group: a row per partition, a column per element.
-    Member ids of owners are kept once each, as row values their index in ``owners``."""
+    """The partition memory of one group: a row per partition, a column per element."""
 
     __slots__ = ("tps", "_index", "_buf", "owners", "_owner_ids")
 
     def __init__(self) -> None:
         self.tps: list[TP] = []
         self._index: dict[TP, int] = {}
-        self._buf = np.zeros(0, DTYPE)  # the rows, then room for more
+        self._buf = np.zeros((len(COLUMNS), 0))  # the rows, then room for more
         self.owners: list[str] = []
         self._owner_ids: dict[str, int] = {}
 
     @property
     def rows(self) -> np.ndarray:
-        """One row per partition, in the order of ``tps`` (a view: writes go to the table)."""
-        return self._buf[:len(self.tps)]
+        """A column per element, a row per partition in the order of ``tps`` (a view:
+        writes go to the table)."""
+        return self._buf[:, :len(self.tps)]
 
     # -- the mapping (one partition at a time) --------------------------------------
     def __len__(self) -> int:
@@ -102,21 +99,21 @@ class PartitionTable(MutableMapping[TP, PartitionMemory]):
         i = self._index.get(tp)
         if i is None:
             i = self._append(tp)
-        self._buf[i] = self.encode(mem)
+        self._buf[:, i] = self.encode(mem)
 
     def __delitem__(self, tp: TP) -> None:
         i = self._index.pop(tp)
         n = len(self.tps)
-        self._buf[i:n - 1] = self._buf[i + 1:n]
+        self._buf[:, i:n - 1] = self._buf[:, i + 1:n]
         del self.tps[i]
         for j, t in enumerate(self.tps[i:], i):
             self._index[t] = j
 
     def _append(self, tp: TP) -> int:
         i = len(self.tps)
-        if i == len(self._buf):  # room for half as many again: appends cost O(1) each
-            grown = np.zeros(max(4, i + i // 2), DTYPE)
-            grown[:i] = self._buf
+        if i == self._buf.shape[1]:  # room for half as many again: appends cost O(1) each
+            grown = np.zeros((len(COLUMNS), max(4, i + i // 2)))
+            grown[:, :i] = self._buf
             self._buf = grown
         self.tps.append(tp)
         self._index[tp] = i
@@ -133,15 +130,15 @@ class PartitionTable(MutableMapping[TP, PartitionMemory]):
             self.owners.append(member)
         return i
 
-    def encode(self, mem: PartitionMemory) -> tuple[object, ...]:
+    def encode(self, mem: PartitionMemory) -> list[float]:
         flat = list(mem)
         rewind, ownership = flat[_REWIND_AT], flat[_OWNERSHIP_AT]
         flat[_OWNERSHIP_AT:_OWNERSHIP_AT + 1] = [self.owner_id(ownership.owner), ownership.unowned]
         flat[_REWIND_AT:_REWIND_AT + 1] = [rewind.until, rewind.pending]
-        return tuple(_enc(v, k) for v, k in zip(flat, _KINDS, strict=True))
+        return [np.nan if v is None else v for v in flat]
 
     def memory(self, i: int) -> PartitionMemory:
-        vals = [_dec(v, k) for v, k in zip(self._buf[i].tolist(), _KINDS, strict=True)]
+        vals = [_dec(v, k) for v, k in zip(self._buf[:, i].tolist(), _KINDS, strict=True)]
         owner = vals[_OWNERSHIP_AT + 1]
         vals[_OWNERSHIP_AT + 1:_OWNERSHIP_AT + 3] = [
             Ownership(None if owner is None or owner < 0 else self.owners[owner], vals[_OWNERSHIP_AT + 2])]
@@ -155,7 +152,7 @@ class PartitionTable(MutableMapping[TP, PartitionMemory]):
             return True
         if len(tps) != len(self.tps) or any(tp not in self._index for tp in tps):
             return False
-        self._buf = self._buf[[self._index[tp] for tp in tps]]
+        self._buf = self._buf[:, [self._index[tp] for tp in tps]]
         self.tps = list(tps)
         self._index = {tp: i for i, tp in enumerate(tps)}
         return True
@@ -163,14 +160,14 @@ class PartitionTable(MutableMapping[TP, PartitionMemory]):
 
 class Samples(NamedTuple):
     """One cycle's :class:`~exporter.evaluate.memory.Sample` of many partitions, as
-    columns (a known HW each: :func:`plain`)."""
+    columns (float64 as the table's, NaN: None; ``owned`` bool)."""
 
-    committed: np.ndarray  # i8
-    hw: np.ndarray  # i8
-    lag_off: np.ndarray  # i8
-    lag_s: np.ndarray  # f8, NaN: unknown
-    owned: np.ndarray  # bool
-    owner: np.ndarray  # i8, the owner's id in the table, -1: not known
+    committed: np.ndarray
+    hw: np.ndarray
+    lag_off: np.ndarray
+    lag_s: np.ndarray
+    owned: np.ndarray
+    owner: np.ndarray  # the owner's id in the table, -1: not known
 
 
 class Evidence(NamedTuple):
@@ -186,117 +183,111 @@ class Evidence(NamedTuple):
 def plain(before: np.ndarray, s: Samples) -> np.ndarray:
     """The rows :func:`observe_rows` steps: the HW known, the committed offset not moved
     backwards and no backward move pending (a rewind's evidence is judged one at a time)."""
-    return (s.hw != NONE) & (s.committed >= before["committed"]) & (before["rewind_pending"] == NONE)
+    m = Columns(*before)
+    return ~np.isnan(s.hw) & (s.committed >= m.committed) & np.isnan(m.rewind_pending)
 
 
-def observe_rows(m: np.ndarray, s: Samples, now: float, tu: Tuning) -> tuple[np.ndarray, Evidence]:
+def observe_rows(before: np.ndarray, s: Samples, now: float, tu: Tuning) -> tuple[np.ndarray, Evidence]:
     """:func:`~exporter.evaluate.memory.observe` then ``remember`` with an ``ok`` or
     ``lagging`` status, for rows that are all :func:`plain`: the next memory of each, and
-    the evidence."""
-    a = m.copy()
-    moved = s.committed != m["committed"]
-    changed_at = np.where(moved, now, m["changed_at"])
-    a["committed"], a["changed_at"] = s.committed, changed_at
+    the evidence. The thresholds of ``tu`` may be arrays, each row's group's."""
+    after = before.copy()
+    m, a = Columns(*before), Columns(*after)
+    moved = s.committed != m.committed
+    changed_at = np.where(moved, now, m.changed_at)
+    a.committed[:], a.changed_at[:] = s.committed, changed_at
     _new_data(a, m, moved, s.hw, now, tu.stall_after)
-    rolls = now - m["floor_at"] >= LATE_COMMIT_WINDOW
-    a["floor_low"] = np.where(rolls, m["floor_next"], m["floor_low"])
-    a["floor_next"] = np.where(rolls, m["committed"], m["floor_next"])
-    a["floor_at"] = np.where(rolls, now, m["floor_at"])
+    rolls = now - m.floor_at >= LATE_COMMIT_WINDOW
+    a.floor_low[:] = np.where(rolls, m.floor_next, m.floor_low)
+    a.floor_next[:] = np.where(rolls, m.committed, m.floor_next)
+    a.floor_at[:] = np.where(rolls, now, m.floor_at)
     has_lag = s.lag_off != 0
-    since = np.where(np.isnan(m["lag_since"]), now - np.maximum(np.nan_to_num(s.lag_s), 0.0),
-                     m["lag_since"])
-    a["lag_since"] = np.where(has_lag, since, np.nan)
+    since = np.where(np.isnan(m.lag_since), now - np.maximum(np.nan_to_num(s.lag_s), 0.0), m.lag_since)
+    a.lag_since[:] = np.where(has_lag, since, np.nan)
     stalled = np.where(has_lag, now - np.maximum(changed_at, since), 0.0)
-    new_owner = (s.owner >= 0) & (m["owner"] >= 0) & (s.owner != m["owner"])
-    a["unowned"] = np.where(s.owned, 0, m["unowned"] + 1)
-    a["owner"] = np.where(s.owner < 0, m["owner"], s.owner)
-    quiet = now - a["arrived_at"] >= QUIET_FRACTION * tu.stall_after
+    new_owner = (s.owner >= 0) & (m.owner >= 0) & (s.owner != m.owner)
+    a.unowned[:] = np.where(s.owned, 0, m.unowned + 1)
+    a.owner[:] = np.where(s.owner < 0, m.owner, s.owner)
+    quiet = now - a.arrived_at >= QUIET_FRACTION * tu.stall_after
     lagging = _commit_trend(a, m, s, moved, new_owner, quiet, now, tu)
-    nd = now - a["new_data_at"]
-    return a, Evidence(stalled, nd, now < m["rewind_until"],
-                       a["unowned"] >= STOPPED_AFTER_CYCLES, lagging)
+    return after, Evidence(stalled, now - a.new_data_at, now < m.rewind_until,
+                           a.unowned >= STOPPED_AFTER_CYCLES, lagging)
 
 
-def _new_data(a: np.ndarray, m: np.ndarray, moved: np.ndarray, hw: np.ndarray, now: float,
-              stall_after: float) -> None:
+def _new_data(a: Columns, m: Columns, moved: np.ndarray, hw: np.ndarray, now: float,
+              stall_after: float | np.ndarray) -> None:
     """:func:`~exporter.evaluate.memory.new_data`, a known HW each."""
-    fz = m["freeze_hw"]
-    known = fz != NONE
-    arrived = known & (hw > fz)
-    a["arrived_at"] = np.where(arrived, now, m["arrived_at"])
+    fz = m.freeze_hw
+    known = ~np.isnan(fz)
+    arrived = hw > fz  # False where fz is NaN (unknown)
+    a.arrived_at[:] = np.where(arrived, now, m.arrived_at)
     restart = moved | ~known  # the offset moved, or no HW known before: evidence restarts
-    quiet_at, flow_at, tail_from, nd_at = m["quiet_at"], m["flow_at"], m["tail_from"], m["new_data_at"]
-    waiting = ~restart & np.isnan(nd_at)
-    grew = waiting & arrived
-    paused = (quiet_at > m["changed_at"]) & (
-        np.isnan(tail_from) | (quiet_at - flow_at >= QUIET_FRACTION * stall_after))
-    flowing = ~paused & (now - m["changed_at"] >= stall_after)
-    nd_new = np.where(paused, quiet_at, np.where(np.isnan(tail_from), quiet_at, tail_from))
-    a["new_data_at"] = np.where(restart, np.nan, np.where(grew & (paused | flowing), nd_new, nd_at))
-    tail_keep = np.where(grew & ~paused & ~flowing & np.isnan(tail_from), quiet_at, tail_from)
-    a["tail_from"] = np.where(restart, np.where(moved & arrived, now, np.nan), tail_keep)
-    a["flow_at"] = np.where(restart | grew, now, flow_at)
-    a["quiet_at"] = np.where(restart | (waiting & (hw == fz)), now, quiet_at)
-    a["freeze_hw"] = hw
+    quiet_at, flow_at, tail_from, nd_at = m.quiet_at, m.flow_at, m.tail_from, m.new_data_at
+    no_tail = np.isnan(tail_from)
+    grew = ~restart & np.isnan(nd_at) & arrived
+    paused = (quiet_at > m.changed_at) & (no_tail | (quiet_at - flow_at >= QUIET_FRACTION * stall_after))
+    flowing = ~paused & (now - m.changed_at >= stall_after)
+    nd_new = np.where(paused | no_tail, quiet_at, tail_from)
+    a.new_data_at[:] = np.where(restart, np.nan, np.where(grew & (paused | flowing), nd_new, nd_at))
+    tail_keep = np.where(grew & ~paused & ~flowing & no_tail, quiet_at, tail_from)
+    a.tail_from[:] = np.where(restart, np.where(moved & arrived, now, np.nan), tail_keep)
+    a.flow_at[:] = np.where(restart | grew, now, flow_at)
+    a.quiet_at[:] = np.where(restart | (~restart & np.isnan(nd_at) & (hw == fz)), now, quiet_at)
+    a.freeze_hw[:] = hw
 
 
-def _commit_trend(a: np.ndarray, m: np.ndarray, s: Samples, moved: np.ndarray, new_owner: np.ndarray,
+def _commit_trend(a: Columns, m: Columns, s: Samples, moved: np.ndarray, new_owner: np.ndarray,
                   quiet: np.ndarray, now: float, tu: Tuning) -> np.ndarray:
     """:func:`~exporter.evaluate.memory.commit_trend` (and ``extend_run``, ``lag_trend``)
     for :func:`plain` rows, which never moved backwards: writes the run and the trend kept
     into ``a``; returns whether each is lagging."""
-    has_prev = ~new_owner & ~np.isnan(m["run_t0"])
-    prev = {k: np.where(has_prev, m[k], np.nan if kind == _F else NONE)
-            for k, kind in COLUMNS if k.startswith("run_")}
-    extends = (has_prev & (s.committed > prev["run_committed"]) & ~np.isnan(s.lag_s)
-               & ~np.isnan(prev["run_lag_s"]) & (s.lag_s > prev["run_lag_s"])
-               & (prev["run_hw"] != NONE) & (s.hw > prev["run_hw"]))
+    has_prev = ~new_owner & ~np.isnan(m.run_t0)
+    prev = Columns(*(np.where(has_prev, col, np.nan) if i in _RUN else col for i, col in enumerate(m)))
+    extends = (has_prev & (s.committed > prev.run_committed) & (s.lag_s > prev.run_lag_s)
+               & (s.hw > prev.run_hw))  # False wherever one of them is None (NaN)
     new_run = moved | ~has_prev
     fresh = new_run & ~extends
     ext = new_run & extends
-    for k in ("run_t0", "run_l0"):
-        a[k] = np.where(fresh, now if k == "run_t0" else s.lag_s, prev[k])
-    a["run_n"] = np.where(fresh, 1, np.where(ext, prev["run_n"] + 1, prev["run_n"]))
-    a["run_gap"] = np.where(fresh, 0.0, np.where(ext, np.maximum(prev["run_gap"], now - prev["run_t_last"]),
-                                                 prev["run_gap"]))
-    latest = (("run_t_last", now), ("run_committed", s.committed), ("run_lag_s", s.lag_s), ("run_hw", s.hw))
-    for k, v in latest:
-        a[k] = np.where(new_run, v, prev[k])
-    was = m["lagging"]
+    a.run_t0[:] = np.where(fresh, now, prev.run_t0)
+    a.run_l0[:] = np.where(fresh, s.lag_s, prev.run_l0)
+    a.run_n[:] = np.where(fresh, 1, np.where(ext, prev.run_n + 1, prev.run_n))
+    a.run_gap[:] = np.where(fresh, 0.0, np.where(ext, np.maximum(prev.run_gap, now - prev.run_t_last),
+                                                 prev.run_gap))
+    a.run_t_last[:] = np.where(new_run, now, prev.run_t_last)
+    a.run_committed[:] = np.where(new_run, s.committed, prev.run_committed)
+    a.run_lag_s[:] = np.where(new_run, s.lag_s, prev.run_lag_s)
+    a.run_hw[:] = np.where(new_run, s.hw, prev.run_hw)
+    was = m.lagging != 0
     trend = _lag_trend(a, prev, s.lag_s, was, quiet, tu)
     judged = moved | ~has_prev | (s.lag_s > tu.lag_threshold)
-    lagging = np.where(judged, trend, was & ~quiet)
     unknown = np.isnan(s.lag_s)
-    lagging = np.where(s.lag_off == 0, False, np.where(unknown, was, lagging))
-    a["lagging"] = np.where(unknown & (s.lag_off != 0), was, lagging)
-    return np.where(unknown, False, lagging)
+    kept = np.where(s.lag_off == 0, False, np.where(unknown, was, np.where(judged, trend, was & ~quiet)))
+    a.lagging[:] = kept
+    return kept & ~unknown
 
 
-def _lag_trend(a: np.ndarray, prev: dict[str, np.ndarray], lag_s: np.ndarray, was: np.ndarray,
-               quiet: np.ndarray, tu: Tuning) -> np.ndarray:
+def _lag_trend(a: Columns, prev: Columns, lag_s: np.ndarray, was: np.ndarray, quiet: np.ndarray,
+               tu: Tuning) -> np.ndarray:
     """:func:`~exporter.evaluate.memory.lag_trend` over the run in ``a`` and the one before."""
-    above = lag_s > tu.lag_threshold
-    behind_now = np.where(a["run_hw"] == NONE, np.inf, (a["run_hw"] - a["run_committed"]).astype(float))
-    behind_prev = np.where(prev["run_hw"] == NONE, np.inf,
-                           (prev["run_hw"] - prev["run_committed"]).astype(float))
-    shrinking = (lag_s < prev["run_lag_s"]) & (behind_now < behind_prev)
-    stays = np.isnan(prev["run_t0"]) | np.isnan(prev["run_lag_s"]) | ~shrinking
-    keeps = ~((lag_s <= tu.interval) | quiet) & stays
-    growth = a["run_lag_s"] - a["run_l0"]
-    grows = ((a["run_n"] >= TREND_MIN_COMMITS) & ~np.isnan(a["run_l0"]) & ~np.isnan(a["run_lag_s"])
-             & (growth >= TREND_GROWTH_RATIO * (a["run_t_last"] - a["run_t0"]))
-             & (growth > a["run_gap"] + tu.interval))
-    return above | np.where(was, keeps, grows)
+    behind_now = np.where(np.isnan(a.run_hw), np.inf, a.run_hw - a.run_committed)
+    behind_prev = np.where(np.isnan(prev.run_hw), np.inf, prev.run_hw - prev.run_committed)
+    shrinking = (lag_s < prev.run_lag_s) & (behind_now < behind_prev)
+    keeps = ~((lag_s <= tu.interval) | quiet) & ~shrinking
+    growth = a.run_lag_s - a.run_l0  # NaN (no growth) where either is None
+    grows = ((a.run_n >= TREND_MIN_COMMITS) & (growth >= TREND_GROWTH_RATIO * (a.run_t_last - a.run_t0))
+             & (growth > a.run_gap + tu.interval))
+    return (lag_s > tu.lag_threshold) | np.where(was, keeps, grows)
 
 
-def ok_rows(e: Evidence, s: Samples, outside: bool, allowance: float, th_stall_after: float,
-            th_lag_seconds: float) -> np.ndarray:
+def ok_rows(e: Evidence, s: Samples, outside: np.ndarray, allowance: np.ndarray,
+            th_stall_after: np.ndarray, th_lag_seconds: np.ndarray) -> np.ndarray:
     """The rows every rule of :data:`~exporter.evaluate.rules.RULES` leaves ``ok`` for a
     partition of a group without reports (not a Spark query, not owned-and-never-committed,
     its topic subscribed): no lag; or nobody-owns not confirmed (or an outside client
     within its allowance), stalled for less than ``stall_after``, no rewind, lag seconds
-    within the threshold and no growing trend. The others are judged one at a time."""
-    limit = max(th_stall_after, allowance)
+    within the threshold and no growing trend. The others are judged one at a time.
+    The group-level facts and thresholds come per row (each row's group's)."""
+    limit = np.maximum(th_stall_after, allowance)
     unowned_clear = ~e.unowned_confirmed | (outside & (e.stalled_seconds < limit))
     judged_ok = (unowned_clear & (e.stalled_seconds < th_stall_after) & ~e.rewinding
                  & ~(s.lag_s > th_lag_seconds) & ~e.lagging)

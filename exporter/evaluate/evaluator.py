@@ -40,7 +40,7 @@ from exporter.contracts.view import (
     SparkInfo,
 )
 from exporter.evaluate.cadence import Gaps, learn_commit_gaps, member_allowance, new_gaps
-from exporter.evaluate.columns import NONE, PartitionTable, Samples, observe_rows, ok_rows, plain
+from exporter.evaluate.columns import PartitionTable, Samples, observe_rows, ok_rows, plain
 from exporter.evaluate.constants import (
     REPORT_STALE_INTERVALS,
     UNREADABLE_GRACE_CYCLES,
@@ -106,6 +106,36 @@ class _GroupCycle:
     left: frozenset[str]  # topics no member subscribes to any more
     tuning: Tuning  # the group's thresholds, as the memory step reads them
     prev_views: dict[TP, PartitionView]  # last cycle's views of the committed partitions
+
+
+@dataclasses.dataclass(slots=True, kw_only=True)
+class _Columns:
+    """One group's share of the cycle's columns (:meth:`Evaluator._column_batch`)."""
+
+    rows: np.ndarray  # the rows of its PartitionTable judged in columns
+    samples: Samples  # theirs
+    # per committed partition, in order
+    owners: list[Member | None]
+    lag_s: list[float | None]
+    committed: list[int]
+    lag_off: list[int]
+    # set by Evaluator._judge_columns: the rows found ok, and their stall clocks
+    ok: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0, np.int64))
+    stalled: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0))
+
+
+@dataclasses.dataclass(slots=True, kw_only=True)
+class _Pending:
+    """A group between its preparation and its judgement (:meth:`Evaluator.evaluate`)."""
+
+    gid: str
+    g: GroupSample
+    st: GroupMemory
+    th: Thresholds
+    reports: list[ConsumerReport]
+    cycle: _GroupCycle | None = None  # None: the group could not be read
+    tps: list[TP] = dataclasses.field(default_factory=list)  # its committed partitions, in order
+    columns: _Columns | None = None
 
 
 class Evaluator:
@@ -178,6 +208,7 @@ class Evaluator:
                 samples[gid] = _spark_sample(rep, now, self._thresholds_of(gid))
         views: dict[str, GroupView] = {}
         self.progress.begin(snap.partitions)
+        pending: list[_Pending] = []
         for gid, g in samples.items():
             self.th = self._thresholds_of(gid)
             reports = consumer_reports.get(gid, [])
@@ -186,9 +217,13 @@ class Evaluator:
                 self.rest[gid], views[gid] = r, served(r, self.progress.window, now)
                 self.progress.rested(gid, views[gid])
                 continue
-            views[gid] = self._judged(gid, g, r, snap.partitions, reports,
-                                      spark_reports.get(gid) if g.type == GroupType.SPARK else None,
-                                      exact_ts or {}, now)
+            pending.append(self._prepared(gid, g, r, snap.partitions, reports,
+                                          spark_reports.get(gid) if g.type == GroupType.SPARK else None,
+                                          exact_ts or {}, now))
+        self._judge_columns(pending, now)
+        for p in pending:
+            self.th = p.th
+            views[p.gid] = self._judged(p, snap.partitions, now)
         self.th = self.cluster_th
         for gid in list(self.groups):
             if gid not in samples:
@@ -213,28 +248,44 @@ class Evaluator:
             return set()
         return changed_topics(self.last_good.partitions, snap.partitions)
 
-    def _judged(self, gid: str, g: GroupSample, r: Resting | None,
-                partitions: dict[TP, PartitionOffsets], reports: list[ConsumerReport],
-                spark: SparkReport | None, exact_ts: dict[tuple[str, int, int], float],
-                now: float) -> GroupView:
-        """One group evaluated, with its rates and rebalances; found at rest, it is skipped
-        from the next cycle on while nothing changes (exporter/evaluate/rest.py). Done group
-        by group, so a group entering rest drops its per-partition rate points before the
-        next group is evaluated: a cycle that wakes every group holds one group's points."""
+    def _prepared(self, gid: str, g: GroupSample, r: Resting | None,
+                  partitions: dict[TP, PartitionOffsets], reports: list[ConsumerReport],
+                  spark: SparkReport | None, exact_ts: dict[tuple[str, int, int], float],
+                  now: float) -> _Pending:
+        """A group woken or not at rest, its group-level evidence taken (members, the cycle's
+        facts) and its share of the cycle's columns gathered: judged once every group's is
+        (:meth:`_judge_columns`, :meth:`_judged`)."""
         state = self.groups.get(gid)
         if state is None:
             state = self.groups[gid] = GroupMemory(parts=PartitionTable())
         if r is not None:
             settle(r, state, self.progress.groups[gid])
-        v = self._group(g, state, partitions, reports, spark, exact_ts, now)
-        v = self.progress.one(gid, v, g, partitions, now)
-        v = self.rebalances.one(gid, v, g, reports, now)
-        if self.skip_at_rest and not reports:
+        if g.error is not None:
+            return _Pending(gid=gid, g=g, st=state, th=self.th, reports=reports)
+        state.unreadable_since = None
+        was_empty = state.seen_once and not state.members
+        remember_members(state, {m.member_id for m in g.members}, now, self.th.window, g.epoch)
+        c = self._cycle_of(g, state, partitions, reports, spark, exact_ts, was_empty, now)
+        for tp in [tp for tp in state.parts if tp not in g.committed]:
+            del state.parts[tp]
+        tps = sorted(g.committed)
+        return _Pending(gid=gid, g=g, st=state, th=self.th, reports=reports, cycle=c, tps=tps,
+                        columns=self._column_batch(c, tps) if self.columns else None)
+
+    def _judged(self, p: _Pending, partitions: dict[TP, PartitionOffsets], now: float) -> GroupView:
+        """One group judged, with its rates and rebalances; found at rest, it is skipped
+        from the next cycle on while nothing changes (exporter/evaluate/rest.py). Done group
+        by group, so a group entering rest drops its per-partition rate points before the
+        next group is judged: a cycle that wakes every group holds one group's points."""
+        v = self._group(p, now)
+        v = self.progress.one(p.gid, v, p.g, partitions, now)
+        v = self.rebalances.one(p.gid, v, p.g, p.reports, now)
+        if self.skip_at_rest and not p.reports:
             th = self.th
-            rest = enter(g, v, state, self.progress.groups.get(gid), self.rebalances.groups.get(gid),
+            rest = enter(p.g, v, p.st, self.progress.groups.get(p.gid), self.rebalances.groups.get(p.gid),
                          partitions, (th.window, th.rebalance_window, self.progress.min_span), now)
             if rest is not None:
-                self.rest[gid] = rest
+                self.rest[p.gid] = rest
         return v
 
     def _grace(self) -> float:
@@ -302,30 +353,25 @@ class Evaluator:
         return list(want)
 
     # -- one group -----------------------------------------------------------
-    def _group(self, g: GroupSample, st: GroupMemory, partitions: dict[TP, PartitionOffsets],
-               reports: list[ConsumerReport], spark: SparkReport | None,
-               exact_ts: dict[tuple[str, int, int], float], now: float) -> GroupView:
+    def _group(self, p: _Pending, now: float) -> GroupView:
         """One readable group: its committed partitions, then (member groups) those owned
         and never committed, then the group's status, reasons and members."""
-        if g.error is not None:
-            return self._unreadable(g, st, now)
-        st.unreadable_since = None
-        was_empty = st.seen_once and not st.members
-        remember_members(st, {m.member_id for m in g.members}, now, self.th.window, g.epoch)
-        c = self._cycle_of(g, st, partitions, reports, spark, exact_ts, was_empty, now)
-        for tp in [tp for tp in st.parts if tp not in g.committed]:
-            del st.parts[tp]
-        tps = sorted(g.committed)
-        parts = (self._columns_views(c, tps) if self.columns else None) or [
-            self._partition(c, tp) for tp in tps]
+        c = p.cycle
+        if c is None:
+            return self._unreadable(p.g, p.st, now)
+        g, st = c.g, c.st
+        if p.columns is not None:
+            parts = self._columns_views(c, p.tps, p.columns)
+        else:
+            parts = [self._partition(c, tp) for tp in p.tps]
         fresh = self._uncommitted(c)
         if fresh:
             parts = sorted((*parts, *fresh), key=lambda p: (p.topic, p.partition))
-        worst, membership = _group_status(g, parts, spark, c.membership)
+        worst, membership = _group_status(g, parts, c.spark, c.membership)
         view = GroupView(group=g.group_id, type=g.type, state=g.state, status=worst,
-                         reasons=tuple(_group_reasons(g, st, parts, spark, membership, now)),
+                         reasons=tuple(_group_reasons(g, st, parts, c.spark, membership, now)),
                          members=_member_views(g, c.report_by_member, now), partitions=tuple(parts),
-                         spark=_spark_info(spark, now) if spark else None, epoch=g.epoch,
+                         spark=_spark_info(c.spark, now) if c.spark else None, epoch=g.epoch,
                          membership=membership, exposure=_exposure(c, parts))
         st.last_view = view
         return view
@@ -498,41 +544,19 @@ class Evaluator:
                              reason=reason(rule, facts, self.th) or note(facts), owner=facts.owner,
                              unsubscribed=unsubscribed)
 
-    def _columns_views(self, c: _GroupCycle, tps: list[TP]) -> list[PartitionView] | None:
-        """The committed partitions of a group without reports, judged in columns
-        (exporter/evaluate/columns.py): every partition whose memory step is plain and that
-        every rule leaves ``ok`` at once, the others one at a time (:meth:`_partition`).
-        None when the group is not judged so (reports, Spark, share groups, partitions new
-        to the memory)."""
+    def _column_batch(self, c: _GroupCycle, tps: list[TP]) -> _Columns | None:
+        """A group's share of the cycle's columns: its committed partitions whose memory step
+        is plain (exporter/evaluate/columns.py). None when the group is judged one partition
+        at a time (reports, Spark, share groups, partitions new to the memory)."""
         g, table = c.g, c.st.parts
         if (g.type not in COMMITTING_TYPES or c.spark is not None or c.report_of
                 or c.report_by_member or not isinstance(table, PartitionTable) or not tps
                 or not table.aligned(tps)):
             return None
-        s, owners, lag_s = self._column_samples(c, tps, table)
-        rows = np.flatnonzero(plain(table.rows, s) & np.fromiter(
-            (tp[0] not in c.left for tp in tps), bool, len(tps)))
-        sub = Samples(*(col[rows] for col in s))
-        after, e = observe_rows(table.rows[rows], sub, c.now, c.tuning)
-        ok = ok_rows(e, sub, c.st.outside_at is not None, c.allowance, self.th.stall_after,
-                     self.th.lag_seconds)
-        table.rows[rows[ok]] = after[ok]
-        self.judged_in_columns += int(ok.sum())
-        views: list[PartitionView | None] = [None] * len(tps)
-        committed, lag_off = s.committed.tolist(), s.lag_off.tolist()
-        for i, stalled in zip(rows[ok].tolist(), e.stalled_seconds[ok].tolist(), strict=True):
-            views[i] = _ok_view(tps[i], committed[i], lag_off[i], lag_s[i], stalled, owners[i],
-                                c.prev_views)
-        return [v if v is not None else self._partition(c, tp) for v, tp in zip(views, tps, strict=True)]
-
-    def _column_samples(self, c: _GroupCycle, tps: list[TP], table: PartitionTable
-                        ) -> tuple[Samples, list[Member | None], list[float | None]]:
-        """This cycle's samples of a group's committed partitions, as columns; the owning
-        members and the lag seconds, as lists."""
-        g, n, now = c.g, len(tps), c.now
+        n, now = len(tps), c.now
         committed = [g.committed[tp] for tp in tps]
         hws = [po.hw if (po := c.partitions.get(tp)) is not None else None for tp in tps]
-        hw = np.array([NONE if h is None else h for h in hws], np.int64)
+        hw = np.array([np.nan if h is None else h for h in hws])
         lag_off = [0 if h is None else max(0, h - off) for h, off in zip(hws, committed, strict=True)]
         lag_s = [0.0 if not lo else self._lag_seconds(tp, off, hws[i], lo, c.exact_ts, now)
                  for i, (tp, off, lo) in enumerate(zip(tps, committed, lag_off, strict=True))]
@@ -540,12 +564,54 @@ class Evaluator:
             owners = [c.owner_of.get(tp) for tp in tps]
             owned = np.fromiter((_member_owns(c, tp) for tp in tps), bool, n)
             owner = np.fromiter((table.owner_id(m.member_id) if m is not None else -1 for m in owners),
-                                np.int64, n)
+                                float, n)
         else:
-            owners, owned, owner = [None] * n, np.zeros(n, bool), np.full(n, -1, np.int64)
-        return Samples(np.array(committed, np.int64), hw, np.array(lag_off, np.int64),
-                       np.array([np.nan if v is None else v for v in lag_s], np.float64),
-                       owned, owner), owners, lag_s
+            owners, owned, owner = [None] * n, np.zeros(n, bool), np.full(n, -1.0)
+        s = Samples(np.array(committed, float), hw, np.array(lag_off, float),
+                    np.array([np.nan if v is None else v for v in lag_s]), owned, owner)
+        rows = np.flatnonzero(plain(table.rows, s) & np.fromiter(
+            (tp[0] not in c.left for tp in tps), bool, n))
+        return _Columns(rows=rows, samples=Samples(*(col[rows] for col in s)), owners=owners,
+                        lag_s=lag_s, committed=committed, lag_off=lag_off)
+
+    def _judge_columns(self, groups: list[_Pending], now: float) -> None:
+        """The memory step and the ``ok`` rules for every group's plain partitions at once
+        (exporter/evaluate/columns.py); the rows found ``ok`` take their next memory now,
+        the others are judged one at a time with the rest of their group."""
+        batches = [p.columns for p in groups if p.columns is not None]
+        if not batches:
+            return
+        sizes = [len(b.rows) for b in batches]
+
+        def per_row(values: list[float] | list[bool]) -> np.ndarray:
+            return np.repeat(np.array(values), sizes)
+
+        ths = [p.th for p in groups if p.columns is not None]
+        stall_after = per_row([th.stall_after for th in ths])
+        lag_threshold = per_row([th.lag_seconds for th in ths])
+        cycles = [p.cycle for p in groups if p.columns is not None]
+        before = np.concatenate([c.st.parts.rows[:, b.rows] for c, b in zip(cycles, batches, strict=True)],
+                                axis=1)
+        s = Samples(*(np.concatenate(col) for col in zip(*(b.samples for b in batches), strict=True)))
+        after, e = observe_rows(before, s, now, Tuning(self.interval, lag_threshold, stall_after))
+        ok = ok_rows(e, s, per_row([c.st.outside_at is not None for c in cycles]),
+                     per_row([c.allowance for c in cycles]), stall_after, lag_threshold)
+        lo = 0
+        for c, b, n in zip(cycles, batches, sizes, strict=True):
+            mine = ok[lo:lo + n]
+            c.st.parts.rows[:, b.rows[mine]] = after[:, lo:lo + n][:, mine]
+            b.ok, b.stalled = b.rows[mine], e.stalled_seconds[lo:lo + n][mine]
+            lo += n
+        self.judged_in_columns = int(ok.sum())
+
+    def _columns_views(self, c: _GroupCycle, tps: list[TP], b: _Columns) -> list[PartitionView]:
+        """The group's committed partitions: those found ``ok`` in columns, the others
+        judged one at a time (:meth:`_partition`)."""
+        views: list[PartitionView | None] = [None] * len(tps)
+        for i, stalled in zip(b.ok.tolist(), b.stalled.tolist(), strict=True):
+            views[i] = _ok_view(tps[i], b.committed[i], b.lag_off[i], b.lag_s[i], stalled, b.owners[i],
+                                c.prev_views)
+        return [v if v is not None else self._partition(c, tp) for v, tp in zip(views, tps, strict=True)]
 
     def _lag_seconds(self, tp: TP, committed: int, hw: int, lag_off: int,
                      exact_ts: dict[tuple[str, int, int], float], now: float) -> float | None:
