@@ -180,7 +180,7 @@ def test_the_benchmark_shapes_are_judged_in_columns(live: bool) -> None:
     for c in range(8):
         snap = snapshot(40, 10, c, 1_000_000.0 + 15 * c, live=live)
         assert cols.evaluate(snap) == one.evaluate(snap)
-    assert cols.judged_in_columns == (400 if live else 0)  # every partition of the last cycle
+    assert cols.judged_in_columns == 400  # every partition of the last cycle
     assert live_snapshot(2, 2, 1, 0.0).groups  # the live shape has groups
 
 

@@ -51,6 +51,7 @@ COLUMNS: tuple[tuple[str, str], ...] = (
     ("lagging", "b"), ("owner", "i"), ("unowned", "i"), ("above_from", "f"),
 )
 Columns = NamedTuple("Columns", [(name, np.ndarray) for name, _kind in COLUMNS])  # type: ignore[misc]
+LAGGING = [name for name, _kind in COLUMNS].index("lagging")
 _REWIND_AT, _OWNERSHIP_AT = 11, 22  # their places in PartitionMemory's flat tuple
 _KINDS = tuple(kind for _name, kind in COLUMNS)
 _RUN = tuple(i for i, (name, _kind) in enumerate(COLUMNS) if name.startswith("run_"))
@@ -146,6 +147,12 @@ class PartitionTable(MutableMapping[TP, PartitionMemory]):
         return tuple.__new__(PartitionMemory, vals)
 
     # -- the group's partitions at once ------------------------------------------------
+    def any_beyond(self, offsets: dict[TP, int]) -> bool:
+        """Some partition's offset in ``offsets`` is past its remembered committed offset."""
+        committed = self._buf[0].tolist()
+        index = self._index
+        return any(off > committed[i] for tp, off in offsets.items() if (i := index.get(tp)) is not None)
+
     def aligned(self, tps: list[TP]) -> bool:
         """The rows are ``tps``, in this order (reordered when they are the same set)."""
         if self.tps == tps:

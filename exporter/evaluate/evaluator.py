@@ -15,7 +15,7 @@ sample stands still (``exporter/evaluate/rest.py``)."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import MutableMapping, Sequence
 
 import numpy as np
 
@@ -40,7 +40,16 @@ from exporter.contracts.view import (
     SparkInfo,
 )
 from exporter.evaluate.cadence import Gaps, learn_commit_gaps, member_allowance, new_gaps
-from exporter.evaluate.columns import PartitionTable, Samples, observe_rows, ok_rows, plain
+from exporter.evaluate.columns import (
+    LAGGING,
+    Columns,
+    Evidence,
+    PartitionTable,
+    Samples,
+    observe_rows,
+    ok_rows,
+    plain,
+)
 from exporter.evaluate.constants import (
     REPORT_STALE_INTERVALS,
     UNREADABLE_GRACE_CYCLES,
@@ -118,10 +127,13 @@ class _Columns:
     owners: list[Member | None]
     lag_s: list[float | None]
     committed: list[int]
+    hw: list[int | None]
     lag_off: list[int]
-    # set by Evaluator._judge_columns: the rows found ok, and their stall clocks
-    ok: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0, np.int64))
-    stalled: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0))
+    # set by Evaluator._judge_columns: of each row judged, whether every rule leaves it
+    # ok, the evidence and when its committed offset last moved
+    ok: np.ndarray | None = None
+    evidence: Evidence | None = None
+    changed_at: np.ndarray | None = None
 
 
 @dataclasses.dataclass(slots=True, kw_only=True)
@@ -435,8 +447,7 @@ class Evaluator:
         # sampling errors: the group may have been there, unlisted.
         last = self.last_good
         created = prev is None and last is not None and not last.last_error
-        moved = created or any((mem := st.parts.get(tp)) is not None and prog > mem.committed
-                               for tp, (_consumed, prog) in progress.items())
+        moved = created or _moved_forward(st.parts, progress)
         healthy = prev is None or prev.status in (Status.OK, Status.LAGGING)
         remember_outside(st, moved, True, was_empty or created, healthy, now)
         if st.outside_at is None:
@@ -572,46 +583,80 @@ class Evaluator:
         rows = np.flatnonzero(plain(table.rows, s) & np.fromiter(
             (tp[0] not in c.left for tp in tps), bool, n))
         return _Columns(rows=rows, samples=Samples(*(col[rows] for col in s)), owners=owners,
-                        lag_s=lag_s, committed=committed, lag_off=lag_off)
+                        lag_s=lag_s, committed=committed, hw=hws, lag_off=lag_off)
 
     def _judge_columns(self, groups: list[_Pending], now: float) -> None:
-        """The memory step and the ``ok`` rules for every group's plain partitions at once
-        (exporter/evaluate/columns.py); the rows found ``ok`` take their next memory now,
-        the others are judged one at a time with the rest of their group."""
-        batches = [p.columns for p in groups if p.columns is not None]
-        if not batches:
+        """The memory step of every group's plain partitions at once, and which of them
+        every rule leaves ``ok`` (exporter/evaluate/columns.py): each takes its next memory
+        now; their views are built with the rest of their group (:meth:`_columns_views`)."""
+        judged = [p for p in groups if p.columns is not None and p.cycle is not None]
+        if not judged:
             return
-        sizes = [len(b.rows) for b in batches]
+        sizes = [len(p.columns.rows) for p in judged]  # type: ignore[union-attr]
 
         def per_row(values: list[float] | list[bool]) -> np.ndarray:
             return np.repeat(np.array(values), sizes)
 
-        ths = [p.th for p in groups if p.columns is not None]
-        stall_after = per_row([th.stall_after for th in ths])
-        lag_threshold = per_row([th.lag_seconds for th in ths])
-        cycles = [p.cycle for p in groups if p.columns is not None]
+        batches = [p.columns for p in judged]
+        cycles = [p.cycle for p in judged]
+        stall_after = per_row([p.th.stall_after for p in judged])
+        lag_threshold = per_row([p.th.lag_seconds for p in judged])
         before = np.concatenate([c.st.parts.rows[:, b.rows] for c, b in zip(cycles, batches, strict=True)],
                                 axis=1)
         s = Samples(*(np.concatenate(col) for col in zip(*(b.samples for b in batches), strict=True)))
         after, e = observe_rows(before, s, now, Tuning(self.interval, lag_threshold, stall_after))
         ok = ok_rows(e, s, per_row([c.st.outside_at is not None for c in cycles]),
                      per_row([c.allowance for c in cycles]), stall_after, lag_threshold)
+        changed_at = Columns(*after).changed_at
         lo = 0
         for c, b, n in zip(cycles, batches, sizes, strict=True):
-            mine = ok[lo:lo + n]
-            c.st.parts.rows[:, b.rows[mine]] = after[:, lo:lo + n][:, mine]
-            b.ok, b.stalled = b.rows[mine], e.stalled_seconds[lo:lo + n][mine]
+            c.st.parts.rows[:, b.rows] = after[:, lo:lo + n]
+            b.ok, b.changed_at = ok[lo:lo + n], changed_at[lo:lo + n]
+            b.evidence = Evidence(*(col[lo:lo + n] for col in e))
             lo += n
-        self.judged_in_columns = int(ok.sum())
+        self.judged_in_columns = len(ok)
 
     def _columns_views(self, c: _GroupCycle, tps: list[TP], b: _Columns) -> list[PartitionView]:
-        """The group's committed partitions: those found ``ok`` in columns, the others
-        judged one at a time (:meth:`_partition`)."""
+        """The group's committed partitions: those judged in columns (found ``ok`` there,
+        or classified from the evidence the columns give), the others one at a time
+        (:meth:`_partition`)."""
         views: list[PartitionView | None] = [None] * len(tps)
-        for i, stalled in zip(b.ok.tolist(), b.stalled.tolist(), strict=True):
-            views[i] = _ok_view(tps[i], b.committed[i], b.lag_off[i], b.lag_s[i], stalled, b.owners[i],
-                                c.prev_views)
+        e = b.evidence
+        assert e is not None and b.ok is not None and b.changed_at is not None
+        for k, (i, ok, stalled) in enumerate(zip(b.rows.tolist(), b.ok.tolist(), e.stalled_seconds.tolist(),
+                                                 strict=True)):
+            if ok:
+                views[i] = _ok_view(tps[i], b.committed[i], b.lag_off[i], b.lag_s[i], stalled, b.owners[i],
+                                    c.prev_views)
+            else:
+                views[i] = self._classified(c, tps[i], i, k, b)
         return [v if v is not None else self._partition(c, tp) for v, tp in zip(views, tps, strict=True)]
+
+    def _classified(self, c: _GroupCycle, tp: TP, i: int, k: int, b: _Columns) -> PartitionView:
+        """A partition of ``b`` (its ``i``-th, the ``k``-th row judged) that some rule may
+        hold for: classified from the evidence of its memory step in columns, as
+        :meth:`_partition` classifies it from its own."""
+        e, now, owner = b.evidence, c.now, b.owners[i]
+        assert e is not None and b.changed_at is not None
+        changed_at = float(b.changed_at[k])
+        nd = float(e.new_data_seconds[k])
+        lag_off, lag_s = b.lag_off[i], b.lag_s[i]
+        stalled = float(e.stalled_seconds[k])
+        facts = PartitionFacts(
+            topic=tp[0], partition=tp[1], committed=b.committed[i], hw=b.hw[i],
+            lag_offsets=lag_off, lag_seconds=lag_s, stalled_seconds=stalled,
+            frozen_seconds=now - changed_at, new_data_seconds=None if nd != nd else nd,
+            lagging=bool(e.lagging[k]), rewinding=bool(e.rewinding[k]), rewind_pending=False,
+            owned=bool(b.samples.owned[k]), unowned_confirmed=bool(e.unowned_confirmed[k]),
+            owner=_member_label(owner), group_state=c.g.state, rejoins=joins_since(c.st, changed_at),
+            outside=c.st.outside_at is not None, stall_allowance=c.allowance)
+        status, rule = classify(facts, self.th)
+        if status not in (Status.OK, Status.LAGGING):
+            c.st.parts.rows[LAGGING, i] = 0.0  # a more severe status ends the lag trend (remember)
+        return PartitionView(topic=tp[0], partition=tp[1], committed=b.committed[i], position=None,
+                             lag_offsets=lag_off, lag_seconds=lag_s,
+                             stalled_seconds=stalled if lag_off else 0.0, status=status,
+                             reason=reason(rule, facts, self.th), owner=facts.owner)
 
     def _lag_seconds(self, tp: TP, committed: int, hw: int, lag_off: int,
                      exact_ts: dict[tuple[str, int, int], float], now: float) -> float | None:
@@ -672,6 +717,14 @@ def _kept(prev: PartitionView | None, committed: int, position: int | None,
 
 
 # -- per group type: who owns a committed partition, what the group's status is ----------
+
+def _moved_forward(parts: MutableMapping[TP, PartitionMemory], progress: dict[TP, tuple[int, int]]) -> bool:
+    """Some partition's offset the memory follows is past the one remembered."""
+    if isinstance(parts, PartitionTable):
+        return parts.any_beyond({tp: prog for tp, (_consumed, prog) in progress.items()})
+    return any((mem := parts.get(tp)) is not None and prog > mem.committed
+               for tp, (_consumed, prog) in progress.items())
+
 
 def _member_owns(c: _GroupCycle, tp: TP) -> bool:
     """Consumer, classic, streams and share groups: a member owns the partition, or will at
