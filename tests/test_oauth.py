@@ -24,11 +24,12 @@ from confluent_kafka.admin import AdminClient
 
 from devenv.groups_tool import set_share_auto_offset_reset_earliest
 from devenv.jvm_apps import JvmApp
-from devenv.kafka import KafkaCluster, Listener
+from devenv.kafka import KafkaCluster, Listener, free_port
 from tests.conftest import (
     KAFKA_VERSION,
     commit_offsets,
     create_topic,
+    cycles_until,
     exporter_config,
     produce,
     unique,
@@ -264,3 +265,60 @@ def _run_through_expiries(exp: ExporterProcess, issuer: Issuer, groups: Groups) 
     assert downs == 0
     assert errors() == start_errors, exp.output()[-3000:]
     assert len(issuer.issued) - start_tokens >= 4  # refreshed at 60 % of each 12 s lifetime
+
+
+# -- failures: one reason each, rate-limited, recovered without a restart ------------------
+
+def test_token_failures_give_one_reason_each_and_a_fixed_token_file_recovers(
+        oauth_kafka: KafkaCluster, issuer: Issuer, tmp_path: Path) -> None:
+    """Three clusters on the same broker: a wrong client secret, a token endpoint nobody
+    listens on, and a token file holding an expired token. Each is down with its reason in
+    the log (once), /api/v1/clusters and the status page; the token endpoint is asked again
+    and again (backoff) without a line each time. Writing a valid token to the file brings
+    that cluster up without a restart."""
+    secure = oauth_kafka.bootstrap_for("OAUTH")
+    wrong = f"wrong-{uuid.uuid4().hex}"
+    token_file = tmp_path / "token"
+    token_file.write_text(issuer.mint(issuer.client_id, lifetime=-60))
+    file_client = {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "OAUTHBEARER",
+                   "sasl.oauthbearer.extensions": EXTENSIONS}
+    cfg = exporter_config(tmp_path, secure, clusters=[
+        {"name": "wrong-secret", "bootstrap_servers": secure, "client": oidc_client(issuer)},
+        {"name": "no-endpoint", "bootstrap_servers": secure,
+         "client": oidc_client(issuer, issuer.client_secret, f"http://127.0.0.1:{free_port()}/token")},
+        {"name": "token-file", "bootstrap_servers": secure, "client": file_client,
+         "oauthbearer_token_file": str(token_file)}])
+    reasons = {"wrong-secret": "refused: HTTP 401 invalid_client",
+               "no-endpoint": "unreachable: [Errno 111] Connection refused",
+               "token-file": f"token file {token_file} holds a token that expired at"}
+    refused_before = issuer.refused
+    with ExporterProcess(None, config=cfg, env={"LAGWATCH_TEST_CLIENT_SECRET": wrong}) as exp:
+        exp.wait_listening()
+
+        def all_down() -> dict | None:
+            docs = {c["cluster"]: c for c in exp.api("clusters")}
+            return docs if all(not docs[n]["up"] and r in (docs[n]["last_error"] or "")
+                               for n, r in reasons.items()) else None
+
+        docs = wait_for(all_down, 30, "each cluster down with its reason")
+        wait_for(lambda: issuer.refused - refused_before >= 4, 30, "the endpoint asked again (backoff)")
+        m = exp.metrics()
+        assert all(value(m, "lagwatch_up", cluster=n) == 0 for n in reasons)
+        page = exp.get("/")[1].decode()
+        for name, reason in reasons.items():
+            assert "no OAUTHBEARER token: " in docs[name]["last_error"]
+            assert reason in page, (reason, page[:2000])
+        log = exp.output()
+        for name, reason in reasons.items():
+            mine = [ln for ln in log.splitlines() if f"cluster {name}:" in ln and reason in ln]
+            # lagwatch's cycle error once, the token source's warning once: not once per retry
+            assert len(mine) == 2, (name, mine)
+        token_file.write_text(issuer.mint(issuer.client_id, lifetime=300))
+        n = cycles_until(exp, lambda: value(exp.metrics(), "lagwatch_up", cluster="token-file") == 1,
+                         30, "the token-file cluster up after its file was fixed")
+        assert n <= 6, n  # the file is watched every second; a cycle a second, a reconnect
+        assert "cluster token-file: sampling recovered" in exp.output()
+        texts = _served(exp)
+        texts["exporter log"] = exp.output()
+    assert_no_secrets(texts, [wrong, issuer.client_secret, *issuer.tokens])
+    assert "Traceback" not in texts["exporter log"], texts["exporter log"]

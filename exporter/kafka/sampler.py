@@ -65,6 +65,14 @@ def cluster_tokens(cfg: ClusterConfig) -> TokenSource | None:
     return tokens.for_cluster(cfg.name, spec, cfg.request_timeout)
 
 
+def tokens_ready(cfg: ClusterConfig) -> bool:
+    """Can a librdkafka client of this cluster be created now? Not with OAUTHBEARER while
+    the token source holds no token: confluent-kafka >= 2.13 would wait 10 s for one, then
+    raise."""
+    source = cluster_tokens(cfg)
+    return source is None or source.error() is None
+
+
 def client_config(cfg: ClusterConfig, **extra: Any) -> dict[str, Any]:
     """librdkafka configuration for any client lagwatch creates for this cluster. With a
     token source, librdkafka gets its tokens through ``oauth_cb`` and none of the
@@ -116,9 +124,7 @@ class Sampler:
         self._credential_error: str | None = None
         self._metadata_call: Future | None = None
         self.tokens = cluster_tokens(cfg)
-        self.admin = AdminClient(client_config(
-            cfg, **{"statistics.interval.ms": 1000, "stats_cb": self._on_stats,
-                    "error_cb": self._on_error}))
+        self._admin: AdminClient | None = None
         # Kept by the runner in the main process and handed in with each cycle (a worker
         # that crashes forgets nothing); see exporter/contracts/sampling.py.
         self.memory = SamplerMemory()
@@ -132,6 +138,21 @@ class Sampler:
             log.error("cluster %s: cannot be sampled: unsupported %s", cfg.name, e)
             self._unsupported = str(e)
             self.extra = None
+
+    @property
+    def admin(self) -> AdminClient:
+        """librdkafka's admin client, created at first use. With OAUTHBEARER that is once
+        the token source holds a token (sample() checks first): confluent-kafka >= 2.13
+        waits 10 s for a token when the client is created and then raises."""
+        if self._admin is None:
+            self._admin = AdminClient(client_config(
+                self.cfg, **{"statistics.interval.ms": 1000, "stats_cb": self._on_stats,
+                             "error_cb": self._on_error}))
+        return self._admin
+
+    def _poll_admin(self) -> None:
+        if self._admin is not None:
+            self._admin.poll(0)
 
     # librdkafka statistics carry the real number of requests sent per broker.
     def _on_stats(self, raw: str) -> None:
@@ -151,7 +172,7 @@ class Sampler:
         """Why the cluster's OAUTHBEARER token source holds no token, else the brokers' last
         refusal of our credentials or TLS since metadata last worked. Polls the client:
         error_cb (and librdkafka's log lines) are delivered by polling."""
-        self.admin.poll(0)
+        self._poll_admin()
         if self.tokens is not None and (why := self.tokens.error()) is not None:
             return f"no OAUTHBEARER token: {why}"
         return self._credential_error
@@ -203,7 +224,7 @@ class Sampler:
     def requests_total(self) -> int:
         """Kafka requests sent so far for sampling (kafka-python's, counted as sent, plus
         librdkafka's admin client's statistics)."""
-        self.admin.poll(0)
+        self._poll_admin()
         with self._stats_lock:
             return self._stats_tx + (self.extra.requests if self.extra else 0)
 
