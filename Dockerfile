@@ -22,7 +22,9 @@ WORKDIR /src
 # Runtime dependencies first, read from pyproject.toml, so that with layer caching
 # (docker build, buildah bud --layers) a source-only change does not reinstall them.
 COPY pyproject.toml README.md ./
-RUN python3 -c 'import tomllib; print("\n".join(tomllib.load(open("pyproject.toml", "rb"))["project"]["dependencies"]))' \
+# EXTRAS: optional dependency groups of pyproject.toml, comma-separated (aws: MSK IAM's signer).
+ARG EXTRAS=""
+RUN python3 -c 'import os, tomllib; p = tomllib.load(open("pyproject.toml", "rb"))["project"]; extras = [e for e in os.environ["EXTRAS"].split(",") if e]; print("\n".join(p["dependencies"] + [d for e in extras for d in p["optional-dependencies"][e]]))' \
         > /tmp/requirements.txt \
  && /opt/lagwatch/bin/pip install -r /tmp/requirements.txt
 # Only the exporter and the wire format it shares with reporters (lagwatch_client): spark_metrics

@@ -177,6 +177,9 @@ class KafkaCluster:
     brokers: list[Broker] = field(default_factory=list)
     cluster_id: str = ""
     listeners: list[Listener] = field(default_factory=list)
+    # Extra JVM flags of every node, e.g. -Dorg.apache.kafka.sasl.oauthbearer.allowed.urls=...
+    # (Kafka 4 refuses to fetch a JWKS or token URL that flag does not list).
+    jvm_options: list[str] = field(default_factory=list)
 
     @property
     def bootstrap_servers(self) -> str:
@@ -281,7 +284,7 @@ class KafkaCluster:
             java_binary(), f"-Xmx{self.heap}", "-Xms128m", "-XX:+UseSerialGC",
             "-Djava.awt.headless=true",
             f"-Dlagwatch.owner={os.getpid()}", f"-Dlagwatch.dir={self.root}",
-            *self._log_opts(b),
+            *self._log_opts(b), *self.jvm_options,
             "-cp", f"{self.libs}/*", "kafka.Kafka", str(b.dir / "server.properties"),
         ]
         out = open(b.dir / "stdout.log", "ab")  # noqa: SIM115 - owned by the child

@@ -21,6 +21,7 @@ from typing import Any
 
 import yaml
 
+from exporter.kafka.oauth_props import AuthConfigError, AwsMskIam, token_spec
 from lagwatch_client.wire import DEFAULT_REPORTS_TOPIC
 
 DEFAULT_LISTEN = ("0.0.0.0", 9308)
@@ -178,6 +179,14 @@ class ClusterConfig:
         "of {match, thresholds}, before the top-level list; the first match wins", (),
         example=[{"match": "^payments-", "thresholds": {"stall_after": 30}}],
         see="configuration.md#thresholds-per-cluster-and-per-group")
+    oauthbearer_token_file: str | None = setting(
+        "SASL/OAUTHBEARER: a file holding the token (a Kubernetes projected service-account "
+        "token), re-read when it changes; with sasl.mechanism OAUTHBEARER", None,
+        example="/var/run/secrets/kafka/token", see="security.md#a-token-from-a-file")
+    aws_msk_iam: AwsMskIam | None = setting(
+        "AWS MSK IAM over SASL/OAUTHBEARER: region, optionally role_arn (assumed) or profile; "
+        "credentials otherwise from the environment (IRSA, EKS Pod Identity); needs lagwatch[aws]",
+        None, example={"region": "eu-west-1"}, see="security.md#aws-msk-iam")
 
     def redacted_client(self) -> dict[str, str]:
         return {k: ("***" if SECRET_KEY_RE.search(k) else v) for k, v in self.client.items()}
@@ -317,7 +326,8 @@ _THRESHOLD_KEYS = {"stall_after", "livelock_after", "lag_seconds", "window", "re
 # every report of a cluster before any group is known.
 _OVERRIDE_KEYS = _THRESHOLD_KEYS - {"report_expiry"}
 _CLUSTER_KEYS = {"name", "bootstrap_servers", "client", "interval", "request_timeout", "lag_mode",
-                 "groups", "topics", "reports_topic", "reports", "thresholds", "group_thresholds"}
+                 "groups", "topics", "reports_topic", "reports", "thresholds", "group_thresholds",
+                 "oauthbearer_token_file", "aws_msk_iam"}
 _TOP_KEYS = {"clusters", "listen", "interval", "thresholds", "compat", "max_group_partitions",
              "history_points", "log_level", "lag_mode", "web_config", "request_timeout",
              "record_dir", "group_thresholds", "metrics_detail"}
@@ -406,6 +416,7 @@ def _cluster(raw: Any, where: str, defaults: dict[str, Any]) -> ClusterConfig:
         if forbidden in client_s:
             raise ConfigError(f"{where}.client.{forbidden}",
                               "must not be set: lagwatch manages it (it never joins or commits)")
+    token_file, aws = _token_source(raw, client_s, where)
     lag_mode = _inherited(raw, defaults, "lag_mode")
     if lag_mode not in LAG_MODES:
         raise ConfigError(f"{where}.lag_mode", f"expected one of {', '.join(LAG_MODES)}, got {lag_mode!r}")
@@ -428,7 +439,37 @@ def _cluster(raw: Any, where: str, defaults: dict[str, Any]) -> ClusterConfig:
         filters=_filters(raw.get("groups"), raw.get("topics"), where),
         reports_topic=topic,
         reports_enabled=enabled,
+        oauthbearer_token_file=token_file,
+        aws_msk_iam=aws,
     )
+
+
+def _token_source(raw: dict[str, Any], client: dict[str, str], where: str
+                  ) -> tuple[str | None, AwsMskIam | None]:
+    """The cluster's token file and MSK IAM settings, checked with its client properties
+    (exporter/kafka/oauth_props.py): what no client can honour is refused here."""
+    token_file = raw.get("oauthbearer_token_file")
+    if token_file is not None and (not isinstance(token_file, str) or not token_file):
+        raise ConfigError(f"{where}.oauthbearer_token_file", "expected a file path")
+    aws = None
+    if raw.get("aws_msk_iam") is not None:
+        at = f"{where}.aws_msk_iam"
+        m = _mapping(raw["aws_msk_iam"], at)
+        _check_keys(m, {"region", "role_arn", "profile", "role_session_name"}, at)
+        for k, v in m.items():
+            if not isinstance(v, str) or not v:
+                raise ConfigError(f"{at}.{k}", "expected a non-empty string")
+        if "region" not in m:
+            raise ConfigError(f"{at}.region", "is required")
+        if "role_arn" in m and "profile" in m:
+            raise ConfigError(f"{at}.profile", "give role_arn or profile, not both")
+        aws = AwsMskIam(**m)
+    try:
+        token_spec(client, token_file, aws)
+    except AuthConfigError as e:
+        key = e.prop if e.prop in ("oauthbearer_token_file", "aws_msk_iam") else f"client.{e.prop}"
+        raise ConfigError(f"{where}.{key}", str(e)) from None
+    return token_file, aws
 
 
 def load_yaml(path: str) -> dict[str, Any]:

@@ -57,7 +57,7 @@ DASHBOARDS = sorted((ROOT / "dashboards").glob("lagwatch-*.json"))
 KUBE_VERSIONS = ("1.25.0", kubernetes_validate.utils.latest_version())
 CR_KINDS = {"ServiceMonitor", "PodMonitor", "PrometheusRule"}
 EVERYTHING = ["serviceMonitor.enabled=true", "podMonitor.enabled=true", "prometheusRule.enabled=true",
-              "dashboards.enabled=true"]
+              "dashboards.enabled=true", "serviceAccountToken.enabled=true"]
 
 
 @pytest.fixture(scope="module")
@@ -232,6 +232,21 @@ def test_values_schema_refuses_typos(helm: str, setting: str, error: str) -> Non
     """values.schema.json: a mistyped key fails the install instead of being silently ignored."""
     r = render(helm, setting, check=False)
     assert r.returncode != 0 and error in r.stderr, r.stderr
+
+
+def test_kafka_token_is_projected_from_the_service_account(helm: str) -> None:
+    """serviceAccountToken: the pod's own token for the brokers' audience, mounted where a
+    cluster's oauthbearer_token_file points; off by default, and never a Secret."""
+    assert "kafka-token" not in render(helm).stdout
+    docs = objects(helm, "serviceAccountToken.enabled=true", "serviceAccountToken.audience=msk-test",
+                   "serviceAccountToken.expirationSeconds=1200")
+    pod = one(docs, "Deployment")["spec"]["template"]["spec"]
+    (vol,) = [v for v in pod["volumes"] if v["name"] == "kafka-token"]
+    assert vol["projected"]["sources"] == [{"serviceAccountToken": {
+        "audience": "msk-test", "expirationSeconds": 1200, "path": "token"}}]
+    (mount,) = [m for m in pod["containers"][0]["volumeMounts"] if m["name"] == "kafka-token"]
+    assert mount == {"name": "kafka-token", "mountPath": "/var/run/secrets/lagwatch/kafka", "readOnly": True}
+    assert not [d for d in docs if d["kind"] == "Secret"]
 
 
 def test_prometheus_rule_is_the_alerts_file(helm: str, tmp_path: Path) -> None:

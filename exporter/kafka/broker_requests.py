@@ -28,6 +28,7 @@ Everything here is read-only: list, describe and ListOffsets requests only.
 from __future__ import annotations
 
 import collections
+import contextlib
 import logging
 import os
 import ssl
@@ -46,6 +47,7 @@ from kafka.errors import (
     for_code,
 )
 from kafka.net.compat import KafkaNetClient
+from kafka.net.sasl.oauth import AbstractTokenProvider
 from kafka.protocol.admin import DescribeGroupsRequest, ListGroupsRequest
 from kafka.protocol.consumer import ListOffsetsRequest, OffsetFetchRequest
 from kafka.protocol.consumer.metadata import ConsumerProtocolAssignment, ConsumerProtocolSubscription
@@ -58,6 +60,7 @@ from exporter.kafka.messages import (
     ShareGroupDescribeRequest,
     StreamsGroupDescribeRequest,
 )
+from exporter.kafka.oauth_props import CONSUMED
 from exporter.kafka.offset_fetch import CommittedOffsets, LeanOffsetFetchRequest
 
 log = logging.getLogger("lagwatch.protocol")
@@ -73,6 +76,9 @@ REQUEST_FAILED = -1
 # Requests of ours outstanding per broker connection: kafka-python refuses a sixth
 # (max_in_flight_requests_per_connection, 5) with NodeNotReadyError instead of queueing it.
 IN_FLIGHT = 4
+# Seconds between polls of an idle SASL client's event loop (its re-authentication timers
+# fire at 85-95 % of the session lifetime, so this must be well under 5 % of it).
+SESSION_TICK = 0.1
 
 
 class Unsupported(Exception):
@@ -97,8 +103,9 @@ _IGNORED_SECURITY = {"sasl.kerberos.kinit.cmd", "sasl.kerberos.min.time.before.r
 
 
 def kafka_python_config(props: dict[str, str], bootstrap: str, timeout: float,
-                        client_id: str) -> dict[str, Any]:
-    """kafka-python client settings equivalent to the cluster's librdkafka properties.
+                        client_id: str, tokens: AbstractTokenProvider | None = None) -> dict[str, Any]:
+    """kafka-python client settings equivalent to the cluster's librdkafka properties;
+    ``tokens`` is the cluster's OAUTHBEARER token source (exporter/kafka/tokens.py).
     Raises :class:`Unsupported` naming the property that cannot be honoured."""
     proto = props.get("security.protocol", "plaintext").lower()
     if proto not in ("plaintext", "ssl", "sasl_plaintext", "sasl_ssl"):
@@ -130,9 +137,14 @@ def kafka_python_config(props: dict[str, str], bootstrap: str, timeout: float,
             conf.update(sasl_mechanism=mech,
                         sasl_kerberos_service_name=props.get("sasl.kerberos.service.name", "kafka"))
             used |= {"sasl.kerberos.service.name", "sasl.kerberos.principal", "sasl.kerberos.keytab"}
+        elif mech == "OAUTHBEARER" and tokens is not None:
+            # kafka-python re-authenticates (KIP-368) before the broker's session lifetime
+            # ends, asking the provider again: it must hold a fresh token by then.
+            conf.update(sasl_mechanism=mech, sasl_oauth_token_provider=tokens)
+            used |= CONSUMED
         else:
             raise Unsupported(f"sasl.mechanism {mech} (supported: PLAIN, SCRAM-SHA-256, "
-                              "SCRAM-SHA-512, GSSAPI)")
+                              "SCRAM-SHA-512, GSSAPI, OAUTHBEARER with a token source)")
     if proto in ("ssl", "sasl_ssl"):
         conf["ssl_context"] = ssl_context(props)
         conf["ssl_check_hostname"] = conf["ssl_context"].check_hostname
@@ -240,8 +252,9 @@ class BrokerRequests:
     broker costs one request timeout per cycle and only its own share of the data."""
 
     def __init__(self, props: dict[str, str], bootstrap: str, timeout: float,
-                 client_id: str, offset_fetch_max_version: int = 9) -> None:
-        self.config = kafka_python_config(props, bootstrap, timeout, client_id)
+                 client_id: str, offset_fetch_max_version: int = 9,
+                 tokens: AbstractTokenProvider | None = None) -> None:
+        self.config = kafka_python_config(props, bootstrap, timeout, client_id, tokens)
         self.timeout = timeout
         self._client: KafkaNetClient | None = None
         # Per group its coordinator; the sampler hands in the map the runner keeps.
@@ -282,7 +295,21 @@ class BrokerRequests:
                 client.close()
                 raise
             self._client = client
+            if self.config["security_protocol"].startswith("SASL"):
+                threading.Thread(target=self._keep_sessions, args=(client,), daemon=True,
+                                 name=f"sessions-{self.config['client_id']}").start()
         return self._client
+
+    def _keep_sessions(self, client: KafkaNetClient) -> None:
+        """Drive kafka-python's event loop between cycles. Its KIP-368 re-authentication is
+        a timer of that loop, which runs only while someone polls: with nobody polling
+        between two cycles the broker closes the connection when the session ends
+        (``connections.max.reauth.ms``, or the token's expiry) and the next cycle's first
+        requests fail. A poll without waiting runs the timers that are due."""
+        while self._client is client:
+            with contextlib.suppress(Exception):  # a closed client: the loop ends
+                client.poll(timeout_ms=0)
+            time.sleep(SESSION_TICK)
 
     def supports(self, request: type) -> bool:
         """Does the bootstrap broker speak this request (any version we know)?"""

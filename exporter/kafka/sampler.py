@@ -37,6 +37,7 @@ from exporter.config import ClusterConfig
 from exporter.contracts.errors import ErrorRecord, ErrorStage
 from exporter.contracts.sampling import ListedGroup, SamplerMemory
 from exporter.contracts.snapshot import TP, GroupSample, GroupType, Member, PartitionOffsets, Snapshot
+from exporter.kafka import tokens
 from exporter.kafka.broker_requests import (
     REQUEST_FAILED,
     BrokerRequests,
@@ -45,6 +46,8 @@ from exporter.kafka.broker_requests import (
     ShareOffsets,
     Unsupported,
 )
+from exporter.kafka.oauth_props import CONSUMED, token_spec
+from exporter.kafka.tokens import TokenSource
 
 log = logging.getLogger("lagwatch.sampler")
 # Errors that explain a metadata timeout: librdkafka reports them only through error_cb.
@@ -55,8 +58,25 @@ CREDENTIAL_GRACE = 1.0  # seconds a metadata request may still answer after a cr
 GROUP_ID_NOT_FOUND = GroupIdNotFoundError.errno
 
 
+def cluster_tokens(cfg: ClusterConfig) -> TokenSource | None:
+    """The worker's OAUTHBEARER token source of this cluster (exporter/kafka/tokens.py),
+    shared by its librdkafka and kafka-python clients; None without OAUTHBEARER."""
+    spec = token_spec(cfg.client, cfg.oauthbearer_token_file, cfg.aws_msk_iam)
+    return tokens.for_cluster(cfg.name, spec, cfg.request_timeout)
+
+
+def tokens_ready(cfg: ClusterConfig) -> bool:
+    """Can a librdkafka client of this cluster be created now? Not with OAUTHBEARER while
+    the token source holds no token: confluent-kafka >= 2.13 would wait 10 s for one, then
+    raise."""
+    source = cluster_tokens(cfg)
+    return source is None or source.error() is None
+
+
 def client_config(cfg: ClusterConfig, **extra: Any) -> dict[str, Any]:
-    """librdkafka configuration for any client lagwatch creates for this cluster."""
+    """librdkafka configuration for any client lagwatch creates for this cluster. With a
+    token source, librdkafka gets its tokens through ``oauth_cb`` and none of the
+    properties the source reads (librdkafka would otherwise fetch tokens of its own)."""
     conf: dict[str, Any] = {
         "bootstrap.servers": cfg.bootstrap_servers,
         "client.id": f"lagwatch-{cfg.name}",
@@ -68,6 +88,10 @@ def client_config(cfg: ClusterConfig, **extra: Any) -> dict[str, Any]:
         "reconnect.backoff.max.ms": 10000,
     }
     conf.update(cfg.client)
+    source = cluster_tokens(cfg)
+    if source is not None:
+        conf = {k: v for k, v in conf.items() if k not in CONSUMED}
+        conf["oauth_cb"] = source.oauth_cb
     conf.update(extra)
     return conf
 
@@ -99,9 +123,8 @@ class Sampler:
         self._stats_tx = 0
         self._credential_error: str | None = None
         self._metadata_call: Future | None = None
-        self.admin = AdminClient(client_config(
-            cfg, **{"statistics.interval.ms": 1000, "stats_cb": self._on_stats,
-                    "error_cb": self._on_error}))
+        self.tokens = cluster_tokens(cfg)
+        self._admin: AdminClient | None = None
         # Kept by the runner in the main process and handed in with each cycle (a worker
         # that crashes forgets nothing); see exporter/contracts/sampling.py.
         self.memory = SamplerMemory()
@@ -110,11 +133,26 @@ class Sampler:
         self.extra: BrokerRequests | None
         try:
             self.extra = BrokerRequests(cfg.client, cfg.bootstrap_servers, cfg.request_timeout,
-                                        f"lagwatch-{cfg.name}", **offset_fetch_cap)
+                                        f"lagwatch-{cfg.name}", tokens=self.tokens, **offset_fetch_cap)
         except Unsupported as e:
             log.error("cluster %s: cannot be sampled: unsupported %s", cfg.name, e)
             self._unsupported = str(e)
             self.extra = None
+
+    @property
+    def admin(self) -> AdminClient:
+        """librdkafka's admin client, created at first use. With OAUTHBEARER that is once
+        the token source holds a token (sample() checks first): confluent-kafka >= 2.13
+        waits 10 s for a token when the client is created and then raises."""
+        if self._admin is None:
+            self._admin = AdminClient(client_config(
+                self.cfg, **{"statistics.interval.ms": 1000, "stats_cb": self._on_stats,
+                             "error_cb": self._on_error}))
+        return self._admin
+
+    def _poll_admin(self) -> None:
+        if self._admin is not None:
+            self._admin.poll(0)
 
     # librdkafka statistics carry the real number of requests sent per broker.
     def _on_stats(self, raw: str) -> None:
@@ -131,9 +169,12 @@ class Sampler:
             self._credential_error = err.str()  # librdkafka's text names the mechanism, not secrets
 
     def credential_error(self) -> str | None:
-        """The brokers' last refusal of our credentials or TLS since metadata last worked.
-        Polls the client: error_cb (and librdkafka's log lines) are delivered by polling."""
-        self.admin.poll(0)
+        """Why the cluster's OAUTHBEARER token source holds no token, else the brokers' last
+        refusal of our credentials or TLS since metadata last worked. Polls the client:
+        error_cb (and librdkafka's log lines) are delivered by polling."""
+        self._poll_admin()
+        if self.tokens is not None and (why := self.tokens.error()) is not None:
+            return f"no OAUTHBEARER token: {why}"
         return self._credential_error
 
     def _metadata(self, timeout: float) -> tuple[Any, str]:
@@ -183,7 +224,7 @@ class Sampler:
     def requests_total(self) -> int:
         """Kafka requests sent so far for sampling (kafka-python's, counted as sent, plus
         librdkafka's admin client's statistics)."""
-        self.admin.poll(0)
+        self._poll_admin()
         with self._stats_lock:
             return self._stats_tx + (self.extra.requests if self.extra else 0)
 
@@ -204,6 +245,9 @@ class Sampler:
 
         if self.extra is None:
             return failed(ErrorStage.METADATA, f"unsupported client settings: {self._unsupported}")
+        if self.tokens is not None and (why := self.tokens.error()) is not None:
+            # no client can log in: say why instead of waiting out connection timeouts
+            return failed(ErrorStage.METADATA, f"no OAUTHBEARER token: {why}")
         self.extra.begin_cycle()
         self.extra.coordinators = self.memory.coordinators
         md, refused = self._cluster_metadata()

@@ -20,7 +20,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartiti
 
 from exporter.config import ClusterConfig, Thresholds
 from exporter.kafka.readonly import NEVER_JOINS
-from exporter.kafka.sampler import client_config
+from exporter.kafka.sampler import client_config, tokens_ready
 from exporter.reports.decode import ConsumerReport, ReportError, SparkReport, decode
 
 log = logging.getLogger("lagwatch.reports")
@@ -150,6 +150,9 @@ class ReportReader:
         next_meta = 0.0
         while not self._stop.is_set():
             try:
+                if consumer is None and not tokens_ready(self.cfg):
+                    self._stop.wait(1.0)  # the sampler's cycle error says why
+                    continue
                 if consumer is None:
                     consumer = Consumer(client_config(
                         self.cfg, **NEVER_JOINS, **{"enable.partition.eof": True,
