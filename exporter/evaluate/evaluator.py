@@ -43,6 +43,7 @@ from exporter.evaluate.constants import (
     UNREADABLE_GRACE_CYCLES,
     UNREADABLE_GRACE_SECONDS,
 )
+from exporter.evaluate.departures import departure_text, remember_departures
 from exporter.evaluate.exposure import consumer_exposure, group_exposure, spark_exposure
 from exporter.evaluate.lag import HwHistory, lag_seconds
 from exporter.evaluate.memory import (
@@ -300,6 +301,8 @@ class Evaluator:
         st.unreadable_since = None
         was_empty = st.seen_once and not st.members
         remember_members(st, {m.member_id for m in g.members}, now, self.th.window, g.epoch)
+        if g.type != GroupType.SPARK:
+            st.seen = remember_departures(st.seen, st.departed, g.members, now)
         c = self._cycle_of(g, st, partitions, reports, spark, exact_ts, was_empty, now)
         parts = [self._partition(c, tp) for tp in sorted(g.committed)]
         for tp in [tp for tp in st.parts if tp not in g.committed]:
@@ -472,6 +475,7 @@ class Evaluator:
             frozen_seconds=obs.frozen_seconds, new_data_seconds=obs.new_data_seconds,
             lagging=obs.lagging, rewinding=obs.rewinding, rewind_pending=obs.rewind_pending,
             owned=owned, unowned_confirmed=obs.unowned_confirmed, owner=_member_label(owner),
+            departure="" if owned else departure_text(st.departed, tp, not g.members, now),
             group_state=g.state, rejoins=joins_since(st, obs.after.changed_at),
             outside=st.outside_at is not None, stall_allowance=c.allowance, unsubscribed=unsubscribed,
             **_report_facts(rep, now, self.th),
