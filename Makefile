@@ -27,7 +27,7 @@ test-unit: $(VENV)/.installed
 # regenerate docs/detection.md; the fleet's: python -m bench.fleet --record (bench/fleet.py).
 record: setup
 	LAGWATCH_RECORD=tests/recordings $(PY) -m pytest -q tests/test_scenarios.py tests/test_group_types.py \
-		tests/test_jvm_interceptor.py tests/test_spark.py tests/test_membership.py
+		tests/test_jvm_interceptor.py tests/test_spark.py tests/test_membership.py tests/test_evidence.py
 	$(PY) -m tests.test_replay
 
 demo: runtime-setup

@@ -18,7 +18,6 @@ import functools
 import gc
 import sys
 import time
-from collections.abc import Callable
 
 from bench.footprint import rss_mb, snapshot
 from exporter.config import Thresholds

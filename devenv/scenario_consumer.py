@@ -10,6 +10,8 @@ Modes:
             librdkafka keeps heartbeating (max.poll.interval.ms is large)
   maxpoll   not instrumented; every record takes longer than a short
             max.poll.interval.ms, so the member is kicked out, rejoins, and never commits
+  hung      not instrumented; like blocked, the shape of a sarama or franz-go consumer
+            whose handler hangs: those clients have no poll timeout, so the member stays
 Prints "READY <epoch>" once assigned and "BLOCKED <epoch>" when the handler wedges.
 """
 
@@ -34,7 +36,7 @@ def say(*words: object) -> None:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--mode", required=True,
-                    choices=["healthy", "slow", "nocommit", "blocked", "maxpoll"])
+                    choices=["healthy", "slow", "nocommit", "blocked", "maxpoll", "hung"])
     ap.add_argument("--bootstrap", required=True)
     ap.add_argument("--group", required=True)
     ap.add_argument("--topic", required=True)
@@ -60,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.protocol == "consumer":
         conf["group.protocol"] = "consumer"
         del conf["session.timeout.ms"], conf["heartbeat.interval.ms"]
-    elif args.mode == "blocked":
+    elif args.mode in ("blocked", "hung"):
         conf["max.poll.interval.ms"] = 600_000
     instrument = args.instrument or args.mode == "blocked"
     consumer: Consumer = (InstrumentedConsumer(conf, report_interval=args.report_interval)
@@ -94,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
             if initial_commit:
                 consumer.commit(msg, asynchronous=False)
                 initial_commit = False
-        elif args.mode == "blocked":
+        elif args.mode in ("blocked", "hung"):
             consumer.commit(msg, asynchronous=False)
             if seen >= args.after:
                 say("BLOCKED", time.time())

@@ -7,6 +7,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from confluent_kafka import Producer
@@ -111,9 +112,12 @@ class Recorder(threading.Thread):
         return wait_for(find, timeout, f"{group} to become {status}; saw {seen}")
 
 
-def spawn(kafka: KafkaCluster, sc: Scenario, mode: str, *extra: str) -> None:
+def spawn(kafka: KafkaCluster, sc: Scenario, mode: str, *extra: str,
+          module: str = "devenv.scenario_consumer") -> None:
+    """Start the scenario's consumer (``module``'s, with ``--mode`` unless ``mode`` is "")
+    and collect the lines it prints."""
     sc.proc = subprocess.Popen(
-        [sys.executable, "-m", "devenv.scenario_consumer", "--mode", mode, "--bootstrap",
+        [sys.executable, "-m", module, *(("--mode", mode) if mode else ()), "--bootstrap",
          kafka.bootstrap_servers, "--group", sc.group, "--topic", sc.topic, *extra],
         cwd=ROOT_DIR, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
 
@@ -148,3 +152,17 @@ class Workload(threading.Thread):
                     credit[s.name] -= 1
             self.producer.poll(0)
         self.producer.flush(10)
+
+
+def stop_all(scs: Iterable[Scenario]) -> None:
+    """Terminate the scenarios' processes still running, then wait for each (killed after 15 s)."""
+    scs = list(scs)
+    for s in scs:
+        if s.proc and s.proc.poll() is None:
+            s.proc.terminate()
+    for s in scs:
+        if s.proc:
+            try:
+                s.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                s.proc.kill()

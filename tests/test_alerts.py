@@ -152,6 +152,13 @@ def test_promtool_unit_tests_pass() -> None:
     # group moved past
     ("KafkaConsumerGroupRecordsLost", "(increase(kafka_consumergroup_records_lost_total[15m])) > 0",
      "(kafka_consumergroup_records_lost_total) > 0"),
+    # without the gauge a loss older than lagwatch's first sample never fires
+    ("KafkaConsumerGroupRecordsLost",
+     "          or\n          max by (cluster, group) "
+     "(kafka_consumergroup_group_records_below_log_start) > 0\n", "\n"),
+    # the gauge without its threshold fires for every group, at 0
+    ("KafkaConsumerGroupRecordsLost", "(kafka_consumergroup_group_records_below_log_start) > 0",
+     "(kafka_consumergroup_group_records_below_log_start) >= 0"),
     # without the increase() clause an exporter restart (the counter back to 0) is a storm
     ("KafkaConsumerGroupRebalanceStorm",
      "            and increase(kafka_consumergroup_rebalances_total[10m]) > 5\n", ""),

@@ -108,9 +108,9 @@ def test_estimate_within_25_percent_of_the_actual_catch_up(
     wait_for(both_committed, 2 * BACKLOG / FAST + 10, "committed offsets on both partitions")
     n = cycles_until(exporter, estimated, MIN_SPAN + 10, "a time to catch up for the fast group")
     assert n <= cycles(MIN_SPAN) + 2 * SEE, n
-    # catch-up, records lost, exposure (its reports carry none), then rebalances (in the
-    # storm window / since watched)
-    assert re.search(r"<td class='num'>~\d+ s</td><td class='num'>0</td>"
+    # catch-up, records lost, records below the log start, exposure (its reports carry
+    # none), then rebalances (in the storm window / since watched)
+    assert re.search(r"<td class='num'>~\d+ s</td><td class='num'>0</td><td class='num below'>0</td>"
                      r"<td class='num exposure'>[^<]*(<span[^>]*>[^<]*</span>)?</td>"
                      r"<td class='num'>\d+ / \d+</td></tr>",
                      _row(exporter, sc.group))

@@ -24,6 +24,7 @@ from exporter.contracts.view import (
     GroupRebalances,
     GroupView,
     MemberView,
+    PartitionProgress,
     PartitionView,
     SparkInfo,
 )
@@ -92,9 +93,14 @@ def hand_built_views() -> list[ClusterView]:
         rebalances=_rebalances(7, "membership"),
         exposure=GroupExposure(records=50, partitions={("orders", 0): 50}, commit_mode="auto",
                                auto_commit_interval=5.0))
+    # stopped 3 records below the log start: deleted unread before lagwatch watched it
+    below = PartitionProgress(consume_rate=0.0, produce_rate=0.0, catchup_seconds=None,
+                              lost_total=0, below_log_start=3)
     odd_group = _gv(
         'gr"oup\\1', "consumer", "empty", "stopped", (f"{ODD}[0]: stopped",), (),
-        (_pv(ODD, 0, 5, 2, 600.0, "stopped", stalled=61.0),))
+        (_pv(ODD, 0, 5, 2, 600.0, "stopped", stalled=61.0),),
+        progress=dataclasses.replace(_progress(consume=0.0, produce=0.0, eta=None, lost=0),
+                                     below_log_start=3, partitions={(ODD, 0): below}))
     spark = _gv(
         "spark-etl", "spark", "active", "ok", (), (_mv("run-1", "spark-driver", "", 1, None),),
         (_pv("orders", 0, 1500, 0, 0.0),),
@@ -201,6 +207,15 @@ def test_golden_files_hold_what_the_view_says() -> None:
     assert value(m, "kafka_consumergroup_records_lost_total", group="billing") == 40
     assert value(m, "kafka_consumergroup_records_lost_total", group="jobs-queue") == 0
     assert value(m, "kafka_consumergroup_records_lost_total", group="idle") is None  # no progress
+    assert value(m, "kafka_consumergroup_records_lost_total", group='gr"oup\\1') == 0
+    assert value(m, "kafka_consumergroup_records_below_log_start", group='gr"oup\\1', topic=ODD,
+                 partition="0") == 3
+    assert value(m, "kafka_consumergroup_group_records_below_log_start", group='gr"oup\\1') == 3
+    # none below: the group's sum at 0, no per-partition series; no progress: nothing
+    assert value(m, "kafka_consumergroup_group_records_below_log_start", group="billing") == 0
+    assert value(m, "kafka_consumergroup_records_below_log_start", group="billing", topic="orders",
+                 partition="0") is None
+    assert value(m, "kafka_consumergroup_group_records_below_log_start", group="idle") is None
     assert value(m, "kafka_consumergroup_partition_redelivery_exposure_records", group="billing",
                  topic="orders", partition="0") == 50
     assert value(m, "kafka_consumergroup_redelivery_exposure_records", group="billing") == 50

@@ -18,6 +18,8 @@ from exporter.evaluate.rates import (
     rates,
 )
 from exporter.evaluate.retention import lost_step
+from exporter.expose.render import body_of, render_cluster
+from tests.exporter_proc import parse_metrics, value
 
 pytestmark = pytest.mark.unit  # no broker: runs with `make test-unit`
 
@@ -255,6 +257,24 @@ def test_loss_before_first_sight_is_not_counted_but_named() -> None:
     pr = ev.evaluate(_snap(T0, {0: (100, 150, 60)})).groups["g"].progress
     assert pr.records_lost_total == 0 and pr.below_log_start == 40
     assert any("40 records deleted by retention" in n for n in pr.notes)
+
+
+@pytest.mark.parametrize("bounded", [False, True])
+def test_a_loss_before_first_sight_is_served_at_once_and_never_counted(bounded: bool) -> None:
+    """/metrics of each cycle: the gauge serves the 40 records already below the log start
+    from the first cycle, the counter stays 0 until a new deletion passes the committed
+    offset (30 more), and bounded mode serves both for the group."""
+    ev = Evaluator("c", TH, interval=1.0)
+    steps = [{0: (100, 150, 60), 1: (0, 150, 150)}] * 3 + [{0: (130, 150, 60), 1: (0, 150, 150)}]
+    got = []
+    for i, parts in enumerate(steps):
+        fams = render_cluster(ev.evaluate(_snap(T0 + i, parts)), bounded=bounded)
+        m = parse_metrics(body_of([c for _n, header, body in fams for c in (header, body)]).decode())
+        got.append((value(m, "kafka_consumergroup_records_below_log_start", group="g", partition="0"),
+                    value(m, "kafka_consumergroup_records_below_log_start", group="g", partition="1"),
+                    value(m, "kafka_consumergroup_group_records_below_log_start", group="g"),
+                    value(m, "kafka_consumergroup_records_lost_total", group="g")))
+    assert got == [(40, None, 40, 0)] * 3 + [(70, None, 70, 30)]
 
 
 def test_judgement_is_untouched_and_an_unreadable_group_keeps_its_figures() -> None:

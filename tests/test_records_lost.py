@@ -91,9 +91,10 @@ def test_delete_records_below_the_committed_offset_counts_exactly(
     row = page[page.index(f"<td>{lossy}</td>"):]
     row = row[:row.index("</tr>")]
     assert "40 records deleted by retention" in row  # the reason
-    # the records lost column, the exposure (unknown: no instrumented member), then
-    # rebalances: none (no member ever joined the group)
+    # the records lost column, the records below the log start now, the exposure (unknown:
+    # no instrumented member), then rebalances: none (no member ever joined the group)
     assert row.endswith("<td class='num'><span class='down'>40</span></td>"
+                        "<td class='num below'><span class='down'>40</span></td>"
                         "<td class='num exposure'>&ndash;</td><td class='num'>0 / 0</td>")
 
     # Counted once, not again at every cycle while the committed offset stays below.
@@ -201,3 +202,67 @@ def test_retention_on_small_segments_is_counted_exactly(retention_kafka: KafkaCl
         doc = exp.api(f"clusters/test/groups/{group}")
         assert doc["records_below_log_start"] == final - 10
         print(f"\nretention moved the log start to {final}: {final - 10} records lost, counted")
+
+
+# -- a loss older than lagwatch ----------------------------------------------------------
+
+def _first_cycle(exp: ExporterProcess, group: str) -> dict:
+    """The samples of the exporter's first published cycle (``lagwatch_cycles_total`` 1;
+    its interval leaves the test seconds to scrape it before the second)."""
+    def first():
+        m = exp.metrics()
+        n = value(m, "lagwatch_cycles_total", cluster="test")
+        if not n:
+            return None
+        assert n == 1, f"cycle {n} is the first one scraped: the interval is too short"
+        return m
+    m = wait_for(first, 60, "the exporter's first cycle")
+    assert value(m, "kafka_consumergroup_committed_offset", group=group, partition="0") is not None
+    return m
+
+
+def _deficit(m: dict, group: str) -> tuple[float | None, float | None, float | None, float | None]:
+    """(partition 0's records below the log start, partition 1's, the group's, records lost)."""
+    return (value(m, "kafka_consumergroup_records_below_log_start", group=group, partition="0"),
+            value(m, "kafka_consumergroup_records_below_log_start", group=group, partition="1"),
+            value(m, "kafka_consumergroup_group_records_below_log_start", group=group),
+            value(m, "kafka_consumergroup_records_lost_total", group=group))
+
+
+def test_a_loss_older_than_lagwatch_is_served_at_once_and_never_counted(
+        kafka: KafkaCluster, tmp_path: Path) -> None:
+    """A group already 40 records below the log start when lagwatch starts: the gauge serves
+    40 from the first cycle (metrics, API, status page), the counter stays 0 until a new
+    deletion passes the committed offset, and a restarted lagwatch serves the deficit at
+    once again without counting it."""
+    topic = create_topic(kafka, unique("old-loss"), partitions=2)
+    produce(kafka, topic, {0: 100, 1: 100})
+    group = unique("old-loss-g")
+    commit_offsets(kafka.bootstrap_servers, group, topic, {0: 60, 1: 100})
+    _delete(kafka, topic, {0: 100, 1: 50})  # p0: 60..100 gone unread; p1: below committed
+    cfg = exporter_config(tmp_path, kafka.bootstrap_servers, interval=3.0)
+    with ExporterProcess(None, config=cfg) as exp:
+        exp.wait_ready()
+        assert _deficit(_first_cycle(exp, group), group) == (40, None, 40, 0)
+        doc = exp.api(f"clusters/test/groups/{group}")
+        assert (doc["records_below_log_start"], doc["records_lost_total"]) == (40, 0)
+        p0 = next(p for p in doc["partitions"] if p["partition"] == 0)
+        assert (p0["records_below_log_start"], p0["records_lost_total"]) == (40, 0)
+        page = exp.get("/")[1].decode()
+        row = page[page.index(f"<td>{group}</td>"):]
+        row = row[:row.index("</tr>")]
+        assert "<td class='num'>0</td><td class='num below'><span class='down'>40</span></td>" in row
+
+        cycles_until(exp, lambda: True, 30, "a cycle")
+        start = _cycles(exp)
+        wait_for(lambda: _cycles(exp) >= start + 2, 30, "two more cycles")
+        assert _deficit(exp.metrics(), group) == (40, None, 40, 0)  # never counted
+
+        produce(kafka, topic, {0: 50})
+        _delete(kafka, topic, {0: 130})  # 30 more of the group's records: a new loss
+        n = cycles_until(exp, lambda: _deficit(exp.metrics(), group) == (70, None, 70, 30), 30,
+                         "30 records lost and 70 below the log start")
+        assert n <= SEE, n
+    with ExporterProcess(None, config=cfg) as exp:  # restarted: the deficit, not a loss
+        exp.wait_ready()
+        assert _deficit(_first_cycle(exp, group), group) == (70, None, 70, 0)

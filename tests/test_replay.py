@@ -100,6 +100,9 @@ STORIES = [
     Story("membership", "never-committed", ("ok", "stalled")),
     Story("membership", "slow-commits", ("ok", "stalled"), "LEARNT"),
     Story("membership", "never-committed-instrumented", ("ok", "livelocked")),
+    # tests/test_evidence.py: uninstrumented client shapes (issue 40)
+    Story("evidence", "hung", ("ok", "stalled")),
+    Story("evidence", "left", ("ok", "stopped")),
     *(s for v in SPARK for s in (
         Story("spark", f"healthy-pyspark-{v}", ("ok",)),
         Story("spark", f"idle-pyspark-{v}", ("ok",)),
@@ -225,6 +228,47 @@ def test_detected_within_bound(d: Detection) -> None:
     waited = tl.times[start + n] - min(m.at for m in rec.marks if m.role == d.role and m.event == d.event)
     assert waited >= d.seconds(rec) - 2 * rec.interval, \
         f"{d.status} {waited:.1f}s after {d.event}, before its threshold" + _story(rec, tl, d.role)
+
+
+# (fixture, role, status, fragments its reason holds once the status is reached): what an
+# on-call engineer reads, replayed from real runs of uninstrumented clients.
+REASONS = [
+    ("evidence", "hung", "stalled", (
+        "committed offset frozen for ", "; owner hung-handler@/127.0.0.1 (hung-handler-",
+        "; evidence: broker-side evidence only (membership, commits, HW): a handler hung in a "
+        "client that keeps heartbeating without a poll timeout (sarama, franz-go) and a consumer "
+        "that polls without committing look the same; its own reports would tell them apart")),
+    ("evidence", "left", "stopped", (
+        "no member owns the partition (group empty; last owner "
+        "poll-timeout-consumer@/127.0.0.1 (poll-timeout-consumer-",
+        "s ago); committed unchanged for ",
+        "; evidence: broker-side evidence only: a consumer that crashed or closed and one that "
+        "left the group on its poll timeout (max.poll.interval.ms) while its process lives look "
+        "the same; its own reports would tell them apart")),
+]
+
+
+@pytest.mark.parametrize(("fixture", "role", "status", "fragments"), REASONS,
+                         ids=[f"{r[0]}-{r[1]}" for r in REASONS])
+def test_reasons_say_what_the_evidence_shows(fixture: str, role: str, status: str,
+                                             fragments: tuple[str, ...]) -> None:
+    """Every cycle in the status, the group's first reason holds the fragments."""
+    rec, tl = _load(fixture), _timeline(fixture)
+    group = _group(rec, role)
+    cycles = [i for i, s in enumerate(tl.statuses[group]) if s == status]
+    assert cycles, _story(rec, tl, role)
+    for i in cycles:
+        reason = tl.reasons[group][i][0]
+        assert all(f in reason for f in fragments), (i, reason)
+
+
+def test_the_departure_is_dated_by_the_replayed_clock() -> None:
+    """The last owner's "left N s ago" grows with the cycles."""
+    rec, tl = _load("evidence"), _timeline("evidence")
+    group = _group(rec, "left")
+    ago = [float(r[0].split(" left ")[1].split("s ago")[0]) for r, s in
+           zip(tl.reasons[group], tl.statuses[group], strict=True) if s == "stopped"]
+    assert ago and all(b > a for a, b in zip(ago, ago[1:], strict=False)), ago
 
 
 def test_a_broken_rule_fails_the_replay() -> None:

@@ -33,7 +33,8 @@ def _memory(ev: Evaluator, gid: str) -> tuple:
     """What the evaluator and its trackers remember of one group."""
     st, pm, rm = ev.groups.get(gid), ev.progress.groups.get(gid), ev.rebalances.groups.get(gid)
     return (None if st is None else (st.parts, st.members, st.epoch, list(st.joins), st.uncommitted,
-                                     st.outside_at, list(st.outside_gaps), st.queue_progress_at),
+                                     st.outside_at, list(st.outside_gaps), st.queue_progress_at,
+                                     st.seen, list(st.departed)),
             None if pm is None else ({tp: list(p) for tp, p in pm.parts.items()}, pm.counted,
                                      pm.lost, pm.lost_total),
             None if rm is None else (rm.total, rm.epoch, rm.members, list(rm.events)),

@@ -18,7 +18,16 @@ from exporter.contracts.status import Status
 from exporter.contracts.view import SEVERITY, STATUSES
 from exporter.evaluate.evaluator import Evaluator
 from exporter.evaluate.memory import extend_run, lag_trend
-from exporter.evaluate.rules import RULES, PartitionFacts, classify, note, reason
+from exporter.evaluate.rules import (
+    EVIDENCE,
+    INSTRUMENTATION_DOCS,
+    RULES,
+    Evidence,
+    PartitionFacts,
+    classify,
+    note,
+    reason,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -251,6 +260,73 @@ def test_lag_trend_ends_when_records_stopped_arriving_for_a_while() -> None:
     assert lag_trend(True, run, prev, 6.0, 3600, 1.0, quiet=True) is False
 
 
+# -- evidence: what each non-ok reason rests on (rules.EVIDENCE) ------------------------
+
+STALL = {"stalled_seconds": 40.0, "frozen_seconds": 40.0, "new_data_seconds": 35.0}
+UNOWNED = {"owned": False, "owner": "", "unowned_confirmed": True, "frozen_seconds": 61.0,
+           "group_state": "empty"}
+
+# (what, facts changed from BASE, expected status, what the evidence part says)
+EVIDENCE_ROWS: list[tuple[str, dict, Status, str]] = [
+    ("a hung handler in a client that heartbeats and a consumer polling without committing: "
+     "both named, and what tells them apart",
+     STALL, Status.STALLED,
+     "evidence: broker-side evidence only (membership, commits, HW): a handler hung in a client "
+     "that keeps heartbeating without a poll timeout (sarama, franz-go) and a consumer that "
+     "polls without committing look the same; its own reports would tell them apart "
+     f"({INSTRUMENTATION_DOCS})"),
+    ("an instrumented consumer that polls and does not commit: its reports say which",
+     {**STALL, **REPORT, "poll_age": 2.0}, Status.STALLED,
+     "evidence: the consumer's own reports show it polling (last poll 2s ago): it reads but "
+     "does not commit"),
+    ("nobody owns it: a crash and a poll-timeout leave with a live process look the same",
+     UNOWNED, Status.STOPPED,
+     "evidence: broker-side evidence only: a consumer that crashed or closed and one that left "
+     "the group on its poll timeout (max.poll.interval.ms) while its process lives look the same"),
+    ("nobody owns it, and its consumer still reports: alive, out of the group",
+     {**UNOWNED, **REPORT, "report_silent_seconds": 1.5}, Status.STOPPED,
+     "evidence: broker-side membership and the consumer's own reports, the last 1.5s ago"),
+    ("the last owner and how long ago it left are named",
+     {**UNOWNED, "departure": f"last owner {OWNER} left 18s ago"}, Status.STOPPED,
+     f"no member owns the partition (group empty; last owner {OWNER} left 18s ago); committed "
+     "unchanged for 61s"),
+    ("not polling: the consumer's own reports",
+     {**STALL, **REPORT, "poll_age": 25.0}, Status.LIVELOCKED,
+     "evidence: the consumer's own reports (its last poll) and its membership from the broker"),
+    ("a rejoin loop: joins seen from the broker, a crash loop looks the same",
+     {**STALL, "rejoins": 3}, Status.LIVELOCKED,
+     "evidence: broker-side evidence only (joins and commits): a consumer kicked out on its poll "
+     "timeout and rejoining, and members restarting in a crash loop, look the same"),
+    ("a hung Spark batch: heartbeats prove the driver process, not the batch",
+     {**SPARK, "batch_running": 25.0}, Status.LIVELOCKED,
+     "evidence: the Spark listener's heartbeats: they show the driver process alive, not the batch"),
+    ("lagging rests on commits and high watermarks",
+     {"lag_seconds": 4000.0}, Status.LAGGING,
+     "evidence: committed offsets and high watermarks read from the broker"),
+    ("a rewind rests on the committed offsets", {"rewinding": True}, Status.REWIND,
+     "evidence: the committed offsets read from the broker"),
+]
+
+
+@pytest.mark.parametrize(("what", "changes", "status", "fragment"), EVIDENCE_ROWS,
+                         ids=[r[0][:40] for r in EVIDENCE_ROWS])
+def test_reason_names_its_evidence(what: str, changes: dict, status: Status, fragment: str) -> None:
+    facts = dataclasses.replace(BASE, **changes)
+    got, rule = classify(facts, TH)
+    assert got == status, what
+    text = reason(rule, facts, TH)
+    assert fragment in text, (what, text)
+    assert text.count("; evidence: ") == 1, text
+
+
+def test_every_rule_has_evidence_worded_for_its_status() -> None:
+    """A reason can be built for every rule with every kind of evidence: the table is worded
+    once per status, and no status lacks a wording."""
+    for _name, status, _ in RULES:
+        for kind in Evidence:
+            assert (status, kind) in EVIDENCE, (status, kind)
+
+
 # -- edge rows over several cycles, through the evaluator -----------------------------
 
 T0 = 1_800_000_000.0
@@ -399,3 +475,51 @@ def _cycle_at(ev: Evaluator, t: float, committed: int, hw: int) -> str:
                     groups={"g": GroupSample(group_id="g", type="classic", state="stable", members=(MEMBER,),
                                              coordinator=1, committed={TP: committed})})
     return ev.evaluate(snap).groups["g"].status
+
+
+# -- who left, and when (exporter/evaluate/departures.py), through the evaluator ---------
+
+def _view(ev: Evaluator, i: int, committed: int, hw: int, members: tuple[Member, ...],
+          state: str | None = None):
+    snap = Snapshot(cluster="c", taken_at=T0 + 10 * i, duration=0.01, partitions={TP: _offsets(hw)},
+                    groups={"g": GroupSample(group_id="g", type="classic",
+                                             state=state or ("stable" if members else "empty"),
+                                             members=members, coordinator=1,
+                                             committed={TP: committed})})
+    return ev.evaluate(snap).groups["g"]
+
+
+def test_departure_the_last_owner_and_how_long_ago_it_left() -> None:
+    """The owner leaves (a poll timeout, a crash: the broker shows the same): the partition's
+    reason names it and the time since the first sample without it, which grows."""
+    ev = Evaluator("c", TH, interval=10.0)
+    for i in range(3):
+        assert _view(ev, i, 100, 150 + i, (MEMBER,)).status == Status.OK
+    # a classic group rebalancing publishes no assignment: the member's last one is kept
+    rebalancing = dataclasses.replace(MEMBER, assignment=())
+    _view(ev, 3, 100, 153, (rebalancing,), state="preparingrebalance")
+    reasons = [_view(ev, i, 100, 150 + i, ()).reasons[0] for i in range(4, 8)]
+    assert "stopped" not in reasons[0]  # one empty cycle is not yet stopped
+    assert f"(group empty; last owner {OWNER} left 20s ago); committed unchanged" in reasons[2]
+    assert f"last owner {OWNER} left 30s ago" in reasons[3]
+    assert "left the group on its poll timeout (max.poll.interval.ms) while its process lives" \
+        in reasons[3]
+
+
+def test_departure_a_group_empty_since_before_lagwatch_names_nobody() -> None:
+    ev = Evaluator("c", TH, interval=10.0)
+    v = [_view(ev, i, 100, 150 + i, ()) for i in range(3)][-1]
+    assert v.status == Status.STOPPED
+    assert "(group empty; no member seen leaving since lagwatch watched the group)" in v.reasons[0]
+
+
+def test_departure_the_owner_left_while_others_stay() -> None:
+    """A partition that lost its owner while another member stays: the one seen owning it."""
+    other = Member(member_id="consumer-billing-9-77aa", client_id="billing-9", host="/10.0.0.9",
+                   assignment=(("orders", 4),))
+    ev = Evaluator("c", TH, interval=10.0)
+    for i in range(3):
+        _view(ev, i, 100, 150 + i, (MEMBER, other))
+    v = [_view(ev, i, 100, 150 + i, (other,)) for i in range(3, 6)][-1]
+    assert v.status == Status.STOPPED
+    assert f"(group stable; last owner {OWNER} left 20s ago)" in v.reasons[0]

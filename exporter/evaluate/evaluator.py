@@ -55,6 +55,7 @@ from exporter.evaluate.constants import (
     UNREADABLE_GRACE_CYCLES,
     UNREADABLE_GRACE_SECONDS,
 )
+from exporter.evaluate.departures import departure_text, remember_departures
 from exporter.evaluate.exposure import consumer_exposure, group_exposure, spark_exposure
 from exporter.evaluate.lag import HwHistory, lag_seconds
 from exporter.evaluate.memory import (
@@ -211,13 +212,8 @@ class Evaluator:
         self.judged_in_columns = 0
         self._lag_memo: dict[tuple[str, int, int], float | None] = {}
         consumer_reports = consumer_reports or {}
-        samples = dict(snap.groups)
         spark_reports = spark_reports or {}
-        for gid, rep in spark_reports.items():
-            # A consumer group of that name with members wins; an empty one is normally the
-            # listener's own commit_offsets_to_group mirror of this query.
-            if gid not in samples or not samples[gid].members:
-                samples[gid] = _spark_sample(rep, now, self._thresholds_of(gid))
+        samples = self._samples(snap, spark_reports, now)
         views: dict[str, GroupView] = {}
         self.progress.begin(snap.partitions)
         pending: list[_Pending] = []
@@ -253,6 +249,17 @@ class Evaluator:
         self.last_good = view
         return view
 
+    def _samples(self, snap: Snapshot, spark_reports: dict[str, SparkReport], now: float
+                 ) -> dict[str, GroupSample]:
+        """The cycle's groups: the snapshot's, and the Spark queries reporting."""
+        samples = dict(snap.groups)
+        for gid, rep in spark_reports.items():
+            # A consumer group of that name with members wins; an empty one is normally the
+            # listener's own commit_offsets_to_group mirror of this query.
+            if gid not in samples or not samples[gid].members:
+                samples[gid] = _spark_sample(rep, now, self._thresholds_of(gid))
+        return samples
+
     def _changed_topics(self, snap: Snapshot) -> set[str]:
         """The topics whose offsets moved since the last evaluated snapshot; only groups at
         rest need them (exporter/evaluate/rest.py)."""
@@ -277,6 +284,8 @@ class Evaluator:
         state.unreadable_since = None
         was_empty = state.seen_once and not state.members
         remember_members(state, {m.member_id for m in g.members}, now, self.th.window, g.epoch)
+        if g.type != GroupType.SPARK:
+            state.seen = remember_departures(state.seen, state.departed, g.members, now)
         c = self._cycle_of(g, state, partitions, reports, spark, exact_ts, was_empty, now)
         for tp in [tp for tp in state.parts if tp not in g.committed]:
             del state.parts[tp]
@@ -543,6 +552,7 @@ class Evaluator:
             frozen_seconds=obs.frozen_seconds, new_data_seconds=obs.new_data_seconds,
             lagging=obs.lagging, rewinding=obs.rewinding, rewind_pending=obs.rewind_pending,
             owned=owned, unowned_confirmed=obs.unowned_confirmed, owner=_member_label(owner),
+            departure="" if owned else departure_text(st.departed, tp, not g.members, now),
             group_state=g.state, rejoins=joins_since(st, obs.after.changed_at),
             outside=st.outside_at is not None, stall_allowance=c.allowance, unsubscribed=unsubscribed,
             **_report_facts(rep, now, self.th),
@@ -642,13 +652,15 @@ class Evaluator:
         nd = float(e.new_data_seconds[k])
         lag_off, lag_s = b.lag_off[i], b.lag_s[i]
         stalled = float(e.stalled_seconds[k])
+        facts_owned = bool(b.samples.owned[k])
         facts = PartitionFacts(
             topic=tp[0], partition=tp[1], committed=b.committed[i], hw=b.hw[i],
             lag_offsets=lag_off, lag_seconds=lag_s, stalled_seconds=stalled,
             frozen_seconds=now - changed_at, new_data_seconds=None if nd != nd else nd,
             lagging=bool(e.lagging[k]), rewinding=bool(e.rewinding[k]), rewind_pending=False,
-            owned=bool(b.samples.owned[k]), unowned_confirmed=bool(e.unowned_confirmed[k]),
+            owned=facts_owned, unowned_confirmed=bool(e.unowned_confirmed[k]),
             owner=_member_label(owner), group_state=c.g.state, rejoins=joins_since(c.st, changed_at),
+            departure="" if facts_owned else departure_text(c.st.departed, tp, not c.g.members, now),
             outside=c.st.outside_at is not None, stall_allowance=c.allowance)
         status, rule = classify(facts, self.th)
         if status not in (Status.OK, Status.LAGGING):

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from operator import itemgetter
 from typing import Any, NamedTuple
 
+from exporter.contracts.snapshot import Member
 from exporter.contracts.status import Status
 from exporter.contracts.view import GroupView
 from exporter.evaluate.constants import (
@@ -47,6 +48,7 @@ from exporter.evaluate.constants import (
     TREND_GROWTH_RATIO,
     TREND_MIN_COMMITS,
 )
+from exporter.evaluate.departures import Departure, new_departures
 
 
 class Sample(NamedTuple):
@@ -572,6 +574,10 @@ class GroupMemory:
     # when records first arrived after that), while the same member owns it.
     uncommitted: dict[tuple[str, int], tuple[str, float, int | None, float | None]] = field(
         default_factory=dict)
+    # Who left and when (exporter/evaluate/departures.py): the members seen last cycle, with
+    # the last assignment each held, and the latest departures.
+    seen: dict[str, Member] = field(default_factory=dict)
+    departed: collections.deque[Departure] = field(default_factory=new_departures)
 
 
 def remember_uncommitted(mem: GroupMemory, tp: tuple[str, int], owner: str, hw: int | None,

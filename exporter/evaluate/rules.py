@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from enum import StrEnum
 
 from exporter.config import Thresholds
 from exporter.contracts.status import Status
@@ -43,6 +44,8 @@ class PartitionFacts:
     owned: bool  # a member (or a live Spark driver) owns the partition
     unowned_confirmed: bool  # nobody owned it for enough cycles in a row: ownership
     owner: str = ""  # "client@host (member)" of the owning member, "" when unknown
+    # Nobody owns it: who left, and when (exporter/evaluate/departures.py), "" when unknown
+    departure: str = ""
     # An empty group whose committed offsets move: a client outside group membership
     # (assign()) consumes it, and may wait ``stall_allowance`` (its learnt commit cadence,
     # bounded: :func:`exporter.evaluate.memory.outside_allowance`) between commits.
@@ -236,12 +239,80 @@ def classify(f: PartitionFacts, th: Thresholds) -> tuple[Status, str | None]:
     return Status.OK, None
 
 
+# -- evidence --------------------------------------------------------------------------
+
+class Evidence(StrEnum):
+    """What a status rests on: what lagwatch saw, not what it infers."""
+
+    BROKER = "broker"  # membership, committed offsets and high watermarks, read from the brokers
+    REPORTS = "reports"  # the consumer's own reports (instrumented consumers), beside the broker's
+    SPARK = "spark"  # the Spark listener's events and heartbeats
+
+
+# Where a reader learns what instrumentation adds (the reasons name it where it would help).
+INSTRUMENTATION_DOCS = "https://github.com/lagwatch/lagwatch/blob/main/docs/instrumentation.md"
+
+# What each status says about its evidence, worded once per status and evidence: what the
+# evidence shows, and where it cannot tell two causes apart, both and what would tell them
+# apart. docs/statuses.md ("Evidence") has the same table for readers.
+EVIDENCE: dict[tuple[Status, Evidence], str] = {
+    (Status.STOPPED, Evidence.BROKER): (
+        "broker-side evidence only: a consumer that crashed or closed and one that left the "
+        "group on its poll timeout (max.poll.interval.ms) while its process lives look the "
+        f"same; its own reports would tell them apart ({INSTRUMENTATION_DOCS})"),
+    (Status.STOPPED, Evidence.REPORTS): (
+        "broker-side membership and the consumer's own reports, the last {report_silent} ago: "
+        "a process that still reports is alive but out of the group, one whose reports "
+        "stopped too is likely gone"),
+    (Status.STOPPED, Evidence.SPARK): (
+        "the Spark listener's events and heartbeats: they show the reporting process, not the "
+        "query"),
+    (Status.LIVELOCKED, Evidence.BROKER): (
+        "broker-side evidence only (joins and commits): a consumer kicked out on its poll "
+        "timeout and rejoining, and members restarting in a crash loop, look the same; its "
+        f"own reports would tell them apart ({INSTRUMENTATION_DOCS})"),
+    (Status.LIVELOCKED, Evidence.REPORTS): (
+        "the consumer's own reports (its last poll) and its membership from the broker"),
+    (Status.LIVELOCKED, Evidence.SPARK): (
+        "the Spark listener's heartbeats: they show the driver process alive, not the batch"),
+    (Status.STALLED, Evidence.BROKER): (
+        "broker-side evidence only (membership, commits, HW): a handler hung in a client that "
+        "keeps heartbeating without a poll timeout (sarama, franz-go) and a consumer that polls "
+        f"without committing look the same; its own reports would tell them apart "
+        f"({INSTRUMENTATION_DOCS})"),
+    (Status.STALLED, Evidence.REPORTS): (
+        "the consumer's own reports show it polling (last poll {poll_age:.0f}s ago): it reads "
+        "but does not commit"),
+    (Status.STALLED, Evidence.SPARK): "the query's progress events and high watermarks",
+    (Status.REWIND, Evidence.BROKER): "the committed offsets read from the broker",
+    (Status.REWIND, Evidence.REPORTS): "the committed offsets read from the broker",
+    (Status.REWIND, Evidence.SPARK): "the query's progress events (its end offsets)",
+    (Status.LAGGING, Evidence.BROKER): "committed offsets and high watermarks read from the broker",
+    (Status.LAGGING, Evidence.REPORTS): "committed offsets and high watermarks read from the broker",
+    (Status.LAGGING, Evidence.SPARK): "the query's progress events and high watermarks",
+}
+
+# Rules whose evidence is the consumer's own reports, whatever else holds.
+_REPORT_RULES = frozenset({"not_polling", "reports_stopped"})
+
+
+def evidence_of(rule: str, f: PartitionFacts) -> Evidence:
+    """The Spark listener's for a query; the reports' for the rules that read them, wherever
+    the owner's reports are fresh, and for a partition nobody owns whose consumer reported
+    (whether its reports go on says whether its process lives); else the broker's alone."""
+    if f.spark:
+        return Evidence.SPARK
+    if rule in _REPORT_RULES or (f.has_report and (not f.report_stale or rule == "unowned")):
+        return Evidence.REPORTS
+    return Evidence.BROKER
+
+
 # -- reasons ---------------------------------------------------------------------------
 
 _REASONS = {
     "spark_terminated": "{where}: query terminated; {nums}",
     "spark_driver_gone": "{where}: driver of query {query_id} sent nothing for {spark_silent}; {nums}",
-    "unowned": ("{where}: no member owns the partition (group {group_state}); "
+    "unowned": ("{where}: no member owns the partition (group {group_state}{departure}); "
                 "committed unchanged for {frozen:.0f}s; {nums}"),
     "batch_hung": ("{where}: batch {batch_id} has been running for {running:.0f} seconds while "
                    "{lag} records wait; driver alive (heartbeat {spark_silent} ago); {nums}"),
@@ -278,6 +349,17 @@ def reason(rule: str | None, f: PartitionFacts, th: Thresholds) -> str:
     """The human-readable reason for the rule that decided a partition's status."""
     if rule is None:
         return ""
+    return f"{_text(rule, f, th)}; evidence: {_evidence_text(rule, f)}"
+
+
+def _evidence_text(rule: str, f: PartitionFacts) -> str:
+    status = next(status for name, status, _ in RULES if name == rule)
+    return EVIDENCE[status, evidence_of(rule, f)].format(
+        report_silent=fmt_seconds(f.report_silent_seconds), poll_age=f.poll_age or 0.0)
+
+
+def _text(rule: str, f: PartitionFacts, th: Thresholds) -> str:
+    """The reason's own part: the partition, what holds, the numbers."""
     if f.never_committed:
         lag = "unknown" if f.lag_offsets is None else f"{f.lag_offsets} ({fmt_seconds(f.lag_seconds)})"
         nums = f"never committed, HW {f.hw}, lag {lag}"
@@ -287,7 +369,8 @@ def reason(rule: str | None, f: PartitionFacts, th: Thresholds) -> str:
     return _REASONS[rule].format(
         where=f"{f.topic}[{f.partition}]", nums=nums, lag=f.lag_offsets, query_id=f.query_id,
         spark_silent=fmt_seconds(f.spark_silent_seconds), group_state=f.group_state,
-        frozen=f.frozen_seconds, batch_id=f.running_batch_id, running=f.batch_running or 0.0,
+        frozen=f.frozen_seconds, departure=f"; {f.departure}" if f.departure else "",
+        batch_id=f.running_batch_id, running=f.batch_running or 0.0,
         reporter=f.reporter, poll_age=f.poll_age or 0.0, owner=f.owner,
         report_silent=fmt_seconds(f.report_silent_seconds), rejoins=f.rejoins,
         window=th.window, stalled=f.stalled_seconds,

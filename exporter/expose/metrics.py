@@ -86,6 +86,16 @@ FAMILIES: tuple[FamilyDoc, ...] = (
               "Records deleted (retention, delete_records) below the log start offset before the "
               "group consumed them, counted as the log start passes its committed offset; 0 from "
               "the group's first sample (losses older than that are not counted)."),
+    FamilyDoc("kafka_consumergroup_records_below_log_start", "gauge",
+              ("cluster", "group", "topic", "partition"),
+              "Records between the group's committed offset and the partition's log start offset "
+              "now, max(0, log start - committed): deleted before the group read them, whenever "
+              "that was (before lagwatch started too). Served only for partitions with such a "
+              "deficit (absent: 0) of topics a member subscribes to."),
+    FamilyDoc("kafka_consumergroup_group_records_below_log_start", "gauge", ("cluster", "group"),
+              "Sum of records_below_log_start over the group's partitions, 0 when none is below "
+              "the log start; unlike records_lost_total it is there from the first sample, "
+              "whatever lagwatch saw before."),
     FamilyDoc("kafka_consumergroup_rebalances_total", "counter", ("cluster", "group"),
               "Rebalances of the group since lagwatch watches it (0 at its first sample): consumer, "
               "streams and share groups exactly, from the group epoch's rises; classic groups at "

@@ -174,6 +174,27 @@ def render_progress(v: ClusterView, fam: dict[str, Lines], groups: Iterable[Grou
         lost.add(gl, pr.records_lost_total)
 
 
+def render_below_log_start(v: ClusterView, fam: dict[str, Lines], groups: Iterable[GroupView],
+                           detailed: Iterable[GroupView]) -> None:
+    """Records below the log start now (exporter/evaluate/retention.py): the group's sum
+    for every group in ``groups`` (0 when none), the partitions' own in ``detailed`` only
+    where there are some, so a cluster of caught-up groups adds no per-partition series."""
+    total = fam["kafka_consumergroup_group_records_below_log_start"]
+    per_tp = fam["kafka_consumergroup_records_below_log_start"]
+    for g in groups:
+        if g.progress is not None:
+            total.add(_group_labels(v, g.group), g.progress.below_log_start)
+    for g in detailed:
+        pr = g.progress
+        if pr is None or not pr.below_log_start:
+            continue
+        gl = _group_labels(v, g.group)
+        for (topic, partition), pp in pr.partitions.items():
+            if pp.below_log_start:
+                per_tp.add(f'{gl},topic="{escape_label(topic)}",partition="{partition}"',
+                           pp.below_log_start)
+
+
 def render_rebalances(v: ClusterView, fam: dict[str, Lines], groups: Iterable[GroupView]) -> None:
     """kafka_consumergroup_rebalances_total per group (exporter/evaluate/rebalances.py)."""
     out = fam["kafka_consumergroup_rebalances_total"]
@@ -238,6 +259,7 @@ def render_cluster(v: ClusterView, compat: frozenset[str] = frozenset(), bounded
     render_spark(v, fam, served)
     detailed = groups if level is None else [g for g in served if level[g.group] == Detail.PARTITIONS]
     render_exposure(v, fam, detailed)
+    render_below_log_start(v, fam, served, detailed)
     render_unsubscribed(v, fam, detailed)
     out = list(fam.values())
     if "kafka_exporter" in compat:

@@ -54,6 +54,14 @@ def _lost(g: GroupView) -> str:
     return f"<span class='down'>{_num(pr.records_lost_total)}</span>"
 
 
+def _below(g: GroupView) -> str:
+    """Records between the committed offsets and the log start now, counted or not."""
+    pr = g.progress
+    if pr is None or not pr.below_log_start:
+        return _num(0 if pr else None)
+    return f"<span class='down'>{_num(pr.below_log_start)}</span>"
+
+
 def _rebalances(g: GroupView) -> str:
     """Rebalances within the storm window, and since lagwatch watches the group."""
     rb = g.rebalances
@@ -95,12 +103,14 @@ def render(views: list[ClusterView], refresh_seconds: int = 10, now: float | Non
         out.append("<table><thead><tr><th>group / query</th><th>type</th><th>status</th>"
                    "<th>lag (offsets)</th><th>lag (seconds)</th><th>members</th>"
                    "<th>reason</th><th>catch-up</th><th>records lost</th>"
+                   "<th title='records between the committed offsets and the log start now, "
+                   "deleted unread whenever that was'>below log start</th>"
                    "<th title='records fetched and not committed: a crash or a rebalance now "
                    "delivers them again'>redelivery exposure</th>"
                    "<th title='in the storm window / since watched'>rebalances</th></tr></thead><tbody>")
         groups = sorted(v.groups.values(), key=lambda g: (-SEVERITY[g.status], g.group))
         if not groups:
-            out.append("<tr><td colspan='11'>no consumer groups seen</td></tr>")
+            out.append("<tr><td colspan='12'>no consumer groups seen</td></tr>")
         for g in groups:
             members = ", ".join(f"{m.client_id}@{m.host}" for m in g.members[:5])
             if len(g.members) > 5:
@@ -114,6 +124,7 @@ def render(views: list[ClusterView], refresh_seconds: int = 10, now: float | Non
                 f"<td>{len(g.members)} <span class='reason'>{_e(members)}</span></td>"
                 f"<td class='reason'>{reason}</td>"
                 f"<td class='num'>{_eta(g)}</td><td class='num'>{_lost(g)}</td>"
+                f"<td class='num below'>{_below(g)}</td>"
                 f"<td class='num exposure'>{_exposure(g)}</td>"
                 f"<td class='num'>{_rebalances(g)}</td></tr>")
         out.append("</tbody></table>")

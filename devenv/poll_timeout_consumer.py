@@ -1,0 +1,70 @@
+"""A kafka-python consumer that leaves its group on its poll timeout while its process lives.
+
+    python -m devenv.poll_timeout_consumer --bootstrap H:P --group G --topic T [--after N]
+
+It consumes and commits each record; after ``--after`` records its handler wedges for
+good. kafka-python's heartbeat thread then sees ``max_poll_interval_ms`` pass without a
+poll and leaves the group (the Java client and aiokafka do the same), so the broker shows
+an empty group while the process is alive. Prints "READY <epoch>" once assigned and
+"BLOCKED <epoch>" when the handler wedges.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import time
+
+from kafka import KafkaConsumer
+
+# Short, so the leave comes seconds after the wedge; kafka-python wants the session
+# timeout below the request timeout and the heartbeat below a third of the session.
+MAX_POLL_INTERVAL_MS = 4000
+SESSION_TIMEOUT_MS = 6000
+
+
+def say(*words: object) -> None:
+    print(*words, flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--bootstrap", required=True)
+    ap.add_argument("--group", required=True)
+    ap.add_argument("--topic", required=True)
+    ap.add_argument("--client-id", default="poll-timeout-consumer")
+    ap.add_argument("--after", type=int, default=20)
+    args = ap.parse_args(argv)
+    running = True
+
+    def stop(*_: object) -> None:
+        nonlocal running
+        running = False
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    consumer = KafkaConsumer(
+        args.topic, bootstrap_servers=args.bootstrap, group_id=args.group, client_id=args.client_id,
+        auto_offset_reset="earliest", enable_auto_commit=False,
+        max_poll_interval_ms=MAX_POLL_INTERVAL_MS, session_timeout_ms=SESSION_TIMEOUT_MS,
+        heartbeat_interval_ms=1000)
+    seen, ready = 0, False
+    while running and seen < args.after:
+        batch = consumer.poll(timeout_ms=200, max_records=1)
+        if not ready and consumer.assignment():
+            ready = True
+            say("READY", time.time())
+        for _tp, records in batch.items():
+            seen += len(records)
+            consumer.commit()
+    if running:
+        say("BLOCKED", time.time())
+    while running:  # the handler is wedged: no poll, the heartbeat thread leaves the group
+        time.sleep(0.2)
+    consumer.close(autocommit=False)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

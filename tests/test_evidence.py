@@ -1,0 +1,94 @@
+"""Uninstrumented client shapes read as what the broker can show, live (issue 40's cases).
+
+Two real consumers, neither instrumented, against the shared broker and exporter:
+
+- ``hung``: a librdkafka consumer whose handler hangs while its background thread keeps
+  heartbeating and ``max.poll.interval.ms`` is out of reach: the shape of a sarama or
+  franz-go consumer, which have no poll timeout. The member never leaves: ``stalled``,
+  and the reason says a hung handler and a consumer polling without committing look the
+  same from the broker, and what would tell them apart.
+- ``left``: a kafka-python consumer whose handler wedges; its heartbeat thread leaves the
+  group on ``max_poll_interval_ms`` while the process lives: ``stopped``, and the reason
+  names the member that left, how long ago, and that a crash looks the same.
+
+With ``LAGWATCH_RECORD`` set (``make record``) the run is written to
+tests/recordings/evidence.jsonl.xz, which tests/test_replay.py replays with the same
+assertions on statuses and reason texts.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from devenv.kafka import KafkaCluster
+from tests.conftest import STALL_AFTER, create_topic, cycles, unique
+from tests.exporter_proc import ExporterProcess
+from tests.recorded import Fixture
+from tests.scenarios import Recorder, Scenario, Workload, spawn, stop_all
+
+HUNG_CLIENT = "hung-handler"
+LEFT_CLIENT = "poll-timeout-consumer"
+# Cycles beyond the threshold a status may take live: the consumer's last commit in
+# flight, its leave reaching the coordinator, the cycle that publishes it.
+SLACK = 4
+
+
+@pytest.fixture(scope="module")
+def world(kafka: KafkaCluster, exporter: ExporterProcess) -> Iterator[dict[str, Any]]:
+    scs = {n: Scenario(n, unique(f"ev-{n}"), create_topic(kafka, unique(f"ev-{n}"), partitions=1), 5)
+           for n in ("hung", "left")}
+    rec = Recorder(exporter)
+    rec.start()
+    fx = Fixture("evidence", [exporter.record])
+    for n, sc in scs.items():
+        fx.watch(n, sc.group, sc)
+    work = Workload(kafka, list(scs.values()))
+    work.start()
+    spawn(kafka, scs["hung"], "hung", "--after", "10", "--client-id", HUNG_CLIENT)
+    spawn(kafka, scs["left"], "", "--client-id", LEFT_CLIENT, "--after", "10",
+          module="devenv.poll_timeout_consumer")
+    try:
+        yield {"scenarios": scs, "recorder": rec, "exporter": exporter}
+        fx.close()
+    finally:
+        work.stop_flag.set()
+        rec.stop_flag.set()
+        stop_all(scs.values())
+
+
+def _reason(world: dict[str, Any], group: str) -> str:
+    doc = world["exporter"].api(f"clusters/test/groups/{group}")
+    return doc["reasons"][0]
+
+
+def test_a_hung_handler_that_keeps_heartbeating_is_stalled_and_says_what_it_cannot_tell(
+        world: dict[str, Any]) -> None:
+    sc, rec = world["scenarios"]["hung"], world["recorder"]
+    blocked = sc.event("BLOCKED")
+    n = rec.cycles_to(sc.group, "stalled", blocked, 60)
+    assert n <= cycles(STALL_AFTER) + SLACK, n
+    reason = _reason(world, sc.group)
+    assert f"owner {HUNG_CLIENT}@" in reason, reason
+    assert ("a handler hung in a client that keeps heartbeating without a poll timeout "
+            "(sarama, franz-go) and a consumer that polls without committing look the same; "
+            "its own reports would tell them apart") in reason, reason
+    # the member stays: never stopped, never livelocked (nothing shows it not polling)
+    time.sleep(3 * cycles(1))
+    assert {s for _t, s in rec.statuses(sc.group, blocked)} <= {"ok", "stalled"}
+
+
+def test_a_poll_timeout_leave_is_stopped_and_names_who_left_and_when(world: dict[str, Any]) -> None:
+    sc, rec = world["scenarios"]["left"], world["recorder"]
+    blocked = sc.event("BLOCKED")
+    n = rec.cycles_to(sc.group, "stopped", blocked, 60)
+    assert n <= cycles(4 + STALL_AFTER) + SLACK, n  # its poll timeout (4 s), then lag waiting
+    reason = _reason(world, sc.group)
+    assert f"(group empty; last owner {LEFT_CLIENT}@" in reason, reason
+    assert "s ago); committed unchanged" in reason, reason
+    assert ("a consumer that crashed or closed and one that left the group on its poll timeout "
+            "(max.poll.interval.ms) while its process lives look the same") in reason, reason
+    assert sc.proc is not None and sc.proc.poll() is None  # the process lives
