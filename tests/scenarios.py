@@ -7,6 +7,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from confluent_kafka import Producer
@@ -109,6 +110,20 @@ class Recorder(threading.Thread):
             return next((t for t, s in self.statuses(group, since) if s == status), None)
         seen = [s for _t, s in self.changes(group)]
         return wait_for(find, timeout, f"{group} to become {status}; saw {seen}")
+
+
+def stop_all(scenarios: Iterable[Scenario]) -> None:
+    """Every scenario's consumer process stopped: terminated together, killed if it lingers."""
+    scs = list(scenarios)
+    for s in scs:
+        if s.proc and s.proc.poll() is None:
+            s.proc.terminate()
+    for s in scs:
+        if s.proc:
+            try:
+                s.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                s.proc.kill()
 
 
 def spawn(kafka: KafkaCluster, sc: Scenario, mode: str, *extra: str) -> None:

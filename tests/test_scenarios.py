@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -34,7 +33,7 @@ from tests.conftest import (
 )
 from tests.exporter_proc import ExporterProcess, select
 from tests.recorded import Fixture
-from tests.scenarios import Recorder, Scenario, Workload, spawn
+from tests.scenarios import Recorder, Scenario, Workload, spawn, stop_all
 
 
 @pytest.fixture(scope="module")
@@ -66,15 +65,7 @@ def world(kafka: KafkaCluster, exporter: ExporterProcess) -> Iterator[dict[str, 
     finally:
         work.stop_flag.set()
         rec.stop_flag.set()
-        for s in scs.values():
-            if s.proc and s.proc.poll() is None:
-                s.proc.terminate()
-        for s in scs.values():
-            if s.proc:
-                try:
-                    s.proc.wait(15)
-                except subprocess.TimeoutExpired:
-                    s.proc.kill()
+        stop_all(scs.values())
 
 
 def _api_status(world: dict[str, Any], group: str) -> dict[str, Any]:
