@@ -16,13 +16,17 @@ from __future__ import annotations
 import os
 import signal
 import time
+import zlib
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, ConfigResource
 
 from devenv.kafka import KafkaCluster
+from exporter.contracts.state import GroupState
+from exporter.state import codec
 from tests.conftest import (
     STALL_AFTER,
     commit_offsets,
@@ -146,3 +150,49 @@ def test_the_state_topic_is_compacted_and_holds_a_key_per_group(world: dict[str,
     res = ConfigResource(ConfigResource.Type.TOPIC, world["state_topic"])
     conf = wait_for(lambda: admin.describe_configs([res])[res].result(10), 30, "the state topic")
     assert conf["cleanup.policy"].value == "compact"
+
+
+def _empty_state(group: str) -> GroupState:
+    return GroupState(group=group, members=(), epoch=None, joins=(), seen_once=True,
+                      unreadable_since=None, queue_progress_at=None, outside_at=None, outside_gaps=(),
+                      uncommitted=(), partitions=(), commit_gaps=None, rebalances=None, rates=None,
+                      last_view=None, last_progress=None, last_rebalances=None)
+
+
+def test_foreign_and_broken_records_are_counted_and_the_rest_restored(world: dict[str, Any]) -> None:
+    """Records a restart must refuse, written among the real ones: each is counted under its
+    reason, the real groups are restored all the same, the exporter serves its cycles."""
+    kafka, topic = world["kafka"], world["state_topic"]
+    admin = AdminClient({"bootstrap.servers": kafka.bootstrap_servers})  # outlives its future
+    cid = admin.describe_cluster(request_timeout=10).result().cluster_id
+    now = time.time()
+    fake = unique("rs-fake")
+    good = codec.encode(_empty_state(fake), cid, now)
+    bad = {
+        "corrupt": b"\x01not zlib at all",
+        "bad_version": b"\x07" + good[1:],
+        "foreign_cluster": codec.encode(_empty_state(fake), "another-cluster-id", now),
+        "stale": codec.encode(_empty_state(fake), cid, now - 7200),
+        "malformed": good[:1] + zlib.compress(b'{"cluster_id": "%s", "at": %f, "state": [1, 2]}'
+                                              % (cid.encode(), now)),
+    }
+    p = Producer({"bootstrap.servers": kafka.bootstrap_servers})
+    for reason, raw in bad.items():
+        p.produce(topic, key=codec.key_of("test", codec.GROUP, f"{fake}-{reason}"), value=raw)
+    p.produce(topic, key=b"another-deployment/g/x", value=b"whatever")  # not ours: skipped
+    assert p.flush(10) == 0
+    with ExporterProcess(None, config=world["config"]) as exp:
+        exp.wait_ready()
+
+        def three_cycles() -> Samples | None:
+            m = exp.metrics()
+            return m if (value(m, "lagwatch_cycles_total", cluster="test") or 0) >= 3 else None
+        m = wait_for(three_cycles, 60, "3 cycles")
+        dropped = {dict(lab)["reason"]: v
+                   for lab, v in select(m, "lagwatch_state_records_dropped_total").items()}
+        assert dropped == dict.fromkeys(bad, 1.0), dropped
+        assert value(m, "lagwatch_state_restored_groups", cluster="test") == 4
+        assert value(m, "lagwatch_up", cluster="test") == 1
+        log = exp.output()
+        for reason in bad:
+            assert log.count(f"({reason}; lagwatch_state_records_dropped_total") == 1, reason

@@ -14,12 +14,18 @@ import dataclasses
 import enum
 import types
 import typing
+from collections.abc import Callable
 from functools import cache
 from typing import Any
 
 
 class PlainError(ValueError):
     """The plain data does not fit the declared type."""
+
+
+@cache
+def _field_names(cls: type) -> tuple[str, ...] | None:
+    return tuple(f.name for f in dataclasses.fields(cls)) if dataclasses.is_dataclass(cls) else None
 
 
 def to_plain(obj: Any) -> Any:
@@ -29,8 +35,9 @@ def to_plain(obj: Any) -> Any:
         return obj.value
     if isinstance(obj, str):
         return obj
-    if dataclasses.is_dataclass(obj):
-        return tuple(to_plain(getattr(obj, f.name)) for f in dataclasses.fields(obj))
+    names = _field_names(type(obj))
+    if names is not None:
+        return tuple(to_plain(getattr(obj, n)) for n in names)
     if isinstance(obj, dict):
         return tuple((to_plain(k), to_plain(v)) for k, v in obj.items())
     if isinstance(obj, frozenset | set):
@@ -40,12 +47,6 @@ def to_plain(obj: Any) -> Any:
     raise PlainError(f"cannot encode {type(obj).__name__}")
 
 
-@cache
-def _hints(cls: type) -> tuple[tuple[str, Any], ...]:
-    hints = typing.get_type_hints(cls)
-    return tuple((f.name, hints[f.name]) for f in dataclasses.fields(cls))
-
-
 def deep_tuple(v: Any) -> Any:
     """Lists (JSON arrays) as tuples, all the way down."""
     if isinstance(v, list | tuple):
@@ -53,57 +54,80 @@ def deep_tuple(v: Any) -> Any:
     return v
 
 
+Decoder = Callable[[Any], Any]
+
+
 def from_plain(tp: Any, v: Any) -> Any:
     """``v`` rebuilt as ``tp``; :class:`PlainError` when it does not fit."""
+    return decoder(tp)(v)
+
+
+@cache
+def decoder(tp: Any) -> Decoder:
+    """The function that rebuilds plain data as ``tp``, made once per type: a state of
+    100k group-partitions is decoded without inspecting a type hint per value."""
     if tp is Any:
-        return deep_tuple(v)
+        return deep_tuple
     origin = typing.get_origin(tp)
     if origin is typing.Union or origin is types.UnionType:
-        return _union(typing.get_args(tp), v)
+        return _union(typing.get_args(tp))
     if origin is tuple:
-        return _tuple(typing.get_args(tp), v)
+        return _tuple(typing.get_args(tp))
     if origin is dict:
-        kt, vt = typing.get_args(tp)
-        return {from_plain(kt, k): from_plain(vt, x) for k, x in _pairs(v)}
+        kd, vd = (decoder(a) for a in typing.get_args(tp))
+        return lambda v: {kd(k): vd(x) for k, x in _pairs(v)}
     if origin is frozenset:
-        (et,) = typing.get_args(tp)
-        return frozenset(from_plain(et, e) for e in _seq(v))
+        ed = decoder(typing.get_args(tp)[0])
+        return lambda v: frozenset(ed(e) for e in _seq(v))
     if isinstance(tp, type) and dataclasses.is_dataclass(tp):
-        return _dataclass(tp, v)
-    return _scalar(tp, v)
+        return _dataclass(tp)
+    return _scalar(tp)
 
 
-def _union(args: tuple[Any, ...], v: Any) -> Any:
-    if v is None:
-        if type(None) in args:
-            return None
-        raise PlainError("unexpected null")
-    rest = [a for a in args if a is not type(None)]
-    if len(rest) == 1:
-        return from_plain(rest[0], v)
-    for a in rest:  # unions of scalars only (int | float)
-        try:
-            return _scalar(a, v)
-        except PlainError:
-            continue
-    raise PlainError(f"{v!r} fits none of {rest}")
+def _union(args: tuple[Any, ...]) -> Decoder:
+    nullable = type(None) in args
+    rest = [decoder(a) for a in args if a is not type(None)]
+
+    def dec(v: Any) -> Any:
+        if v is None:
+            if nullable:
+                return None
+            raise PlainError("unexpected null")
+        if len(rest) == 1:
+            return rest[0](v)
+        for d in rest:  # unions of scalars only (int | float)
+            try:
+                return d(v)
+            except PlainError:
+                continue
+        raise PlainError(f"{v!r} fits none of {args}")
+    return dec
 
 
-def _tuple(args: tuple[Any, ...], v: Any) -> tuple[Any, ...]:
-    items = _seq(v)
+def _tuple(args: tuple[Any, ...]) -> Decoder:
     if len(args) == 2 and args[1] is Ellipsis:
-        return tuple(from_plain(args[0], e) for e in items)
-    if len(items) != len(args):
-        raise PlainError(f"expected {len(args)} elements, got {len(items)}")
-    return tuple(from_plain(a, e) for a, e in zip(args, items, strict=True))
+        ed = decoder(args[0])
+        return lambda v: tuple(ed(e) for e in _seq(v))
+    eds = [decoder(a) for a in args]
+
+    def dec(v: Any) -> tuple[Any, ...]:
+        items = _seq(v)
+        if len(items) != len(eds):
+            raise PlainError(f"expected {len(eds)} elements, got {len(items)}")
+        return tuple(d(e) for d, e in zip(eds, items, strict=True))
+    return dec
 
 
-def _dataclass(cls: type, v: Any) -> Any:
-    hints = _hints(cls)
-    items = _seq(v)
-    if len(items) != len(hints):
-        raise PlainError(f"{cls.__name__}: expected {len(hints)} fields, got {len(items)}")
-    return cls(**{name: from_plain(tp, e) for (name, tp), e in zip(hints, items, strict=True)})
+def _dataclass(cls: type) -> Decoder:
+    hints = typing.get_type_hints(cls)
+    fields = [(f.name, decoder(hints[f.name])) for f in dataclasses.fields(cls)]
+
+    def dec(v: Any) -> Any:
+        items = _seq(v)
+        if len(items) != len(fields):
+            raise PlainError(f"{cls.__name__}: expected {len(fields)} fields, got {len(items)}")
+        return cls(**{name: d(e) for (name, d), e in zip(fields, items, strict=True)})
+    return dec
 
 
 def _seq(v: Any) -> list[Any] | tuple[Any, ...]:
@@ -121,24 +145,27 @@ def _pairs(v: Any) -> list[tuple[Any, Any]]:
     return out
 
 
-def _scalar(tp: Any, v: Any) -> Any:
-    if tp is bool:
-        if isinstance(v, bool):
-            return v
-    elif tp is int:
-        if isinstance(v, int) and not isinstance(v, bool):
-            return v
-    elif tp is float:
-        if isinstance(v, int | float) and not isinstance(v, bool):
-            return v
-    elif isinstance(tp, type) and issubclass(tp, enum.Enum):
-        try:
-            return tp(v)
-        except ValueError:
-            raise PlainError(f"{v!r} is no {tp.__name__}") from None
-    elif tp is str:
-        if isinstance(v, str):
-            return v
-    else:
+def _scalar(tp: Any) -> Decoder:
+    if isinstance(tp, type) and issubclass(tp, enum.Enum):
+        def enum_value(v: Any) -> Any:
+            try:
+                return tp(v)
+            except ValueError:
+                raise PlainError(f"{v!r} is no {tp.__name__}") from None
+        return enum_value
+    accept = {bool: (bool,), int: (int,), float: (int, float), str: (str,)}.get(tp)
+    if accept is None:
         raise PlainError(f"unsupported type {tp!r}")
-    raise PlainError(f"expected {tp.__name__}, got {type(v).__name__}")
+    name = tp.__name__
+    if tp is bool:
+        def exact(v: Any) -> Any:
+            if isinstance(v, bool):
+                return v
+            raise PlainError(f"expected bool, got {type(v).__name__}")
+        return exact
+
+    def number_or_str(v: Any) -> Any:
+        if isinstance(v, accept) and not isinstance(v, bool):
+            return v
+        raise PlainError(f"expected {name}, got {type(v).__name__}")
+    return number_or_str

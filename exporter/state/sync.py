@@ -3,7 +3,8 @@ cycle, and the restore before the first judgement after a start.
 
 What is written: a group's record in the cycle its judgement changed (its status, a
 partition's status, its state, members or rebalance count: :func:`fingerprint`), in its
-first cycle, and every ``state.write_every`` cycles otherwise; a deleted group's key a
+first cycle, and every ``state.write_every`` cycles otherwise (staggered by a hash of the
+group id, so a cycle rewrites a share of the unchanged groups, not all at once); a deleted group's key a
 tombstone. Topic records (offsets and HW history) every ``state.write_every`` cycles. A
 group's memory moves every cycle (the clocks of its partitions), but what its next
 judgement reads of a state some cycles old is the same: every clock is a time, not a
@@ -15,6 +16,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import logging
+import zlib
 from collections.abc import Iterator
 
 from exporter.config import ClusterConfig
@@ -123,8 +125,8 @@ class StateSync:
             v = view.groups.get(gid)
             fp = fingerprint(v) if v is not None else None
             was = self._groups.get(gid)
-            if was is not None and was[0] == fp and cycle - was[1] < every:
-                continue
+            if was is not None and was[0] == fp and (cycle + zlib.crc32(gid.encode())) % every:
+                continue  # unchanged, and not its turn: each cycle rewrites 1/every of them
             s = ev.export_group(gid)
             if s is not None:
                 out.append((codec.key_of(name, codec.GROUP, gid), codec.encode(s, cid, now), gid))
