@@ -169,6 +169,19 @@ class ClusterConfig:
         "the topic instrumented consumers and the Spark listener report to",
         DEFAULT_REPORTS_TOPIC, key="reports.topic", see="instrumentation.md")
     reports_enabled: bool = setting("read the reports topic", True, key="reports.enabled")
+    state_enabled: bool = setting(
+        "keep the judgement's state in lagwatch's own compacted topic and read it back at start, "
+        "so a restart continues every clock", True, key="state.enabled", see="design.md#state")
+    state_topic: str = setting("the state topic (created if missing)", "__lagwatch_state",
+                               key="state.topic", see="security.md")
+    state_partitions: int = setting(
+        "partitions of the state topic when lagwatch creates it (at most those of "
+        "__consumer_offsets)", 10, key="state.partitions", metavar="COUNT")
+    state_max_age: float = setting(
+        "state written longer ago than this is not read back (seconds)", 3600.0, key="state.max_age")
+    state_write_every: int = setting(
+        "a group whose status did not change is written again every this many cycles (a change "
+        "is written in its cycle)", 10, key="state.write_every", metavar="CYCLES")
     thresholds: Thresholds | None = setting(
         "this cluster's thresholds: any of the top-level `thresholds` but report_expiry, each "
         "replacing the top-level one", None, example={"stall_after": 120},
@@ -327,7 +340,7 @@ _THRESHOLD_KEYS = {"stall_after", "livelock_after", "lag_seconds", "window", "re
 _OVERRIDE_KEYS = _THRESHOLD_KEYS - {"report_expiry"}
 _CLUSTER_KEYS = {"name", "bootstrap_servers", "client", "interval", "request_timeout", "lag_mode",
                  "groups", "topics", "reports_topic", "reports", "thresholds", "group_thresholds",
-                 "oauthbearer_token_file", "aws_msk_iam"}
+                 "oauthbearer_token_file", "aws_msk_iam", "state"}
 _TOP_KEYS = {"clusters", "listen", "interval", "thresholds", "compat", "max_group_partitions",
              "history_points", "log_level", "lag_mode", "web_config", "request_timeout",
              "record_dir", "group_thresholds", "metrics_detail"}
@@ -430,6 +443,7 @@ def _cluster(raw: Any, where: str, defaults: dict[str, Any]) -> ClusterConfig:
         key = "reports.topic" if "topic" in reports else "reports_topic"
         raise ConfigError(f"{where}.{key}", f"not a valid Kafka topic name: {topic!r}")
     return ClusterConfig(
+        **_state(raw, where),
         name=name,
         bootstrap_servers=_bootstrap(raw["bootstrap_servers"], f"{where}.bootstrap_servers"),
         client=client_s,
@@ -470,6 +484,25 @@ def _token_source(raw: dict[str, Any], client: dict[str, str], where: str
         key = e.prop if e.prop in ("oauthbearer_token_file", "aws_msk_iam") else f"client.{e.prop}"
         raise ConfigError(f"{where}.{key}", str(e)) from None
     return token_file, aws
+
+
+def _state(raw: dict[str, Any], where: str) -> dict[str, Any]:
+    """A cluster's ``state:`` mapping (exporter/state/), validated."""
+    state = _mapping(raw.get("state"), f"{where}.state")
+    _check_keys(state, {"enabled", "topic", "partitions", "max_age", "write_every"}, f"{where}.state")
+    enabled = state.get("enabled", default_of(ClusterConfig, "state_enabled"))
+    if not isinstance(enabled, bool):
+        raise ConfigError(f"{where}.state.enabled", f"expected true or false, got {enabled!r}")
+    topic = state.get("topic", default_of(ClusterConfig, "state_topic"))
+    if not isinstance(topic, str) or not re.fullmatch(r"[A-Za-z0-9._-]{1,249}", topic):
+        raise ConfigError(f"{where}.state.topic", f"not a valid Kafka topic name: {topic!r}")
+    def number(key: str, integer: bool = False) -> float:
+        value = state.get(key, default_of(ClusterConfig, f"state_{key}"))
+        return _positive(value, f"{where}.state.{key}", integer=integer)
+
+    return {"state_enabled": enabled, "state_topic": topic,
+            "state_partitions": int(number("partitions", True)), "state_max_age": number("max_age"),
+            "state_write_every": int(number("write_every", True))}
 
 
 def load_yaml(path: str) -> dict[str, Any]:

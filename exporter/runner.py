@@ -20,13 +20,15 @@ from exporter.config import ClusterConfig, Config
 from exporter.contracts.errors import ErrorRecord, ErrorStage
 from exporter.contracts.sampling import SamplerMemory
 from exporter.contracts.snapshot import Snapshot
+from exporter.contracts.view import ClusterView
 from exporter.evaluate.evaluator import Evaluator
 from exporter.expose.render import render_cluster
 from exporter.kafka.worker import KafkaWorker, SampleReply, WorkerCrashed
 from exporter.logs import TRANSITION
 from exporter.recording import Writer, header
 from exporter.reports.decode import SparkReport
-from exporter.store import ClusterRecord, SelfStats, Store, frozen_counts, initial_record
+from exporter.state.sync import StateSync
+from exporter.store import ClusterRecord, SelfStats, StateStats, Store, frozen_counts, initial_record
 
 log = logging.getLogger("lagwatch.runner")
 MAX_BACKOFF = 60.0
@@ -57,6 +59,9 @@ class ClusterRunner:
         self._worker_gen = 0
         self.reports_received: Mapping[str, int] = {}
         self.reports_dropped: Mapping[str, int] = {}
+        # The judgement's state in lagwatch's own topic (exporter/state/): read back before
+        # the first judgement, written after each cycle is published.
+        self.state = StateSync(cfg) if cfg.state_enabled else None
         self._stop = threading.Event()
         self.thread = threading.Thread(target=self._run, name=f"sampler-{cfg.name}", daemon=True)
         self._failures = 0
@@ -122,6 +127,8 @@ class ClusterRunner:
                 exact_ts = self._exact_timestamps(snap, spark_reports)
             if self.recorder is not None:
                 self.recorder.cycle(snap, consumer_reports, spark_reports, exact_ts, snap.taken_at)
+            if self.state is not None and not self.state.loaded and snap.ok:
+                self._restore(snap.taken_at)
             view = self.evaluator.evaluate(snap, consumer_reports, spark_reports, exact_ts)
             # The sample (every group's offsets) is freed before the render takes its buffers.
             ok, errors = snap.ok, snap.errors
@@ -140,6 +147,8 @@ class ClusterRunner:
             # The render is part of the cycle: the record is complete before anyone sees it.
             exposition = render_cluster(view, self.compat, self.bounded)
             self.store.publish(ClusterRecord(view=view, stats=self._stats(t0), exposition=exposition))
+            if ok and self.state is not None:
+                self._write_state(view)
             return ok
         except Exception:  # noqa: BLE001 - the thread must survive anything
             self.errors["cycle"] += 1
@@ -166,11 +175,44 @@ class ClusterRunner:
             log.warning("cluster %s: reading record timestamps failed: %s", self.cfg.name, e)
         return {}
 
+    def _restore(self, now: float) -> None:
+        """The state topic read back into the evaluator, before its first judgement."""
+        assert self.state is not None
+        try:
+            self.state.restore(self.evaluator, self.worker.load_state(), now)
+        except WorkerCrashed as e:  # the next cycle starts a new worker and tries again
+            if not self._stop.is_set():
+                self.errors["worker_crash"] += 1
+                log.error("cluster %s: %s", self.cfg.name, e)
+
+    def _write_state(self, view: ClusterView) -> None:
+        """This cycle's state records written (after the record is published: no scrape
+        waits for it); a failure is counted and the next cycle writes again."""
+        assert self.state is not None
+        records = self.state.records(self.evaluator, view, self.cycles, view.sampled_at)
+        if not records:
+            return
+        try:
+            reply = self.worker.write_state(records)
+        except WorkerCrashed as e:
+            if not self._stop.is_set():
+                self.errors["worker_crash"] += 1
+                log.error("cluster %s: %s", self.cfg.name, e)
+            return
+        if reply.error is not None or reply.failed:
+            self.errors["state_write"] += 1
+        self.state.wrote(reply)
+
     def _stats(self, t0: float) -> SelfStats:
+        st = self.state
+        state = None if st is None else StateStats(
+            writable=st.writable, written=st.written, dropped=frozen_counts(st.dropped),
+            restored_groups=st.restored_groups)
         return SelfStats(cycles=self.cycles, requests=self.requests,
                          reports_requests=self.reports_requests,
                          cycle_duration=time.monotonic() - t0, errors=frozen_counts(self.errors),
-                         reports_received=self.reports_received, reports_dropped=self.reports_dropped)
+                         reports_received=self.reports_received, reports_dropped=self.reports_dropped,
+                         state=state)
 
     def _count(self, res: SampleReply) -> None:
         """Keep the counters, not the result (its snapshot would stay alive for a cycle).

@@ -36,6 +36,17 @@ class SelfStats:
     errors: Mapping[str, int] = field(default_factory=lambda: _EMPTY)  # by stage, since start
     reports_received: Mapping[str, int] = field(default_factory=lambda: _EMPTY)
     reports_dropped: Mapping[str, int] = field(default_factory=lambda: _EMPTY)
+    state: StateStats | None = None  # None: the state topic is not used (state.enabled false)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StateStats:
+    """The state topic's figures (exporter/state/sync.py)."""
+
+    writable: bool | None  # None: nothing written yet
+    written: int  # records written, since start
+    dropped: Mapping[str, int]  # records not read back, by reason
+    restored_groups: int  # groups whose judgement the start restored
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -29,7 +29,8 @@ from exporter.contracts.view import (
     SparkInfo,
 )
 from exporter.expose.render import render_cluster, scrape
-from exporter.store import ClusterRecord, SelfStats, Store, frozen_counts, initial_record
+from exporter.state.codec import DropReason
+from exporter.store import ClusterRecord, SelfStats, StateStats, Store, frozen_counts, initial_record
 from tests.exporter_proc import parse_metrics, value
 
 pytestmark = pytest.mark.unit  # no broker: runs with `make test-unit`
@@ -134,7 +135,10 @@ def hand_built_records(compat: frozenset[str]) -> list[ClusterRecord]:
     stats = SelfStats(cycles=17, cycle_duration=0.25, requests=1234,
                       errors=frozen_counts({"metadata": 2, "worker_crash": 1}),
                       reports_received=frozen_counts({"consumer": 5}),
-                      reports_dropped=frozen_counts({"wrong_type": 1}))
+                      reports_dropped=frozen_counts({"wrong_type": 1}),
+                      state=StateStats(writable=True, written=40, restored_groups=5,
+                                       dropped=frozen_counts({r.value: int(r == DropReason.STALE)
+                                                              for r in DropReason})))
     return [ClusterRecord(view=prod, stats=stats, exposition=render_cluster(prod, compat)),
             ClusterRecord(view=dr, stats=SelfStats(cycles=3, errors=frozen_counts({"metadata": 3})),
                           exposition=render_cluster(dr, compat))]

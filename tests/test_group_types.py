@@ -12,7 +12,6 @@ recording (tests/test_replay.py).
 
 from __future__ import annotations
 
-import subprocess
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -31,7 +30,7 @@ from devenv.kafka import KafkaCluster
 from tests.conftest import INTERVAL, STALL_AFTER, commit_offsets, create_topic, cycles, unique, wait_for
 from tests.exporter_proc import ExporterProcess
 from tests.recorded import Fixture
-from tests.scenarios import Recorder, Scenario, Workload, spawn
+from tests.scenarios import Recorder, Scenario, Workload, spawn, stop_all
 
 
 @pytest.fixture(scope="module")
@@ -50,15 +49,7 @@ def recorder(exporter: ExporterProcess, fixture: Fixture) -> Iterator[Recorder]:
 
 
 def _stop(*scs: Scenario) -> None:
-    for s in scs:
-        if s.proc and s.proc.poll() is None:
-            s.proc.terminate()
-    for s in scs:
-        if s.proc:
-            try:
-                s.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                s.proc.kill()
+    stop_all(scs)
 
 
 def test_kip848_max_poll_loop_is_livelocked(kafka: KafkaCluster, exporter: ExporterProcess,

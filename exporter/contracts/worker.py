@@ -64,3 +64,33 @@ class TimestampsReply:
 
     found: Timestamps  # empty when error is set
     error: str | None = None  # the reader's failure; the runner counts it as exact_lag
+
+
+@dataclass(frozen=True, slots=True)
+class StateLoadRequest:
+    """Read the state topic whole (exporter/state/topic.py), once after a start."""
+
+
+@dataclass(frozen=True, slots=True)
+class StateLoadReply:
+    """The state topic read to its end: each key's last value (None: deleted)."""
+
+    cluster_id: str | None  # the Kafka cluster's id (metadata), None when unknown
+    records: dict[bytes, tuple[bytes | None, float]]  # key -> (value, record timestamp)
+    error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class StateWriteRequest:
+    """Write these records to the state topic: (key, value or None, the name that places it)."""
+
+    records: list[tuple[bytes, bytes | None, str]]
+
+
+@dataclass(frozen=True, slots=True)
+class StateWriteReply:
+    written: int
+    failed: int
+    denied: str | None = None  # why lagwatch may not write the topic (authorization)
+    error: str | None = None
+    cluster_id: str | None = None

@@ -146,6 +146,21 @@ class PartitionTable(MutableMapping[TP, PartitionMemory]):
         vals[_REWIND_AT:_REWIND_AT + 2] = [Rewind(vals[_REWIND_AT], vals[_REWIND_AT + 1])]
         return tuple.__new__(PartitionMemory, vals)
 
+    def plain(self) -> list[tuple[object, ...]]:
+        """Every row as PartitionMemory's elements with its Rewind and Ownership flattened
+        (an owner as its member id): what :meth:`memory` decodes, column by column."""
+        cols = []
+        for (name, kind), col in zip(COLUMNS, self.rows.tolist(), strict=True):
+            if name == "owner":
+                cols.append([None if v < 0 else self.owners[int(v)] for v in col])
+            elif kind == "b":
+                cols.append([bool(v) for v in col])
+            elif kind == "i":
+                cols.append([None if v != v else int(v) for v in col])
+            else:
+                cols.append([None if v != v else v for v in col])
+        return list(zip(*cols, strict=True))
+
     # -- the group's partitions at once ------------------------------------------------
     def any_beyond(self, offsets: dict[TP, int]) -> bool:
         """Some partition's offset in ``offsets`` is past its remembered committed offset."""

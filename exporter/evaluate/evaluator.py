@@ -29,6 +29,7 @@ from exporter.contracts.snapshot import (
     PartitionOffsets,
     Snapshot,
 )
+from exporter.contracts.state import GroupState, TopicState
 from exporter.contracts.status import Status
 from exporter.contracts.view import (
     SEVERITY,
@@ -39,6 +40,7 @@ from exporter.contracts.view import (
     PartitionView,
     SparkInfo,
 )
+from exporter.evaluate import persist
 from exporter.evaluate.cadence import Gaps, learn_commit_gaps, member_allowance, new_gaps
 from exporter.evaluate.columns import (
     LAGGING,
@@ -682,6 +684,30 @@ class Evaluator:
             lag_s = max(0.0, now - h.oldest) if h and h.oldest else None
         self._lag_memo[key] = lag_s
         return lag_s
+
+    # -- state that survives a restart (exporter/contracts/state.py) -----------------
+    def state_groups(self) -> list[str]:
+        """The groups :meth:`export_group` has memory of."""
+        return list(self.groups)
+
+    def export_group(self, gid: str) -> GroupState | None:
+        """What judging ``gid`` on needs, as plain data; None for a group not remembered."""
+        return persist.export_group(self, gid)
+
+    def import_group(self, gid: str, state: GroupState) -> None:
+        """``gid``'s memory from ``state`` (before the first cycle after a start); raises
+        ValueError, changing nothing, when ``state`` does not fit."""
+        if state.group != gid:
+            raise ValueError(f"state of group {state.group!r} imported as {gid!r}")
+        persist.import_group(self, state)
+
+    def export_topics(self) -> list[TopicState]:
+        """Each topic's last offsets and HW history (lag in seconds interpolates on it)."""
+        return persist.export_topics(self)
+
+    def import_topic(self, state: TopicState, sampled_at: float) -> None:
+        """A topic's offsets and HW history as read at ``sampled_at``."""
+        persist.import_topic(self, state, sampled_at)
 
 
 

@@ -95,6 +95,17 @@ class Points:
         n = len(a)
         return (n >= 6 and a[1] == a[n - 2] == consumed and a[2] == a[n - 1] == hw)
 
+    def flat(self) -> tuple[float, ...]:
+        """The points as one flat tuple (time, consumed, HW, time, ...): their saved state."""
+        return tuple(self._a)
+
+    @classmethod
+    def from_flat(cls, values: Sequence[float]) -> Points:
+        """Points from :meth:`flat`'s tuple."""
+        out = cls()
+        out._a.extend(values)
+        return out
+
     def times(self) -> tuple[float, ...]:
         return tuple(self._a[0::3])
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from exporter.state.codec import DropReason
+
 
 @dataclass(frozen=True)
 class FamilyDoc:
@@ -22,7 +24,7 @@ class FamilyDoc:
 # requests of a cycle, then a Python exception inside the worker's sampling (a bug; the
 # worker keeps running), a worker process that died, and an exception in the runner's cycle.
 ERROR_STAGES = ("metadata", "list_groups", "describe_group", "offset_fetch", "list_offsets", "leo",
-                "exact_lag", "sample_exception", "worker_crash", "cycle")
+                "exact_lag", "sample_exception", "worker_crash", "cycle", "state_write")
 
 # The metric contract. docs/metrics.md is checked against this list.
 FAMILIES: tuple[FamilyDoc, ...] = (
@@ -151,6 +153,16 @@ FAMILIES: tuple[FamilyDoc, ...] = (
               "Valid reports read from the reports topic."),
     FamilyDoc("lagwatch_reports_dropped_total", "counter", ("cluster", "reason"),
               "Reports rejected by validation, by reason."),
+    FamilyDoc("lagwatch_state_writable", "gauge", ("cluster",),
+              "1 while lagwatch writes its judgement's state to its state topic, 0 once the brokers "
+              "refused it (authorization: a restart then starts every clock again); absent before "
+              "the first write and with state.enabled false."),
+    FamilyDoc("lagwatch_state_records_written_total", "counter", ("cluster",),
+              "State records written to the state topic (tombstones of deleted groups included)."),
+    FamilyDoc("lagwatch_state_records_dropped_total", "counter", ("cluster", "reason"),
+              f"State records not restored at start, by reason ({', '.join(r.value for r in DropReason)})."),
+    FamilyDoc("lagwatch_state_restored_groups", "gauge", ("cluster",),
+              "Groups whose judgement this process restored from the state topic at start."),
 )
 DOC = {f.name: f for f in FAMILIES}
 

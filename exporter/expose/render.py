@@ -314,7 +314,27 @@ def self_families(records: Iterable[ClusterRecord], now: float) -> list[Metric]:
             rr.add_metric([v.cluster, kind], st.reports_received.get(kind, 0))
         for reason, n in sorted(st.reports_dropped.items()):
             rd.add_metric([v.cluster, reason], n)
-    return [up, dur, cycle, last, age, brokers, errs, reqs, rreqs, cycles, dropped, rr, rd]
+    return [up, dur, cycle, last, age, brokers, errs, reqs, rreqs, cycles, dropped, rr, rd,
+            *state_families(records)]
+
+
+def state_families(records: Iterable[ClusterRecord]) -> list[Metric]:
+    """lagwatch_state_*: the state topic's figures, for the clusters that use it."""
+    writable, restored = _gauge("lagwatch_state_writable"), _gauge("lagwatch_state_restored_groups")
+    written, dropped = (_counter("lagwatch_state_records_written_total"),
+                        _counter("lagwatch_state_records_dropped_total"))
+    for r in records:
+        s = r.stats.state
+        if s is None:
+            continue
+        c = [r.view.cluster]
+        if s.writable is not None:
+            writable.add_metric(c, 1.0 if s.writable else 0.0)
+        written.add_metric(c, s.written)
+        restored.add_metric(c, s.restored_groups)
+        for reason, n in sorted(s.dropped.items()):
+            dropped.add_metric([r.view.cluster, reason], n)
+    return [writable, written, dropped, restored]
 
 
 class SelfMetrics(Collector):

@@ -39,6 +39,10 @@ from exporter.contracts.snapshot import TP, Snapshot
 from exporter.contracts.worker import (
     SampleReply,
     SampleRequest,
+    StateLoadReply,
+    StateLoadRequest,
+    StateWriteReply,
+    StateWriteRequest,
     Timestamps,
     TimestampsReply,
     TimestampsRequest,
@@ -48,6 +52,7 @@ from exporter.contracts.worker import (
 if TYPE_CHECKING:
     from exporter.kafka.sampler import Sampler
     from exporter.reports.reader import ReportReader
+    from exporter.state.topic import StateTopic
 
 log = logging.getLogger("lagwatch.worker")
 
@@ -97,35 +102,33 @@ def _serve(conn: _Pipe, start: WorkerStart) -> None:
     logs.setup(start.log_level)
     from exporter.kafka.sampler import Sampler, client_config
     from exporter.kafka.timestamps import RecordTimestamps
-    from exporter.reports.reader import ReportReader
 
     sampler = Sampler(cfg)
     exact = RecordTimestamps(client_config(cfg), cfg.request_timeout)
-    reports: ReportReader | None = None
-    if cfg.reports_enabled:
-        reports = ReportReader(cfg, start.thresholds)
-        reports.start()
-        # Replay the compacted reports before the first view, so that right after a
-        # restart a hung Spark query or a livelocked consumer is already known; unless the
-        # credentials are refused: then nothing can be replayed, and the first cycle says so.
-        deadline = time.monotonic() + cfg.request_timeout
-        while not reports.caught_up.wait(0.1) and time.monotonic() < deadline:
-            if sampler.credential_error():
-                break
+    reports = _replayed_reports(start, sampler)
     counts: tuple[int, dict[str, int], dict[str, int], int] = (0, {}, {}, 0)
+    state: StateTopic | None = None  # the state topic's clients, made at its first use
     while True:
         try:
             req = conn.recv()
         except (EOFError, OSError):
             break
+        reply: SampleReply | TimestampsReply | StateLoadReply | StateWriteReply
         if isinstance(req, SampleRequest):
-            reply: SampleReply | TimestampsReply = _sample_or_fail(sampler, reports, req, counts)
-            counts = _counts(reply)
+            sampled = _sample_or_fail(sampler, reports, req, counts)
+            counts = _counts(sampled)
+            reply = sampled
+            del sampled  # the snapshot must not stay alive until the next cycle
         elif isinstance(req, TimestampsRequest):
             try:
                 reply = TimestampsReply(found=exact.lookup(req.wanted))
             except Exception as e:  # noqa: BLE001 - reported to the parent, which counts it
                 reply = TimestampsReply(found={}, error=str(e))
+        elif isinstance(req, StateLoadRequest | StateWriteRequest):
+            if state is None:
+                from exporter.state.topic import StateTopic
+                state = StateTopic(cfg)
+            reply = _state(state, req)
         else:  # a parent of another version: no answer, the parent's deadline restarts us
             log.error("cluster %s: unknown request %s", cfg.name, type(req).__name__)
             continue
@@ -136,6 +139,8 @@ def _serve(conn: _Pipe, start: WorkerStart) -> None:
         del reply  # the snapshot must not stay alive until the next cycle
     if reports:
         reports.stop()
+    if state is not None:
+        state.close()
     exact.close()
     sampler.close()
 
@@ -149,6 +154,37 @@ def _sample_or_fail(sampler: Sampler, reports: ReportReader | None, req: SampleR
         log.exception("cluster %s: sampling raised an exception (a bug in lagwatch; the "
                       "Kafka worker keeps running)", sampler.cfg.name)
         return _failed(sampler.cfg.name, counts, f"{type(e).__name__}: {e}")
+
+
+def _replayed_reports(start: WorkerStart, sampler: Sampler) -> ReportReader | None:
+    """The reports tail, started; None when the cluster reads no reports."""
+    from exporter.reports.reader import ReportReader
+
+    cfg = start.cluster
+    if not cfg.reports_enabled:
+        return None
+    reports = ReportReader(cfg, start.thresholds)
+    reports.start()
+    # Replay the compacted reports before the first view, so that right after a
+    # restart a hung Spark query or a livelocked consumer is already known; unless the
+    # credentials are refused: then nothing can be replayed, and the first cycle says so.
+    deadline = time.monotonic() + cfg.request_timeout
+    while not reports.caught_up.wait(0.1) and time.monotonic() < deadline:
+        if sampler.credential_error():
+            break
+    return reports
+
+
+def _state(state: StateTopic, req: StateLoadRequest | StateWriteRequest
+           ) -> StateLoadReply | StateWriteReply:
+    """The state topic's request answered; a Python exception is that request's error."""
+    try:
+        return state.load() if isinstance(req, StateLoadRequest) else state.write(req.records)
+    except Exception as e:  # noqa: BLE001 - reported to the parent, which counts it
+        log.exception("cluster %s: state topic request failed", state.cfg.name)
+        if isinstance(req, StateLoadRequest):
+            return StateLoadReply(None, {}, error=f"{type(e).__name__}: {e}")
+        return StateWriteReply(0, len(req.records), error=f"{type(e).__name__}: {e}")
 
 
 def _counts(reply: SampleReply) -> tuple[int, dict[str, int], dict[str, int], int]:
@@ -232,7 +268,8 @@ class KafkaWorker:
         self.conn.send(WorkerStart(self.cfg, self.thresholds, self.log_level))
         return self.conn
 
-    def _call(self, msg: SampleRequest | TimestampsRequest, timeout: float) -> Any:
+    def _call(self, msg: SampleRequest | TimestampsRequest | StateLoadRequest | StateWriteRequest,
+              timeout: float) -> Any:
         conn = self._ensure()
         try:
             conn.send(msg)
@@ -253,6 +290,16 @@ class KafkaWorker:
         # Every stage of a cycle has its own request timeout; this only guards against a hang.
         reply = self._call(SampleRequest(memory), self.cfg.request_timeout * 12 + 30)
         assert isinstance(reply, SampleReply), type(reply)
+        return reply
+
+    def load_state(self) -> StateLoadReply:
+        reply = self._call(StateLoadRequest(), self.cfg.request_timeout * 12 + 60)
+        assert isinstance(reply, StateLoadReply), type(reply)
+        return reply
+
+    def write_state(self, records: list[tuple[bytes, bytes | None, str]]) -> StateWriteReply:
+        reply = self._call(StateWriteRequest(records), self.cfg.request_timeout * 6 + 10)
+        assert isinstance(reply, StateWriteReply), type(reply)
         return reply
 
     def timestamps(self, wanted: list[tuple[TP, int]]) -> Timestamps:

@@ -1,0 +1,184 @@
+"""The evaluator's memory as plain data (exporter/contracts/state.py) and back.
+
+The one module that knows both how the evaluator keeps its memory and the state
+contract: :meth:`Evaluator.export_group` / :meth:`Evaluator.import_group` and the topic
+pair call these. A group at rest (exporter/evaluate/rest.py) is exported settled, as it
+would be when woken; it is imported awake, and its first evaluation after the import
+judges it as the rest would have (rest changes nothing that is judged or served).
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+from collections.abc import MutableMapping
+from typing import TYPE_CHECKING
+
+from exporter.contracts.snapshot import TP, Member, PartitionOffsets
+from exporter.contracts.state import (
+    GroupState,
+    PartitionRow,
+    RatesState,
+    RebalanceState,
+    TopicState,
+)
+from exporter.contracts.view import ClusterView, GroupProgress, GroupRebalances, GroupView
+from exporter.evaluate.cadence import new_gaps
+from exporter.evaluate.columns import PartitionTable
+from exporter.evaluate.constants import MAX_JOINS, OUTSIDE_GAPS
+from exporter.evaluate.departures import MAX_DEPARTURES, Departure
+from exporter.evaluate.lag import HwHistory
+from exporter.evaluate.memory import GroupMemory, Ownership, PartitionMemory, Rewind
+from exporter.evaluate.progress import GroupMemo
+from exporter.evaluate.rates import Points
+from exporter.evaluate.rebalances import MAX_EVENTS, RebalanceMemo
+from exporter.evaluate.rest import settle
+from exporter.state.plain import from_plain, to_plain
+
+if TYPE_CHECKING:
+    from exporter.evaluate.evaluator import Evaluator
+
+
+def _row(tp: TP, m: PartitionMemory) -> PartitionRow:
+    """(topic, partition, *PARTITION_FIELDS): the memory's tuple with its Rewind and
+    Ownership flattened."""
+    return (tp[0], tp[1], *m[:11], *m[11], m[12], *m[13:22], *m[22], m[23])
+
+
+def _memory(row: PartitionRow) -> PartitionMemory:
+    v = row[2:]
+    flat = (*v[0:11], Rewind(v[11], v[12]), v[13], *v[14:22], v[22], Ownership(v[23], v[24]), v[25])
+    return tuple.__new__(PartitionMemory, flat)
+
+
+def _table(rows: tuple[PartitionRow, ...]) -> PartitionTable:
+    """The partition memory of restored rows, in the columns the evaluator judges in."""
+    table = PartitionTable()
+    for r in sorted(rows, key=lambda r: (r[0], r[1])):
+        table[r[0], r[1]] = _memory(r)
+    return table
+
+
+def _rows(parts: MutableMapping[TP, PartitionMemory]) -> tuple[PartitionRow, ...]:
+    if isinstance(parts, PartitionTable):  # straight from the columns: no memory decoded
+        return tuple((tp[0], tp[1], *v) for tp, v in zip(parts.tps, parts.plain(), strict=True))
+    return tuple(_row(tp, m) for tp, m in parts.items())
+
+
+def export_group(ev: Evaluator, gid: str) -> GroupState | None:
+    st = ev.groups.get(gid)
+    if st is None:
+        return None
+    pm, rm = ev.progress.groups.get(gid), ev.rebalances.groups.get(gid)
+    parts, points = st.parts, pm.parts if pm is not None else None
+    r = ev.rest.get(gid)
+    if r is not None and pm is not None:  # settled on copies: the rest goes on as it was
+        st2, pm2 = GroupMemory(parts=dict(st.parts)), GroupMemo(parts=dict(pm.parts))
+        settle(r, st2, pm2)
+        parts, points = st2.parts, pm2.parts
+    gaps = ev.commit_gaps.get(gid)
+    return GroupState(
+        group=gid, members=tuple(sorted(st.members)), epoch=st.epoch, joins=tuple(st.joins),
+        seen_once=st.seen_once, unreadable_since=st.unreadable_since,
+        queue_progress_at=st.queue_progress_at, outside_at=st.outside_at,
+        outside_gaps=tuple(st.outside_gaps),
+        uncommitted=tuple((t, p, *v) for (t, p), v in st.uncommitted.items()),
+        partitions=_rows(parts),
+        commit_gaps=None if gaps is None else tuple(gaps),
+        rebalances=None if rm is None else RebalanceState(
+            broker=rm.broker, clients=rm.clients, total=rm.total, epoch=rm.epoch,
+            members=None if rm.members is None else tuple(sorted(rm.members)),
+            client_counts=tuple(rm.client_counts.items()), events=tuple(rm.events)),
+        rates=None if pm is None or points is None else RatesState(
+            points=tuple((t, p, pts.flat()) for (t, p), pts in points.items()),
+            counted=tuple((t, p, n) for (t, p), n in pm.counted.items()),
+            lost=tuple((t, p, n) for (t, p), n in pm.lost.items()), lost_total=pm.lost_total),
+        last_view=None if st.last_view is None else to_plain(st.last_view),
+        last_progress=None if pm is None or pm.last is None else to_plain(pm.last),
+        last_rebalances=None if rm is None or rm.last is None else to_plain(rm.last),
+        seen=tuple(to_plain(m) for m in st.seen.values()),
+        departed=tuple(to_plain(d) for d in st.departed))
+
+
+def import_group(ev: Evaluator, s: GroupState) -> None:
+    """The group's memory replaced by ``s``; :class:`~exporter.state.plain.PlainError`
+    (a ValueError) before anything changes when ``s`` does not fit."""
+    view = None if s.last_view is None else from_plain(GroupView, s.last_view)
+    progress = None if s.last_progress is None else from_plain(GroupProgress, s.last_progress)
+    rebalances = None if s.last_rebalances is None else from_plain(GroupRebalances, s.last_rebalances)
+    gid = s.group
+    ev.groups[gid] = GroupMemory(
+        members=set(s.members), epoch=s.epoch, joins=collections.deque(s.joins, maxlen=MAX_JOINS),
+        seen_once=s.seen_once, parts=_table(s.partitions),
+        last_view=view, unreadable_since=s.unreadable_since, queue_progress_at=s.queue_progress_at,
+        outside_at=s.outside_at, outside_gaps=collections.deque(s.outside_gaps, maxlen=OUTSIDE_GAPS),
+        uncommitted={(u[0], u[1]): (u[2], u[3], u[4], u[5]) for u in s.uncommitted},
+        seen={m.member_id: m for m in (from_plain(Member, v) for v in s.seen)},
+        departed=collections.deque((from_plain(Departure, v) for v in s.departed), maxlen=MAX_DEPARTURES))
+    ev.rest.pop(gid, None)
+    if s.commit_gaps is None:
+        ev.commit_gaps.pop(gid, None)
+    else:
+        gaps = ev.commit_gaps[gid] = new_gaps()
+        gaps.extend(s.commit_gaps)
+    if s.rebalances is None:
+        ev.rebalances.groups.pop(gid, None)
+    else:
+        b = s.rebalances
+        ev.rebalances.groups[gid] = RebalanceMemo(
+            broker=b.broker, clients=b.clients, total=b.total, epoch=b.epoch,
+            members=None if b.members is None else frozenset(b.members),
+            client_counts=dict(b.client_counts),
+            events=collections.deque(b.events, maxlen=MAX_EVENTS), last=rebalances)
+    if s.rates is None:
+        ev.progress.groups.pop(gid, None)
+    else:
+        q = s.rates
+        ev.progress.groups[gid] = GroupMemo(
+            parts={(t, p): Points.from_flat(f) for t, p, f in q.points},
+            counted={(t, p): n for t, p, n in q.counted}, lost={(t, p): n for t, p, n in q.lost},
+            lost_total=q.lost_total, last=progress)
+    if view is not None:
+        served = dataclasses.replace(view, progress=progress or view.progress,
+                                     rebalances=rebalances or view.rebalances)
+        _restored_view(ev).groups[gid] = served
+
+
+def _restored_view(ev: Evaluator) -> ClusterView:
+    """The last good view a restored evaluator starts from (what the first cycle compares
+    with, and serves if the cluster cannot be read), filled as groups and topics are
+    imported."""
+    if ev.last_good is None:
+        ev.last_good = ClusterView(cluster=ev.cluster, up=True, sampled_at=0.0, sample_duration=0.0,
+                                   partitions={}, groups={})
+    return ev.last_good
+
+
+def export_topics(ev: Evaluator) -> list[TopicState]:
+    """Every topic the last good cycle read: its partitions' offsets and HW history."""
+    if ev.last_good is None:
+        return []
+    by_topic: dict[str, list[tuple]] = {}
+    for (t, p), po in ev.last_good.partitions.items():
+        h = ev.hw_history.get((t, p))
+        flat = tuple(x for pt in h.points for x in pt) if h is not None else ()
+        by_topic.setdefault(t, []).append(
+            (p, po.leader, po.replicas, po.isr, po.log_start, po.hw, po.lso, po.leo, flat,
+             ev.unread.since.get((t, p))))
+    return [TopicState(topic=t, partitions=tuple(rows)) for t, rows in by_topic.items()]
+
+
+def import_topic(ev: Evaluator, s: TopicState, sampled_at: float) -> None:
+    last = _restored_view(ev)
+    if sampled_at > last.sampled_at:
+        ev.last_good = last = dataclasses.replace(last, sampled_at=sampled_at)
+    for p, leader, replicas, isr, log_start, hw, lso, leo, flat, since in s.partitions:
+        tp = (s.topic, p)
+        last.partitions[tp] = PartitionOffsets(leader=leader, replicas=replicas, isr=isr,
+                                               log_start=log_start, hw=hw, lso=lso, leo=leo)
+        h = ev.hw_history[tp] = HwHistory(ev.history_points)
+        h.points = [(flat[i], flat[i + 1]) for i in range(0, len(flat) - 1, 2)]
+        if since is None:
+            ev.unread.since.pop(tp, None)
+        else:
+            ev.unread.since[tp] = since

@@ -1,0 +1,167 @@
+"""The runner's side of the state topic (main process, Kafka-free): what to write each
+cycle, and the restore before the first judgement after a start.
+
+What is written: a group's record in the cycle its judgement changed (its status, a
+partition's status, its state, members or rebalance count: :func:`fingerprint`), in its
+first cycle, and every ``state.write_every`` cycles otherwise (staggered by a hash of the
+group id, so a cycle rewrites a share of the unchanged groups, not all at once); a deleted group's key a
+tombstone. Topic records (offsets and HW history) every ``state.write_every`` cycles. A
+group's memory moves every cycle (the clocks of its partitions), but what its next
+judgement reads of a state some cycles old is the same: every clock is a time, not a
+count, so a restored clock continues from the wall clock (docs/design.md#state).
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import logging
+import zlib
+from collections.abc import Iterator
+
+from exporter.config import ClusterConfig
+from exporter.contracts.state import GroupState, TopicState
+from exporter.contracts.view import ClusterView, GroupView
+from exporter.contracts.worker import StateLoadReply, StateWriteReply
+from exporter.evaluate.evaluator import Evaluator
+from exporter.state import codec
+from exporter.state.codec import Decoded, DropReason, StateError
+
+log = logging.getLogger("lagwatch.state")
+
+Record = tuple[bytes, bytes | None, str]  # key, value (None: tombstone), the name that places it
+LOAD_ATTEMPTS = 3  # cycles that try to read the state topic back before going on without it
+
+
+def fingerprint(v: GroupView) -> tuple:
+    """What, changed, makes a group's record worth writing in its cycle."""
+    return (v.status, v.state, len(v.members), v.rebalances.total if v.rebalances else None,
+            tuple(p.status for p in v.partitions))
+
+
+class StateSync:
+    def __init__(self, cfg: ClusterConfig) -> None:
+        self.cfg = cfg
+        self.loaded = False  # the topic was read back (or could not be: nothing to restore)
+        self.cluster_id: str | None = None
+        self.writable: bool | None = None  # None until the first write
+        self.dropped: collections.Counter[str] = collections.Counter({r.value: 0 for r in DropReason})
+        self.written = 0  # records written, tombstones included
+        self.failed = 0  # records the brokers did not take
+        self.restored_groups = 0
+        self._groups: dict[str, tuple[tuple, int]] = {}  # group -> (fingerprint, cycle written)
+        self._topics: set[str] = set()
+        self._topics_at = -1  # the cycle topic records were last written
+        self._warned: set[str] = set()
+        self._load_failures = 0
+
+    # -- restore ----------------------------------------------------------------------
+    def restore(self, ev: Evaluator, reply: StateLoadReply, now: float) -> None:
+        """Import what the state topic holds of this cluster into a fresh evaluator."""
+        self.cluster_id = reply.cluster_id
+        if reply.error is not None:
+            # Writing before the topic is read would overwrite what is still to be read:
+            # the next cycles try again, then go on without it.
+            self._load_failures += 1
+            self.loaded = self._load_failures >= LOAD_ATTEMPTS
+            log.warning("cluster %s: cannot read the state topic %s (attempt %d of %d%s): %s",
+                        self.cfg.name, self.cfg.state_topic, self._load_failures, LOAD_ATTEMPTS,
+                        ", starting without its state" if self.loaded else "", reply.error)
+            return
+        self.loaded = True
+        if ev.last_good is not None:  # a retried read, after cycles judged without it: the
+            # imports fill the last view in place, and the one served must stay as it is
+            ev.last_good = dataclasses.replace(ev.last_good, partitions=dict(ev.last_good.partitions),
+                                               groups=dict(ev.last_good.groups))
+        topics, groups, newest = 0, 0, None
+        for d in sorted(self._decoded(reply, now), key=lambda d: d.kind != codec.TOPIC):
+            try:
+                if isinstance(d.state, TopicState):
+                    ev.import_topic(d.state, d.at)
+                    topics += 1
+                    self._topics.add(d.name)
+                elif isinstance(d.state, GroupState):
+                    ev.import_group(d.name, d.state)
+                    groups += 1
+                newest = d.at if newest is None else max(newest, d.at)
+            except (ValueError, TypeError, IndexError) as e:  # fits the codec, not the evaluator
+                self._drop(DropReason.MALFORMED, f"{d.name}: {e}")
+        self.restored_groups = groups
+        if groups or topics:
+            log.info("cluster %s: restored the judgement of %d group(s) and %d topic(s) from %s "
+                     "(written up to %.0f s ago)", self.cfg.name, groups, topics, self.cfg.state_topic,
+                     now - (newest or now))
+
+    def _decoded(self, reply: StateLoadReply, now: float) -> Iterator[Decoded]:
+        for key, (value, _ts) in reply.records.items():
+            parsed = codec.parse_key(key, self.cfg.name)
+            if parsed is None or value is None:  # another deployment's, or deleted
+                continue
+            try:
+                yield codec.decode(parsed[0], parsed[1], value, reply.cluster_id, now, self.cfg.state_max_age)
+            except StateError as e:
+                self._drop(e.reason, f"{parsed[1]}: {e}")
+
+    def _drop(self, reason: DropReason, detail: str) -> None:
+        self.dropped[reason.value] += 1
+        if reason.value not in self._warned:  # one line per reason, the counter has the rest
+            self._warned.add(reason.value)
+            log.warning("cluster %s: state record(s) dropped from %s (%s; "
+                        "lagwatch_state_records_dropped_total counts them): %s",
+                        self.cfg.name, self.cfg.state_topic, reason.value, detail)
+
+    # -- write ------------------------------------------------------------------------
+    def records(self, ev: Evaluator, view: ClusterView, cycle: int, now: float) -> list[Record]:
+        """This cycle's records: changed or due groups, tombstones of deleted ones, topics
+        when due. Nothing before the topic was read back (it would overwrite what the
+        restore has still to read) or once writing was refused."""
+        if not self.loaded or self.writable is False or self.cluster_id is None:
+            return []
+        every = self.cfg.state_write_every
+        out: list[Record] = []
+        cid, name = self.cluster_id, self.cfg.name
+        live = set(ev.state_groups())
+        for gid in live:
+            v = view.groups.get(gid)
+            fp = fingerprint(v) if v is not None else None
+            was = self._groups.get(gid)
+            if was is not None and was[0] == fp and (cycle + zlib.crc32(gid.encode())) % every:
+                continue  # unchanged, and not its turn: each cycle rewrites 1/every of them
+            s = ev.export_group(gid)
+            if s is not None:
+                out.append((codec.key_of(name, codec.GROUP, gid), codec.encode(s, cid, now), gid))
+                self._groups[gid] = (fp, cycle)
+        for gid in [g for g in self._groups if g not in live]:
+            out.append((codec.key_of(name, codec.GROUP, gid), None, gid))
+            del self._groups[gid]
+        if self._topics_at < 0 or cycle - self._topics_at >= every:
+            self._topics_at = cycle
+            states = ev.export_topics()
+            out += [(codec.key_of(name, codec.TOPIC, t.topic), codec.encode(t, cid, now), t.topic)
+                    for t in states]
+            gone = self._topics - {t.topic for t in states}
+            out += [(codec.key_of(name, codec.TOPIC, t), None, t) for t in sorted(gone)]
+            self._topics = {t.topic for t in states}
+        return out
+
+    def wrote(self, reply: StateWriteReply) -> None:
+        """A write's outcome: counted; a refusal said once, and writing stops."""
+        if reply.cluster_id is not None:
+            self.cluster_id = reply.cluster_id
+        self.written += reply.written
+        self.failed += reply.failed
+        if reply.denied is not None:
+            self.writable = False
+            log.warning("cluster %s: lagwatch may not write its state topic %s, so a restart "
+                        "starts every clock again (lagwatch_state_writable 0; docs/security.md "
+                        "lists the ACLs): %s", self.cfg.name, self.cfg.state_topic, reply.denied)
+            return
+        if reply.error is not None:
+            self._groups.clear()  # unknown what arrived: everything again next cycle
+            self._topics_at = -1
+            if "write" not in self._warned:
+                self._warned.add("write")
+                log.warning("cluster %s: writing the state topic %s failed (retried each cycle): %s",
+                            self.cfg.name, self.cfg.state_topic, reply.error)
+            return
+        self.writable = True

@@ -1,0 +1,197 @@
+"""The state topic's Kafka I/O, in the Kafka worker process (the main process stays Kafka-free).
+
+Created if missing: compacted (only each key's last record matters), a bounded segment
+size and a segment time so that compaction runs even on a quiet cluster, records up to
+:data:`MAX_RECORD_BYTES` (one group's state grows with its partitions). Read whole with
+``assign()`` from the beginning of every partition to its end, no group joined, nothing
+committed (exporter/kafka/readonly.py), exactly as the reports topic is tailed.
+
+Where a record goes: a group's key lands in partition ``P mod N`` of the state topic,
+``P`` being the group's ``__consumer_offsets`` partition (Kafka's own placement,
+``abs(javaHashCode(group id)) mod offsets.topic.num.partitions``: KIP-848's group
+coordinator and the classic one share it) and ``N`` the state topic's partition count.
+All groups of one coordinator partition share a state partition: the unit that replicas
+sharing the work would own (docs/design.md#state). A topic's record lands by the same hash
+of its name.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from exporter.config import ClusterConfig
+from exporter.contracts.worker import StateLoadReply, StateWriteReply
+from exporter.kafka.readonly import NEVER_JOINS
+from exporter.kafka.sampler import client_config
+
+log = logging.getLogger("lagwatch.state")
+
+OFFSETS_TOPIC = "__consumer_offsets"
+DEFAULT_OFFSETS_PARTITIONS = 50  # offsets.topic.num.partitions' default
+MAX_RECORD_BYTES = 16 * 1024 * 1024
+TOPIC_CONFIG = {
+    "cleanup.policy": "compact",
+    "segment.bytes": str(64 * 1024 * 1024),
+    "segment.ms": str(3600 * 1000),  # a quiet topic's segment still rolls, and compacts
+    "max.message.bytes": str(MAX_RECORD_BYTES),
+}
+_DENIED = {KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaError.CLUSTER_AUTHORIZATION_FAILED,
+           KafkaError.GROUP_AUTHORIZATION_FAILED, KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED}
+
+
+def java_hash(s: str) -> int:
+    """Java's ``String.hashCode`` (UTF-16 code units, 32-bit signed)."""
+    h = 0
+    raw = s.encode("utf-16-be")
+    for i in range(0, len(raw), 2):
+        h = (31 * h + (raw[i] << 8 | raw[i + 1])) & 0xFFFFFFFF
+    return h - (1 << 32) if h >= 1 << 31 else h
+
+
+def offsets_partition(group: str, offsets_partitions: int) -> int:
+    """The group's ``__consumer_offsets`` partition (Kafka's ``Utils.abs``: MIN_VALUE -> 0)."""
+    h = java_hash(group)
+    return (0 if h == -(1 << 31) else abs(h)) % offsets_partitions
+
+
+def state_partition(name: str, offsets_partitions: int, state_partitions: int) -> int:
+    return offsets_partition(name, offsets_partitions) % state_partitions
+
+
+class StateTopic:
+    def __init__(self, cfg: ClusterConfig) -> None:
+        self.cfg = cfg
+        self.topic = cfg.state_topic
+        self.admin = AdminClient(client_config(cfg, **{"client.id": f"lagwatch-{cfg.name}-state"}))
+        self.producer: Producer | None = None
+        self.partitions = 0  # the state topic's, once known
+        self.offsets_partitions = DEFAULT_OFFSETS_PARTITIONS
+        self.cluster_id: str | None = None
+
+    def _metadata(self) -> None:
+        md = self.admin.list_topics(timeout=self.cfg.request_timeout)
+        self.cluster_id = md.cluster_id
+        t = md.topics.get(self.topic)
+        if t is not None and t.error is None and t.partitions:
+            self.partitions = len(t.partitions)
+        o = md.topics.get(OFFSETS_TOPIC)
+        if o is not None and o.error is None and o.partitions:
+            self.offsets_partitions = len(o.partitions)
+
+    def load(self) -> StateLoadReply:
+        """Every partition from its beginning to its end as of now."""
+        try:
+            self._metadata()
+            if not self.partitions:
+                return StateLoadReply(self.cluster_id, {})
+            return StateLoadReply(self.cluster_id, self._read_all())
+        except KafkaException as e:
+            return StateLoadReply(self.cluster_id, {}, error=str(e.args[0] if e.args else e))
+
+    def _read_all(self) -> dict[bytes, tuple[bytes | None, float]]:
+        c = Consumer(client_config(self.cfg, **NEVER_JOINS, **{
+            "client.id": f"lagwatch-{self.cfg.name}-state", "enable.partition.eof": True,
+            "fetch.message.max.bytes": MAX_RECORD_BYTES}))
+        try:
+            ends = {p: c.get_watermark_offsets(TopicPartition(self.topic, p),
+                                               timeout=self.cfg.request_timeout)[1]
+                    for p in range(self.partitions)}
+            todo = {p for p, hi in ends.items() if hi > 0}
+            c.assign([TopicPartition(self.topic, p, OFFSET_BEGINNING) for p in sorted(todo)])
+            out: dict[bytes, tuple[bytes | None, float]] = {}
+            deadline = time.monotonic() + max(60.0, 6 * self.cfg.request_timeout)
+            while todo and time.monotonic() < deadline:
+                for msg in c.consume(num_messages=1000, timeout=0.5):
+                    err = msg.error()
+                    if err is not None:
+                        if err.code() == KafkaError._PARTITION_EOF:
+                            todo.discard(msg.partition())
+                        continue
+                    if msg.offset() + 1 >= ends[msg.partition()]:
+                        todo.discard(msg.partition())
+                    _kind, ts = msg.timestamp()
+                    out[msg.key() or b""] = (msg.value(), ts / 1000.0)
+            if todo:
+                raise KafkaException(f"state topic not read to its end in time (partitions {sorted(todo)})")
+            return out
+        finally:
+            c.close()
+
+    def _ensure(self) -> str | None:
+        """The topic exists (created here if missing); why not, when it cannot."""
+        if self.partitions:
+            return None
+        self._metadata()
+        if self.partitions:
+            return None
+        n = min(self.cfg.state_partitions, self.offsets_partitions)
+        fut = self.admin.create_topics([NewTopic(self.topic, num_partitions=n, replication_factor=-1,
+                                                 config=TOPIC_CONFIG)],
+                                       request_timeout=self.cfg.request_timeout)[self.topic]
+        try:
+            fut.result()
+        except KafkaException as e:
+            err = e.args[0]
+            if err.code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                if err.code() in _DENIED:
+                    return f"cannot create {self.topic}: {err.str()}"
+                raise
+        log.info("cluster %s: created the state topic %s (%d partitions, compacted)",
+                 self.cfg.name, self.topic, n)
+        self._metadata()
+        return None if self.partitions else f"{self.topic} not in the metadata after its creation"
+
+    def write(self, records: list[tuple[bytes, bytes | None, str]]) -> StateWriteReply:
+        """Produce (key, value or None for a tombstone, the name that places it) and wait
+        for every delivery, within the request timeout."""
+        try:
+            denied = self._ensure()
+        except KafkaException as e:
+            return StateWriteReply(0, len(records), error=str(e.args[0] if e.args else e),
+                                   cluster_id=self.cluster_id)
+        if denied:
+            return StateWriteReply(0, len(records), denied=denied, cluster_id=self.cluster_id)
+        if self.producer is None:
+            self.producer = Producer(client_config(self.cfg, **{
+                "client.id": f"lagwatch-{self.cfg.name}-state", "linger.ms": 20,
+                "message.max.bytes": MAX_RECORD_BYTES + 4096, "compression.type": "none"}))
+        results: list[KafkaError | None] = []
+
+        def done(err: KafkaError | None, _msg: object) -> None:
+            results.append(err)
+
+        for key, value, name in records:
+            p = state_partition(name, self.offsets_partitions, self.partitions)
+            refused = self._produce(key, value, p, done)
+            if refused is not None:  # too large for a record: counted, the others go on
+                results.append(refused)
+        self.producer.flush(self.cfg.request_timeout * 3)
+        errs = [e for e in results if e is not None]
+        failed = len(records) - (len(results) - len(errs))
+        if any(e.code() in _DENIED for e in errs):
+            return StateWriteReply(len(results) - len(errs), failed, denied=errs[0].str(),
+                                   cluster_id=self.cluster_id)
+        return StateWriteReply(len(results) - len(errs), failed, error=errs[0].str() if errs else None,
+                               cluster_id=self.cluster_id)
+
+    def _produce(self, key: bytes, value: bytes | None, partition: int, done: object
+                 ) -> KafkaError | None:
+        """One record queued; the error when the client refuses it at once."""
+        assert self.producer is not None
+        while True:
+            try:
+                self.producer.produce(self.topic, value=value, key=key, partition=partition,
+                                      on_delivery=done)
+                return None
+            except BufferError:  # the local queue is full: let deliveries drain it
+                self.producer.poll(0.1)
+            except KafkaException as e:
+                return e.args[0]
+
+    def close(self) -> None:
+        if self.producer is not None:
+            self.producer.flush(1.0)
