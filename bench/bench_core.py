@@ -4,26 +4,39 @@
     .venv/bin/python -m bench.bench_core --sizes 100x10
     .venv/bin/python -m bench.bench_core --sizes 2000x50 --brokers 3
     .venv/bin/python -m bench.bench_core --sizes 10000x50 --metrics-detail bounded --not-ok 0.01
+    .venv/bin/python -m bench.bench_core --sizes 2000x50 --live \
+        --kminion /path/to/kminion --kafka-exporter /path/to/kafka_exporter
 
 Prints one table, a row per size: the whole cycle (median and max of
 lagwatch_cycle_duration_seconds), its Kafka part (sampling), the rest (record timestamps,
 evaluation and rendering, in the main process), Kafka requests per cycle
 (lagwatch_kafka_requests_total: every sampling request sent) and per broker, the time a
 scrape of /metrics takes (the slowest), its size, and the peak RSS of the process tree
-(the main process and its Kafka worker, each's VmHWM). ``--not-ok F`` commits a
-fraction F of the groups behind the high watermark and the others at it (caught up);
-by default every group is behind. A benchmark, not a test: nothing is asserted.
+(the main process and its Kafka worker, each's VmHWM), with the load average before and
+after. Under each row: how many groups had each status at the last cycle. ``--not-ok F``
+commits a fraction F of the groups behind the high watermark and the others at it (caught
+up); by default every group is behind.
+
+``--live`` keeps the fleet in use during the run (bench/live.py): every partition written
+and every group committing a few records behind the HW every ``--live-every`` seconds, so
+every value changes every cycle; it prints how often the groups committed while measured.
+``--kminion`` and ``--kafka-exporter`` take the paths of binaries built from the peers'
+sources: after lagwatch stops, each runs alone on the same broker and fleet and is scraped
+``--peer-scrapes`` times (bench/peers.py). A benchmark, not a test: nothing is asserted.
 """
 
 from __future__ import annotations
 
 import argparse
+import re
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 import urllib.request
+from collections import Counter
+from collections.abc import Callable
 from concurrent.futures import wait
 from pathlib import Path
 
@@ -31,11 +44,16 @@ import yaml
 from confluent_kafka import ConsumerGroupTopicPartitions, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from bench.live import LiveFleet
+from bench.peers import measure_peer, stop
 from devenv.kafka import KafkaCluster, die_with_parent, free_port
 from devenv.procs import children, memory_mb
-from tests.exporter_proc import parse_metrics, value
+from tests.exporter_proc import Samples, parse_metrics, value
 
 ROOT = Path(__file__).resolve().parent.parent
+SETUP_HW = 100  # records setup writes to each partition
+SELF_LINES = re.compile(rb"^(?:# (?:HELP|TYPE) )?lagwatch_.*$", re.M)
+STATUS_LINE = re.compile(rb'^kafka_consumergroup_status\{[^}]*status="(\w+)"\} 1(?:\.0)?$', re.M)
 
 
 def setup(cluster: KafkaCluster, groups: int, partitions: int, tag: str, not_ok: float) -> None:
@@ -44,7 +62,7 @@ def setup(cluster: KafkaCluster, groups: int, partitions: int, tag: str, not_ok:
     admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(60)
     p = Producer({"bootstrap.servers": cluster.bootstrap_servers, "linger.ms": 20})
     for part in range(partitions):
-        for i in range(100):
+        for i in range(SETUP_HW):
             p.produce(topic, value=b"x", partition=part)
             if i % 50 == 0:
                 p.poll(0)
@@ -53,24 +71,30 @@ def setup(cluster: KafkaCluster, groups: int, partitions: int, tag: str, not_ok:
     for _attempt in range(30):
         # A fresh broker answers commits COORDINATOR_LOAD_IN_PROGRESS while it loads
         # __consumer_offsets, per partition in the result (no exception): retry those groups.
-        todo = _commit(admin, todo, topic, partitions, not_ok)
+        todo = commit(admin, todo, topic, partitions, lambda g: at_of(g, not_ok))
         if not todo:
             return
         time.sleep(1)
     raise RuntimeError(f"{len(todo)} groups could not commit their offsets")
 
 
-def _commit(admin: AdminClient, gids: list[str], topic: str, partitions: int, not_ok: float) -> list[str]:
-    """Commit each group's offsets (a fraction ``not_ok`` of the groups behind, the
-    others at the high watermark, 100); the groups that failed."""
+def at_of(g: int, not_ok: float) -> int:
+    """Where setup commits group ``g``: a fraction ``not_ok`` of the groups behind the high
+    watermark (50-99), the others at it (100)."""
     every = round(1 / not_ok) if not_ok > 0 else 0
+    return 50 + (g % 50) if every and g % every == 0 else 100
+
+
+def commit(admin: AdminClient, gids: list[str], topic: str, partitions: int,
+           at: Callable[[int], int]) -> list[str]:
+    """Commit each group's offsets, every partition at ``at(group number)``, 200 groups in
+    flight at a time; the groups that failed."""
     failed = []
     for i in range(0, len(gids), 200):
         futs = {}
         for gid in gids[i:i + 200]:
-            g = int(gid.rsplit("-g", 1)[1])
-            at = 50 + (g % 50) if every and g % every == 0 else 100
-            offsets = [TopicPartition(topic, part, at) for part in range(partitions)]
+            offsets = [TopicPartition(topic, part, at(int(gid.rsplit("-g", 1)[1])))
+                       for part in range(partitions)]
             futs[gid] = admin.alter_consumer_group_offsets(
                 [ConsumerGroupTopicPartitions(gid, offsets)])[gid]
         wait(list(futs.values()), 120)
@@ -83,71 +107,144 @@ def _commit(admin: AdminClient, gids: list[str], topic: str, partitions: int, no
     return failed
 
 
-def measure(cluster: KafkaCluster, groups: int, partitions: int, cycles: int, detail: str = "full",
-            not_ok: float = 1.0) -> dict[str, float]:
-    tag = f"{groups}x{partitions}" + (f"-{not_ok:g}" if not_ok < 1 else "")
-    t0 = time.monotonic()
-    setup(cluster, groups, partitions, tag, not_ok)
-    setup_s = time.monotonic() - t0
+def _self_metrics(body: bytes) -> Samples:
+    """lagwatch's own series of a scrape: its ``lagwatch_*`` lines alone are parsed (the
+    whole of a 50 MB /metrics would cost the benchmark seconds of the CPU it measures)."""
+    return parse_metrics(b"\n".join(SELF_LINES.findall(body)).decode() + "\n")
+
+
+def statuses(body: bytes) -> Counter[str]:
+    """How many groups have each status in a scrape of lagwatch."""
+    return Counter(m.decode() for m in STATUS_LINE.findall(body))
+
+
+def _exporter(cluster: KafkaCluster, tag: str, detail: str, port: int, tmp: str) -> subprocess.Popen:
+    cfg = Path(tmp) / "bench.yml"
+    cfg.write_text(yaml.safe_dump({
+        "interval": 15, "request_timeout": 30, "listen": f"127.0.0.1:{port}",
+        "metrics_detail": detail,
+        "clusters": [{"name": "bench", "bootstrap_servers": cluster.bootstrap_servers,
+                      "groups": {"allow": f"^bench-{tag}-"}, "reports": {"enabled": False}}]}))
+    return subprocess.Popen([sys.executable, "-m", "exporter", "--config", str(cfg)], cwd=ROOT,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            preexec_fn=die_with_parent)
+
+
+def _watch(proc: subprocess.Popen, url: str, cycles: int, deadline: float) -> dict[str, list]:
+    """Scrape every 0.5 s until ``cycles`` cycles are seen; per new cycle: its self-metrics,
+    the time it was seen, and two scrapes (the first builds the families, the second is cached)."""
+    seen: dict[str, list] = {"cycle": [], "sample": [], "reqs": [], "render": [], "sizes": [],
+                             "at": [], "statuses": []}
+    seen_cycles = 0
+    while len(seen["cycle"]) < cycles and time.monotonic() < deadline:
+        try:
+            s = time.monotonic()
+            body = urllib.request.urlopen(url, timeout=60).read()
+            took = time.monotonic() - s
+        except OSError:
+            time.sleep(0.5)
+            continue
+        m = _self_metrics(body)
+        n = value(m, "lagwatch_cycles_total", cluster="bench") or 0
+        if n > seen_cycles and (value(m, "lagwatch_up", cluster="bench") or 0) == 1:
+            seen_cycles = int(n)
+            seen["at"].append(s)
+            seen["cycle"].append(value(m, "lagwatch_cycle_duration_seconds") or 0)
+            seen["sample"].append(value(m, "lagwatch_sample_duration_seconds") or 0)
+            seen["reqs"].append((n, value(m, "lagwatch_kafka_requests_total") or 0))
+            seen["render"].append(took)
+            seen["sizes"].append(len(body))
+            seen["statuses"].append(statuses(body))
+            s = time.monotonic()
+            urllib.request.urlopen(url, timeout=60).read()
+            seen["render"].append(time.monotonic() - s)
+        time.sleep(0.5)
+    return seen
+
+
+def measure(cluster: KafkaCluster, tag: str, groups: int, partitions: int, cycles: int,
+            detail: str = "full") -> dict:
+    """Run lagwatch on the groups of ``tag`` until ``cycles`` cycles are seen; its figures."""
     port = free_port()
     with tempfile.TemporaryDirectory() as tmp:
-        cfg = Path(tmp) / "bench.yml"
-        cfg.write_text(yaml.safe_dump({
-            "interval": 15, "request_timeout": 30, "listen": f"127.0.0.1:{port}",
-            "metrics_detail": detail,
-            "clusters": [{"name": "bench", "bootstrap_servers": cluster.bootstrap_servers,
-                          "groups": {"allow": f"^bench-{tag}-"}, "reports": {"enabled": False}}]}))
-        proc = subprocess.Popen([sys.executable, "-m", "exporter", "--config", str(cfg)], cwd=ROOT,
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                preexec_fn=die_with_parent)
+        proc = _exporter(cluster, tag, detail, port, tmp)
         try:
-            url = f"http://127.0.0.1:{port}/metrics"
-            cycle_times, sample_times, render, sizes = [], [], [], []
-            reqs: list[tuple[float, float]] = []
-            seen_cycles = 0
             deadline = time.monotonic() + 120 + cycles * (40 + groups * partitions / 2000)
-            while len(cycle_times) < cycles and time.monotonic() < deadline:
-                try:
-                    s = time.monotonic()
-                    body = urllib.request.urlopen(url, timeout=60).read()
-                    took = time.monotonic() - s
-                except OSError:
-                    time.sleep(0.5)
-                    continue
-                m = parse_metrics(body.decode())
-                n = value(m, "lagwatch_cycles_total", cluster="bench") or 0
-                if n > seen_cycles and (value(m, "lagwatch_up", cluster="bench") or 0) == 1:
-                    seen_cycles = int(n)
-                    cycle_times.append(value(m, "lagwatch_cycle_duration_seconds") or 0)
-                    sample_times.append(value(m, "lagwatch_sample_duration_seconds") or 0)
-                    reqs.append((n, value(m, "lagwatch_kafka_requests_total") or 0))
-                    render.append(took)  # first scrape of a new view: families are built here
-                    sizes.append(len(body))
-                    # a second scrape of the same view shows the cached cost
-                    s = time.monotonic()
-                    urllib.request.urlopen(url, timeout=60).read()
-                    render.append(time.monotonic() - s)
-                time.sleep(0.5)
+            w = _watch(proc, f"http://127.0.0.1:{port}/metrics", cycles, deadline)
             rss = memory_mb(proc.pid, "VmHWM")
             worker_rss = sum(memory_mb(k, "VmHWM") for k in children(proc.pid))
         finally:
-            proc.terminate()
-            try:
-                proc.wait(30)
-            except subprocess.TimeoutExpired:  # a busy machine: the figures are taken already
-                proc.kill()
-                proc.wait(30)
+            stop(proc)
+    reqs = w["reqs"]
     per_cycle = ((reqs[-1][1] - reqs[1][1]) / (reqs[-1][0] - reqs[1][0])
                  if len(reqs) >= 3 and reqs[-1][0] > reqs[1][0] else float("nan"))
-    rest = [c - s for c, s in zip(cycle_times, sample_times, strict=True)]
-    return {"groups": groups, "partitions": partitions, "setup_s": setup_s,
-            "cycle_s": statistics.median(cycle_times[1:] or cycle_times),
-            "cycle_max_s": max(cycle_times[1:] or cycle_times),
-            "sample_s": statistics.median(sample_times[1:] or sample_times),
-            "main_s": statistics.median(rest[1:] or rest),
-            "requests_per_cycle": per_cycle,
-            "render_s": max(render), "render_median_s": statistics.median(render),
-            "metrics_mb": max(sizes) / 1e6, "peak_rss_mb": rss, "worker_rss_mb": worker_rss}
+    cyc, smp = w["cycle"][1:] or w["cycle"], w["sample"][1:] or w["sample"]
+    rest = [c - s for c, s in zip(cyc, smp, strict=True)]
+    return {"cycle_s": statistics.median(cyc), "cycle_max_s": max(cyc),
+            "sample_s": statistics.median(smp), "main_s": statistics.median(rest),
+            "requests_per_cycle": per_cycle, "render_s": max(w["render"]),
+            "metrics_mb": max(w["sizes"]) / 1e6, "peak_rss_mb": rss, "worker_rss_mb": worker_rss,
+            "window": (w["at"][0], w["at"][-1]), "statuses": w["statuses"][-1]}
+
+
+HEADER = (f"{'groups':>6} {'parts':>5} {'group-parts':>11} {'cycle s':>8} {'max s':>6} {'kafka s':>8} "
+          f"{'eval+render s':>13} {'req/cycle':>9} {'per broker':>10} {'scrape s':>8} {'/metrics MB':>11} "
+          f"{'peak RSS MB main+worker':>23}")
+
+
+def row(g: int, p: int, r: dict, brokers: int) -> str:
+    return (f"{g:>6} {p:>5} {g * p:>11} {r['cycle_s']:>8.2f} {r['cycle_max_s']:>6.2f} "
+            f"{r['sample_s']:>8.2f} {r['main_s']:>13.2f} {r['requests_per_cycle']:>9.0f} "
+            f"{r['requests_per_cycle'] / brokers:>10.1f} {r['render_s']:>8.2f} "
+            f"{r['metrics_mb']:>11.1f} {r['peak_rss_mb']:>11.0f} + {r['worker_rss_mb']:.0f} "
+            f"= {r['peak_rss_mb'] + r['worker_rss_mb']:.0f}")
+
+
+def load() -> str:
+    return "load average " + " ".join(Path("/proc/loadavg").read_text().split()[:3])
+
+
+def run_size(cluster: KafkaCluster, args: argparse.Namespace, g: int, p: int) -> None:
+    """One size: set the fleet up, measure lagwatch, then each peer given, one after the other;
+    with ``--live`` the fleet is written and committed from before lagwatch starts until the
+    last peer stops."""
+    not_ok = 0.0 if args.live else args.not_ok
+    tag = f"{g}x{p}" + ("-live" if args.live else f"-{not_ok:g}" if not_ok < 1 else "")
+    setup(cluster, g, p, tag, not_ok)
+    fleet = None
+    if args.live:
+        gids = [f"bench-{tag}-g{i:05d}" for i in range(g)]
+        fleet = LiveFleet(cluster.bootstrap_servers, f"bench-{tag}", gids, p, SETUP_HW, commit,
+                          every=args.live_every).start()
+    try:
+        before = load()
+        r = measure(cluster, tag, g, p, args.cycles, args.metrics_detail)
+        print(row(g, p, r, args.brokers), f"  [{before}; after: {load()}]", flush=True)
+        print(f"  lagwatch statuses at the last cycle: {dict(r['statuses'])}", flush=True)
+        if fleet:
+            print(f"  {fleet.summary(*r['window'])}", flush=True)
+        for name, binary in (("kminion", args.kminion), ("kafka_exporter", args.kafka_exporter)):
+            if binary:
+                peer_row(cluster, name, binary, tag, args.peer_scrapes, fleet)
+    finally:
+        if fleet:
+            fleet.stop()
+
+
+def peer_row(cluster: KafkaCluster, name: str, binary: str, tag: str, scrapes: int,
+             fleet: LiveFleet | None) -> None:
+    before, t0 = load(), time.monotonic()
+    try:
+        r = measure_peer(name, binary, cluster.bootstrap_servers, f"bench-{tag}", f"bench-{tag}-", scrapes)
+    except RuntimeError as e:
+        print(f"  {name}: failed: {e}", flush=True)
+        return
+    print(f"  {name:<14} scrape {r['scrape_s']:.2f} s median, {r['scrape_max_s']:.2f} s max "
+          f"({r['scrapes']} scrapes after a warm-up), peak RSS {r['peak_rss_mb']:.0f} MB, "
+          f"/metrics {r['metrics_mb']:.1f} MB, {r['lag_series']} group-partition lag series "
+          f"[{before}; after: {load()}]", flush=True)
+    if fleet:
+        print(f"    {fleet.summary(t0, time.monotonic())}", flush=True)
 
 
 def main() -> int:
@@ -157,19 +254,18 @@ def main() -> int:
     ap.add_argument("--brokers", type=int, default=1)
     ap.add_argument("--metrics-detail", default="full", choices=("full", "bounded"))
     ap.add_argument("--not-ok", type=float, default=1.0, help="fraction of the groups behind")
+    ap.add_argument("--live", action="store_true",
+                    help="keep every partition written and every group committing during the run")
+    ap.add_argument("--live-every", type=float, default=2.0, help="seconds between live rounds")
+    ap.add_argument("--kminion", help="path of a KMinion binary: measured after lagwatch")
+    ap.add_argument("--kafka-exporter", help="path of a kafka_exporter binary: measured after lagwatch")
+    ap.add_argument("--peer-scrapes", type=int, default=3)
     args = ap.parse_args()
     sizes = [tuple(int(x) for x in s.split("x")) for s in args.sizes.split(",")]
-    print(f"{'groups':>6} {'parts':>5} {'group-parts':>11} {'cycle s':>8} {'max s':>6} {'kafka s':>8} "
-          f"{'eval+render s':>13} {'req/cycle':>9} {'per broker':>10} {'scrape s':>8} {'/metrics MB':>11} "
-          f"{'peak RSS MB main+worker':>23}", flush=True)
+    print(HEADER, flush=True)
     with KafkaCluster(brokers_count=args.brokers, heap="2g" if args.brokers == 1 else "1g") as cluster:
         for g, p in sizes:
-            r = measure(cluster, g, p, args.cycles, args.metrics_detail, args.not_ok)
-            print(f"{g:>6} {p:>5} {g * p:>11} {r['cycle_s']:>8.2f} {r['cycle_max_s']:>6.2f} "
-                  f"{r['sample_s']:>8.2f} {r['main_s']:>13.2f} {r['requests_per_cycle']:>9.0f} "
-                  f"{r['requests_per_cycle'] / args.brokers:>10.1f} {r['render_s']:>8.2f} "
-                  f"{r['metrics_mb']:>11.1f} {r['peak_rss_mb']:>11.0f} + {r['worker_rss_mb']:.0f} "
-                  f"= {r['peak_rss_mb'] + r['worker_rss_mb']:.0f}", flush=True)
+            run_size(cluster, args, g, p)
     return 0
 
 
