@@ -199,7 +199,8 @@ class ClusterRunner:
                 self.errors["worker_crash"] += 1
                 log.error("cluster %s: %s", self.cfg.name, e)
             return
-        if reply.error is not None or reply.failed:
+        if reply.denied is None and (reply.error is not None or reply.failed):
+            # a refusal is said once and served as lagwatch_state_writable 0, not counted
             self.errors["state_write"] += 1
         self.state.wrote(reply)
 

@@ -20,6 +20,7 @@ class ErrorStage(StrEnum):
     SAMPLE_EXCEPTION = "sample_exception"  # a Python exception inside the worker's sampling
     WORKER_CRASH = "worker_crash"  # the Kafka worker process died or hung
     CYCLE = "cycle"  # the runner's own cycle raised
+    STATE_WRITE = "state_write"  # writing the state topic failed (a refusal is not counted)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -151,6 +151,10 @@ class Sampler:
         return self._admin
 
     def _poll_admin(self) -> None:
+        """Deliver the admin client's callbacks. Without a token to wait for, the client is
+        made here if it is not yet: its error_cb is what names refused credentials."""
+        if self._admin is None and self.tokens is None:
+            self._admin = self.admin
         if self._admin is not None:
             self._admin.poll(0)
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import operator
 import types
 import typing
 from collections.abc import Callable
@@ -28,22 +29,41 @@ def _field_names(cls: type) -> tuple[str, ...] | None:
     return tuple(f.name for f in dataclasses.fields(cls)) if dataclasses.is_dataclass(cls) else None
 
 
+_SCALARS = frozenset({int, float, str, bool, type(None)})
+
+
+@cache
+def _fields_of(cls: type) -> Callable[[Any], tuple[Any, ...]] | None:
+    """A dataclass's field values as a tuple, read at once (None: not a dataclass)."""
+    names = _field_names(cls)
+    if names is None:
+        return None
+    if len(names) == 1:
+        return lambda obj: (getattr(obj, names[0]),)
+    return operator.attrgetter(*names)
+
+
 def to_plain(obj: Any) -> Any:
-    if obj is None or isinstance(obj, bool | int | float):
+    kind = type(obj)
+    if kind in _SCALARS:  # the common case first: one set lookup
+        return obj
+    if isinstance(obj, bool | int | float):
         return obj
     if isinstance(obj, enum.Enum):
         return obj.value
     if isinstance(obj, str):
         return obj
-    names = _field_names(type(obj))
-    if names is not None:
-        return tuple(to_plain(getattr(obj, n)) for n in names)
+    fields = _fields_of(kind)
+    if fields is not None:
+        return tuple(v if type(v) in _SCALARS else to_plain(v) for v in fields(obj))
     if isinstance(obj, dict):
         return tuple((to_plain(k), to_plain(v)) for k, v in obj.items())
     if isinstance(obj, frozenset | set):
         return tuple(sorted(to_plain(v) for v in obj))
     if isinstance(obj, tuple | list):
-        return tuple(to_plain(v) for v in obj)
+        if all(type(v) in _SCALARS for v in obj):  # rows of numbers: as they are
+            return tuple(obj)
+        return tuple(v if type(v) in _SCALARS else to_plain(v) for v in obj)
     raise PlainError(f"cannot encode {type(obj).__name__}")
 
 

@@ -34,8 +34,10 @@ LOAD_ATTEMPTS = 3  # cycles that try to read the state topic back before going o
 
 
 def fingerprint(v: GroupView) -> tuple:
-    """What, changed, makes a group's record worth writing in its cycle."""
+    """What, changed, makes a group's record worth writing in its cycle: a counter among
+    it (rebalances, records lost) must never be restored below what was served."""
     return (v.status, v.state, len(v.members), v.rebalances.total if v.rebalances else None,
+            v.progress.records_lost_total if v.progress else None,
             tuple(p.status for p in v.partitions))
 
 
