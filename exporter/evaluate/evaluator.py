@@ -86,6 +86,9 @@ from exporter.reports.decode import ConsumerReport, SparkReport
 from exporter.reports.match import match_reports
 
 MAX_REASONS = 5
+# Groups are prepared and judged in chunks of about this many committed partitions: the
+# column pass's arrays and the prepared groups' facts stay small whatever the cluster.
+CHUNK_ROWS = 8192
 # States in which a coordinator-driven group moves partitions between members.
 IN_FLIGHT_STATES = frozenset({"assigning", "reconciling", "unknown"})
 
@@ -216,24 +219,8 @@ class Evaluator:
         consumer_reports = consumer_reports or {}
         spark_reports = spark_reports or {}
         samples = self._samples(snap, spark_reports, now)
-        views: dict[str, GroupView] = {}
         self.progress.begin(snap.partitions)
-        pending: list[_Pending] = []
-        for gid, g in samples.items():
-            self.th = self._thresholds_of(gid)
-            reports = consumer_reports.get(gid, [])
-            r = self.rest.pop(gid, None)
-            if r is not None and still(r, g, changed, bool(reports), now):
-                self.rest[gid], views[gid] = r, served(r, self.progress.window, now)
-                self.progress.rested(gid, views[gid])
-                continue
-            pending.append(self._prepared(gid, g, r, snap.partitions, reports,
-                                          spark_reports.get(gid) if g.type == GroupType.SPARK else None,
-                                          exact_ts or {}, now))
-        self._judge_columns(pending, now)
-        for p in pending:
-            self.th = p.th
-            views[p.gid] = self._judged(p, snap.partitions, now)
+        views = self._views(snap, samples, changed, consumer_reports, spark_reports, exact_ts or {}, now)
         self.th = self.cluster_th
         for gid in list(self.groups):
             if gid not in samples:
@@ -268,6 +255,40 @@ class Evaluator:
         if not self.rest or self.last_good is None:
             return set()
         return changed_topics(self.last_good.partitions, snap.partitions)
+
+    def _views(self, snap: Snapshot, samples: dict[str, GroupSample], changed: set[str],
+               consumer_reports: dict[str, list[ConsumerReport]], spark_reports: dict[str, SparkReport],
+               exact_ts: dict[tuple[str, int, int], float], now: float) -> dict[str, GroupView]:
+        """Every group's view: a group at rest served again, the others prepared and judged
+        in chunks (:data:`CHUNK_ROWS`)."""
+        views: dict[str, GroupView] = {}
+        pending: list[_Pending] = []
+        rows = 0
+        for gid, g in samples.items():
+            self.th = self._thresholds_of(gid)
+            reports = consumer_reports.get(gid, [])
+            r = self.rest.pop(gid, None)
+            if r is not None and still(r, g, changed, bool(reports), now):
+                self.rest[gid], views[gid] = r, served(r, self.progress.window, now)
+                self.progress.rested(gid, views[gid])
+                continue
+            pending.append(self._prepared(gid, g, r, snap.partitions, reports,
+                                          spark_reports.get(gid) if g.type == GroupType.SPARK else None,
+                                          exact_ts, now))
+            rows += len(pending[-1].tps)
+            if rows >= CHUNK_ROWS:
+                self._judge_chunk(pending, views, snap.partitions, now)
+                pending, rows = [], 0
+        self._judge_chunk(pending, views, snap.partitions, now)
+        return views
+
+    def _judge_chunk(self, pending: list[_Pending], views: dict[str, GroupView],
+                     partitions: dict[TP, PartitionOffsets], now: float) -> None:
+        """Prepared groups judged: their column pass, then each group in turn."""
+        self._judge_columns(pending, now)
+        for p in pending:
+            self.th = p.th
+            views[p.gid] = self._judged(p, partitions, now)
 
     def _prepared(self, gid: str, g: GroupSample, r: Resting | None,
                   partitions: dict[TP, PartitionOffsets], reports: list[ConsumerReport],
@@ -626,7 +647,7 @@ class Evaluator:
             b.ok, b.changed_at = ok[lo:lo + n], changed_at[lo:lo + n]
             b.evidence = Evidence(*(col[lo:lo + n] for col in e))
             lo += n
-        self.judged_in_columns = len(ok)
+        self.judged_in_columns += len(ok)
 
     def _columns_views(self, c: _GroupCycle, tps: list[TP], b: _Columns) -> list[PartitionView]:
         """The group's committed partitions: those judged in columns (found ``ok`` there,
