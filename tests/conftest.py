@@ -167,13 +167,20 @@ def create_topic(cluster: KafkaCluster, name: str, partitions: int = 3, rf: int 
 def produce(cluster: KafkaCluster, topic: str, counts: dict[int, int], **conf: Any) -> None:
     """Produce ``counts[p]`` records to each partition ``p`` and wait for delivery."""
     p = Producer({"bootstrap.servers": cluster.bootstrap_servers, "linger.ms": 5, **conf})
+    failed: list[str] = []
+
+    def delivered(err: Any, _msg: Any) -> None:
+        if err is not None:
+            failed.append(err.str())
+
     for part, n in counts.items():
         for i in range(n):
-            p.produce(topic, value=f"v{i}".encode(), partition=part)
+            p.produce(topic, value=f"v{i}".encode(), partition=part, on_delivery=delivered)
             if i % 1000 == 0:
                 p.poll(0)
     left = p.flush(30)
     assert left == 0, f"{left} records not delivered"
+    assert not failed, f"{len(failed)} records refused: {failed[0]}"
 
 
 # Thresholds every shared-exporter test can rely on (seconds).

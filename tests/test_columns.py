@@ -155,7 +155,7 @@ class _LiveRun:
         return snap, {}, {}, {}, now
 
 
-@pytest.mark.parametrize(("seed", "interval", "cycles"), [(1, 1.0, 400), (2, 5.0, 250), (3, 15.0, 150)])
+@pytest.mark.parametrize(("seed", "interval", "cycles"), [(1, 1.0, 250), (2, 5.0, 200), (3, 15.0, 150)])
 def test_a_cluster_in_use_runs_the_same_judged_in_columns(seed: int, interval: float, cycles: int) -> None:
     run = _LiveRun(seed)
     th = Thresholds(stall_after=20, livelock_after=20, lag_seconds=120, window=300, report_stale_after=20)

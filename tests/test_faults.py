@@ -169,6 +169,9 @@ def test_partitions_added_appear(kafka: KafkaCluster, exporter: ExporterProcess)
                            partition="0") == 3, 20, "partition 0")
     admin = admin_for(kafka)
     admin.create_partitions([NewPartitions(topic, 3)])[topic].result(30)
+    # a producer that has not yet seen the new partitions refuses records for them
+    wait_for(lambda: len(admin.list_topics(topic, timeout=10).topics[topic].partitions) == 3, 20,
+             "the new partitions in the metadata")
     produce(kafka, topic, {1: 4, 2: 5})
     wait_for(lambda: value(exporter.metrics(), "kafka_partition_high_watermark_offset", topic=topic,
                            partition="2") == 5, 20, "new partitions' series")

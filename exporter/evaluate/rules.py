@@ -16,6 +16,7 @@ Reason texts are built in one place, :func:`reason`.
 
 from __future__ import annotations
 
+import string
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
@@ -24,9 +25,11 @@ from exporter.config import Thresholds
 from exporter.contracts.status import Status
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class PartitionFacts:
-    """Everything the rules may look at for one partition in one cycle (read-only)."""
+    """Everything the rules may look at for one partition in one cycle. Read-only by
+    contract, not frozen: one is built for every partition a rule may hold for, every
+    cycle, and a frozen dataclass's ``__init__`` costs three times as much."""
 
     topic: str
     partition: int
@@ -353,29 +356,55 @@ def reason(rule: str | None, f: PartitionFacts, th: Thresholds) -> str:
 
 
 def _evidence_text(rule: str, f: PartitionFacts) -> str:
-    status = next(status for name, status, _ in RULES if name == rule)
-    return EVIDENCE[status, evidence_of(rule, f)].format(
-        report_silent=fmt_seconds(f.report_silent_seconds), poll_age=f.poll_age or 0.0)
+    template = EVIDENCE[_STATUS_OF[rule], evidence_of(rule, f)]
+    if template not in _EVIDENCE_FIELDS:
+        _EVIDENCE_FIELDS[template] = _fields(template)
+    if not _EVIDENCE_FIELDS[template]:  # most say no number: the text as it is
+        return template
+    return template.format(report_silent=fmt_seconds(f.report_silent_seconds), poll_age=f.poll_age or 0.0)
+
+
+def _nums(f: PartitionFacts) -> str:
+    if f.never_committed:
+        lag = "unknown" if f.lag_offsets is None else f"{f.lag_offsets} ({fmt_seconds(f.lag_seconds)})"
+        return f"never committed, HW {f.hw}, lag {lag}"
+    return f"committed {f.committed}, HW {f.hw}, lag {f.lag_offsets} ({fmt_seconds(f.lag_seconds)})"
+
+
+def _quiet(f: PartitionFacts, th: Thresholds) -> str:
+    if f.new_data_seconds is not None or f.frozen_seconds < th.stall_after:
+        return ""
+    return (f"; committed unchanged for {f.frozen_seconds:.0f}s and no record arrived since: "
+            "read but not committed (commits only with new records?) or stuck on them")
+
+
+# What each field of a reason's template says, computed only for the fields it names.
+_FIELD: dict[str, Callable[[PartitionFacts, Thresholds], object]] = {
+    "where": lambda f, th: f"{f.topic}[{f.partition}]", "nums": lambda f, th: _nums(f),
+    "lag": lambda f, th: f.lag_offsets, "query_id": lambda f, th: f.query_id,
+    "spark_silent": lambda f, th: fmt_seconds(f.spark_silent_seconds),
+    "group_state": lambda f, th: f.group_state, "frozen": lambda f, th: f.frozen_seconds,
+    "departure": lambda f, th: f"; {f.departure}" if f.departure else "",
+    "batch_id": lambda f, th: f.running_batch_id, "running": lambda f, th: f.batch_running or 0.0,
+    "reporter": lambda f, th: f.reporter, "poll_age": lambda f, th: f.poll_age or 0.0,
+    "owner": lambda f, th: f.owner, "report_silent": lambda f, th: fmt_seconds(f.report_silent_seconds),
+    "rejoins": lambda f, th: f.rejoins, "window": lambda f, th: th.window,
+    "stalled": lambda f, th: f.stalled_seconds,
+    "owner_or_rebalancing": lambda f, th: f.owner or "unknown (rebalancing)",
+    "owner_or_unknown": lambda f, th: f.owner or "unknown",
+    "lag_age": lambda f, th: fmt_seconds(f.lag_seconds), "quiet": _quiet,
+}
+
+
+def _fields(template: str) -> tuple[str, ...]:
+    return tuple(name for _text, name, _spec, _conv in string.Formatter().parse(template) if name)
+
+
+_TEMPLATE_FIELDS = {rule: _fields(t) for rule, t in _REASONS.items()}
+_EVIDENCE_FIELDS: dict[str, tuple[str, ...]] = {}
+_STATUS_OF = {name: status for name, status, _ in RULES}
 
 
 def _text(rule: str, f: PartitionFacts, th: Thresholds) -> str:
     """The reason's own part: the partition, what holds, the numbers."""
-    if f.never_committed:
-        lag = "unknown" if f.lag_offsets is None else f"{f.lag_offsets} ({fmt_seconds(f.lag_seconds)})"
-        nums = f"never committed, HW {f.hw}, lag {lag}"
-    else:
-        nums = (f"committed {f.committed}, HW {f.hw}, lag {f.lag_offsets} "
-                f"({fmt_seconds(f.lag_seconds)})")
-    return _REASONS[rule].format(
-        where=f"{f.topic}[{f.partition}]", nums=nums, lag=f.lag_offsets, query_id=f.query_id,
-        spark_silent=fmt_seconds(f.spark_silent_seconds), group_state=f.group_state,
-        frozen=f.frozen_seconds, departure=f"; {f.departure}" if f.departure else "",
-        batch_id=f.running_batch_id, running=f.batch_running or 0.0,
-        reporter=f.reporter, poll_age=f.poll_age or 0.0, owner=f.owner,
-        report_silent=fmt_seconds(f.report_silent_seconds), rejoins=f.rejoins,
-        window=th.window, stalled=f.stalled_seconds,
-        owner_or_rebalancing=f.owner or "unknown (rebalancing)", owner_or_unknown=f.owner or "unknown",
-        lag_age=fmt_seconds(f.lag_seconds),
-        quiet="" if f.new_data_seconds is not None or f.frozen_seconds < th.stall_after else (
-            f"; committed unchanged for {f.frozen_seconds:.0f}s and no record arrived since: "
-            "read but not committed (commits only with new records?) or stuck on them"))
+    return _REASONS[rule].format(**{name: _FIELD[name](f, th) for name in _TEMPLATE_FIELDS[rule]})

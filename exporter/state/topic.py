@@ -58,6 +58,10 @@ def offsets_partition(group: str, offsets_partitions: int) -> int:
     return (0 if h == -(1 << 31) else abs(h)) % offsets_partitions
 
 
+# Seconds a write waits for its deliveries before the worker goes back to sampling.
+WRITE_WAIT = 1.0
+
+
 def state_partition(name: str, offsets_partitions: int, state_partitions: int) -> int:
     return offsets_partition(name, offsets_partitions) % state_partitions
 
@@ -71,6 +75,7 @@ class StateTopic:
         self.partitions = 0  # the state topic's, once known
         self.offsets_partitions = DEFAULT_OFFSETS_PARTITIONS
         self.cluster_id: str | None = None
+        self._results: list[KafkaError | None] = []  # deliveries answered since the last write
 
     def _metadata(self) -> None:
         md = self.admin.list_topics(timeout=self.cfg.request_timeout)
@@ -146,8 +151,9 @@ class StateTopic:
         return None if self.partitions else f"{self.topic} not in the metadata after its creation"
 
     def write(self, records: list[tuple[bytes, bytes | None, str]]) -> StateWriteReply:
-        """Produce (key, value or None for a tombstone, the name that places it) and wait
-        for every delivery, within the request timeout."""
+        """Produce (key, value or None for a tombstone, the name that places it); the reply
+        counts the deliveries answered within :data:`WRITE_WAIT` (this write's and the
+        earlier ones' that were still in flight)."""
         try:
             denied = self._ensure()
         except KafkaException as e:
@@ -159,35 +165,38 @@ class StateTopic:
             self.producer = Producer(client_config(self.cfg, **{
                 "client.id": f"lagwatch-{self.cfg.name}-state", "linger.ms": 20,
                 "message.max.bytes": MAX_RECORD_BYTES + 4096, "compression.type": "none"}))
-        results: list[KafkaError | None] = []
-
-        def done(err: KafkaError | None, _msg: object) -> None:
-            results.append(err)
-
         for key, value, name in records:
             p = state_partition(name, self.offsets_partitions, self.partitions)
-            refused = self._produce(key, value, p, done)
-            if refused is not None:  # too large for a record: counted, the others go on
-                results.append(refused)
-        self.producer.flush(self.cfg.request_timeout * 3)
+            refused = self._produce(key, value, p, self._delivered)
+            if refused is not None:  # too large for a record, or the queue full: counted
+                self._results.append(refused)
+        # A short wait: the worker samples next. A broker that does not acknowledge (paused,
+        # or out of the ISR) delays no cycle; its records are answered at a later write.
+        self.producer.flush(min(WRITE_WAIT, self.cfg.request_timeout))
+        results, self._results = self._results, []
         errs = [e for e in results if e is not None]
-        failed = len(records) - (len(results) - len(errs))
         if any(e.code() in _DENIED for e in errs):
-            return StateWriteReply(len(results) - len(errs), failed, denied=errs[0].str(),
+            return StateWriteReply(len(results) - len(errs), len(errs), denied=errs[0].str(),
                                    cluster_id=self.cluster_id)
-        return StateWriteReply(len(results) - len(errs), failed, error=errs[0].str() if errs else None,
+        return StateWriteReply(len(results) - len(errs), len(errs), error=errs[0].str() if errs else None,
                                cluster_id=self.cluster_id)
+
+    def _delivered(self, err: KafkaError | None, _msg: object) -> None:
+        self._results.append(err)
 
     def _produce(self, key: bytes, value: bytes | None, partition: int, done: object
                  ) -> KafkaError | None:
         """One record queued; the error when the client refuses it at once."""
         assert self.producer is not None
+        deadline = time.monotonic() + WRITE_WAIT
         while True:
             try:
                 self.producer.produce(self.topic, value=value, key=key, partition=partition,
                                       on_delivery=done)
                 return None
-            except BufferError:  # the local queue is full: let deliveries drain it
+            except BufferError:  # the local queue is full: let deliveries drain it, a while
+                if time.monotonic() > deadline:
+                    return KafkaError(KafkaError._QUEUE_FULL)
                 self.producer.poll(0.1)
             except KafkaException as e:
                 return e.args[0]
