@@ -77,8 +77,12 @@ def test_sampling_exception_keeps_the_worker_and_a_crash_counts_once(kafka: Kafk
         os.kill(new[0], signal.SIGSEGV)
         wait_for(lambda: errors(exp, "worker_crash") == 2 and up(exp) == 1, 60,
                  "the segfault counted and a new worker sampling")
-        log = exp.output()
-        assert "Kafka worker process died (exit code -11)" in log
+        # the count can be served before the crash's line is flushed to the log: wait for it
+        def logged() -> str | None:
+            out = exp.output()
+            return out if "Kafka worker process died (exit code -11)" in out else None
+
+        log = wait_for(logged, 30, "the segfault's line in the log")
         assert "Fatal Python error: Segmentation fault" in log and "most recent call first" in log, log
 
 
