@@ -25,16 +25,20 @@ from typing import Any
 import pytest
 
 from devenv.kafka import KafkaCluster
-from tests.conftest import STALL_AFTER, create_topic, cycles, unique
+from devenv.poll_timeout_consumer import MAX_POLL_INTERVAL_MS
+from tests.conftest import STALL_AFTER, create_topic, cycles, unique, wait_for
 from tests.exporter_proc import ExporterProcess
 from tests.recorded import Fixture
 from tests.scenarios import Recorder, Scenario, Workload, spawn, stop_all
 
 HUNG_CLIENT = "hung-handler"
 LEFT_CLIENT = "poll-timeout-consumer"
-# Cycles beyond the threshold a status may take live: the consumer's last commit in
-# flight, its leave reaching the coordinator, the cycle that publishes it.
-SLACK = 4
+# Cycles between a cause and the first cycle that can show it: the cause lands after the
+# sample of a cycle already under way, the next cycle samples it, then publishes it; and the
+# consumer's last commit before it blocks is still in flight for one more.
+SEE = 3
+IN_FLIGHT = 1
+POLL_TIMEOUT = MAX_POLL_INTERVAL_MS / 1000  # the poll-timeout consumer's, in seconds
 
 
 @pytest.fixture(scope="module")
@@ -70,14 +74,15 @@ def test_a_hung_handler_that_keeps_heartbeating_is_stalled_and_says_what_it_cann
     sc, rec = world["scenarios"]["hung"], world["recorder"]
     blocked = sc.event("BLOCKED")
     n = rec.cycles_to(sc.group, "stalled", blocked, 60)
-    assert n <= cycles(STALL_AFTER) + SLACK, n
+    assert n <= cycles(STALL_AFTER) + IN_FLIGHT + SEE, n
     reason = _reason(world, sc.group)
     assert f"owner {HUNG_CLIENT}@" in reason, reason
     assert ("a handler hung in a client that keeps heartbeating without a poll timeout "
             "(sarama, franz-go) and a consumer that polls without committing look the same; "
             "its own reports would tell them apart") in reason, reason
     # the member stays: never stopped, never livelocked (nothing shows it not polling)
-    time.sleep(3 * cycles(1))
+    seen = rec.cycles_after(time.time())
+    wait_for(lambda: rec.scrapes[-1][1] >= seen + 3, 30, "three more cycles")
     assert {s for _t, s in rec.statuses(sc.group, blocked)} <= {"ok", "stalled"}
 
 
@@ -85,7 +90,8 @@ def test_a_poll_timeout_leave_is_stopped_and_names_who_left_and_when(world: dict
     sc, rec = world["scenarios"]["left"], world["recorder"]
     blocked = sc.event("BLOCKED")
     n = rec.cycles_to(sc.group, "stopped", blocked, 60)
-    assert n <= cycles(4 + STALL_AFTER) + SLACK, n  # its poll timeout (4 s), then lag waiting
+    # its poll timeout, then records waiting (the stall clock) before the empty group is judged
+    assert n <= cycles(POLL_TIMEOUT + STALL_AFTER) + IN_FLIGHT + SEE, n
     reason = _reason(world, sc.group)
     assert f"(group empty; last owner {LEFT_CLIENT}@" in reason, reason
     assert "s ago); committed unchanged" in reason, reason

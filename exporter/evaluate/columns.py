@@ -24,6 +24,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from exporter.contracts.state import PARTITION_COLUMNS
 from exporter.evaluate.constants import (
     LATE_COMMIT_WINDOW,
     QUIET_FRACTION,
@@ -36,20 +37,12 @@ from exporter.evaluate.memory import Ownership, PartitionMemory, Rewind, Tuning
 TP = tuple[str, int]
 NONE = np.nan  # an element that is None
 
-# One column per element of PartitionMemory's flat tuple, in its order, with what it
-# holds (i: an integer, f: a float, b: a bool; each may be None but the bools); the rewind
-# and the ownership (one element each there) take two columns each here.
-COLUMNS: tuple[tuple[str, str], ...] = (
-    ("committed", "i"), ("changed_at", "f"),
-    ("freeze_hw", "i"), ("quiet_at", "f"), ("flow_at", "f"), ("tail_from", "f"),
-    ("new_data_at", "f"), ("arrived_at", "f"),
-    ("floor_low", "i"), ("floor_next", "i"), ("floor_at", "f"),
-    ("rewind_until", "f"), ("rewind_pending", "i"),
-    ("lag_since", "f"),
-    ("run_t0", "f"), ("run_l0", "f"), ("run_n", "i"), ("run_gap", "f"), ("run_t_last", "f"),
-    ("run_committed", "i"), ("run_lag_s", "f"), ("run_hw", "i"),
-    ("lagging", "b"), ("owner", "i"), ("unowned", "i"), ("above_from", "f"),
-)
+# One column per element of the partition rows of the state contract
+# (exporter/contracts/state.py PARTITION_COLUMNS: PartitionMemory with its rewind and
+# ownership flattened), with what it holds: i an integer (an owner: its index in the
+# table's member ids), f a float, b a bool.
+_KIND = {"int": "i", "int?": "i", "str?": "i", "float": "f", "float?": "f", "bool": "b"}
+COLUMNS: tuple[tuple[str, str], ...] = tuple((name, _KIND[kind]) for name, kind in PARTITION_COLUMNS)
 Columns = NamedTuple("Columns", [(name, np.ndarray) for name, _kind in COLUMNS])  # type: ignore[misc]
 LAGGING = [name for name, _kind in COLUMNS].index("lagging")
 _REWIND_AT, _OWNERSHIP_AT = 11, 22  # their places in PartitionMemory's flat tuple
