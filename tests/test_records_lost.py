@@ -240,7 +240,11 @@ def test_a_loss_older_than_lagwatch_is_served_at_once_and_never_counted(
     group = unique("old-loss-g")
     commit_offsets(kafka.bootstrap_servers, group, topic, {0: 60, 1: 100})
     _delete(kafka, topic, {0: 100, 1: 50})  # p0: 60..100 gone unread; p1: below committed
-    cfg = exporter_config(tmp_path, kafka.bootstrap_servers, interval=3.0)
+    # A state topic of its own: the session's exporter (cluster "test" too) may have sampled
+    # the group before the deletion, and its state would make the deletion a loss seen.
+    cfg = exporter_config(tmp_path, kafka.bootstrap_servers, interval=3.0, clusters=[
+        {"name": "test", "bootstrap_servers": kafka.bootstrap_servers,
+         "state": {"topic": unique("old-loss-state")}}])
     with ExporterProcess(None, config=cfg) as exp:
         exp.wait_ready()
         assert _deficit(_first_cycle(exp, group), group) == (40, None, 40, 0)
