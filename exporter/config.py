@@ -182,6 +182,22 @@ class ClusterConfig:
     state_write_every: int = setting(
         "a group whose status did not change is written again every this many cycles (a change "
         "is written in its cycle)", 10, key="state.write_every", metavar="CYCLES")
+    state_replicas: bool = setting(
+        "replicas share the cluster's groups: each joins lagwatch's coordination group on the "
+        "state topic and judges and serves only the groups of the partitions it is assigned "
+        "(false: this process judges every group)", False, key="state.replicas",
+        see="design.md#replicas")
+    state_group: str = setting(
+        "the coordination group the replicas join, the only group lagwatch ever joins (empty: "
+        "lagwatch-<cluster name>)", "", key="state.group", see="security.md")
+    state_session_timeout: float = setting(
+        "the coordination group's session timeout (seconds): a replica that dies has its groups "
+        "judged by the others after this and two cycles", 30.0, key="state.session_timeout")
+    @property
+    def coordination_group(self) -> str:
+        """The replicas' coordination group (``state.group``, else ``lagwatch-<name>``)."""
+        return self.state_group or f"lagwatch-{self.name}"
+
     thresholds: Thresholds | None = setting(
         "this cluster's thresholds: any of the top-level `thresholds` but report_expiry, each "
         "replacing the top-level one", None, example={"stall_after": 120},
@@ -489,7 +505,8 @@ def _token_source(raw: dict[str, Any], client: dict[str, str], where: str
 def _state(raw: dict[str, Any], where: str) -> dict[str, Any]:
     """A cluster's ``state:`` mapping (exporter/state/), validated."""
     state = _mapping(raw.get("state"), f"{where}.state")
-    _check_keys(state, {"enabled", "topic", "partitions", "max_age", "write_every"}, f"{where}.state")
+    _check_keys(state, {"enabled", "topic", "partitions", "max_age", "write_every", "replicas", "group",
+                        "session_timeout"}, f"{where}.state")
     enabled = state.get("enabled", default_of(ClusterConfig, "state_enabled"))
     if not isinstance(enabled, bool):
         raise ConfigError(f"{where}.state.enabled", f"expected true or false, got {enabled!r}")
@@ -502,7 +519,24 @@ def _state(raw: dict[str, Any], where: str) -> dict[str, Any]:
 
     return {"state_enabled": enabled, "state_topic": topic,
             "state_partitions": int(number("partitions", True)), "state_max_age": number("max_age"),
-            "state_write_every": int(number("write_every", True))}
+            "state_write_every": int(number("write_every", True)),
+            **_replicas(state, enabled, where)}
+
+
+def _replicas(state: dict[str, Any], enabled: bool, where: str) -> dict[str, Any]:
+    """The replicas' settings of a ``state:`` mapping (exporter/state/coordination.py)."""
+    replicas = state.get("replicas", default_of(ClusterConfig, "state_replicas"))
+    if not isinstance(replicas, bool):
+        raise ConfigError(f"{where}.state.replicas", f"expected true or false, got {replicas!r}")
+    if replicas and not enabled:
+        raise ConfigError(f"{where}.state.replicas", "needs state.enabled: the state topic is "
+                          "what the replicas share and how a moved group keeps its clocks")
+    group = state.get("group", "")
+    if not isinstance(group, str) or len(group) > 249:
+        raise ConfigError(f"{where}.state.group", f"expected a group id, got {group!r}")
+    timeout = _positive(state.get("session_timeout", default_of(ClusterConfig, "state_session_timeout")),
+                        f"{where}.state.session_timeout", minimum=0.5)
+    return {"state_replicas": replicas, "state_group": group, "state_session_timeout": timeout}
 
 
 def load_yaml(path: str) -> dict[str, Any]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import dataclasses
 import logging
 import os
 import threading
@@ -21,6 +22,7 @@ from exporter.contracts.errors import ErrorRecord, ErrorStage
 from exporter.contracts.sampling import SamplerMemory
 from exporter.contracts.snapshot import Snapshot
 from exporter.contracts.view import ClusterView
+from exporter.contracts.worker import Shards
 from exporter.evaluate.evaluator import Evaluator
 from exporter.expose.render import render_cluster
 from exporter.kafka.worker import KafkaWorker, SampleReply, WorkerCrashed
@@ -62,6 +64,7 @@ class ClusterRunner:
         # The judgement's state in lagwatch's own topic (exporter/state/): read back before
         # the first judgement, written after each cycle is published.
         self.state = StateSync(cfg) if cfg.state_enabled else None
+        self.shards: Shards | None = None  # with replicas: this replica's, as of the last cycle
         self._stop = threading.Event()
         self.thread = threading.Thread(target=self._run, name=f"sampler-{cfg.name}", daemon=True)
         self._failures = 0
@@ -76,8 +79,13 @@ class ClusterRunner:
         self.thread.start()
 
     def stop(self) -> None:
-        """Prompt shutdown: the worker holds nothing worth waiting for, kill it first."""
+        """Prompt shutdown: the worker holds nothing worth waiting for, kill it first. A
+        replica first writes its groups and leaves the coordination group, so that the
+        others take its shards now, not after the session timeout."""
         self._stop.set()
+        if self.cfg.state_replicas and self.thread.is_alive():
+            self.thread.join(timeout=self.cfg.request_timeout * 2)  # its cycle ends first
+            self._leave()
         self.worker.kill()
         self.thread.join(timeout=5)
         if self.recorder is not None:
@@ -127,8 +135,8 @@ class ClusterRunner:
                 exact_ts = self._exact_timestamps(snap, spark_reports)
             if self.recorder is not None:
                 self.recorder.cycle(snap, consumer_reports, spark_reports, exact_ts, snap.taken_at)
-            if self.state is not None and not self.state.loaded and snap.ok:
-                self._restore(snap.taken_at)
+            if self.state is not None and snap.ok:
+                self._restore(res, snap.taken_at)
             view = self.evaluator.evaluate(snap, consumer_reports, spark_reports, exact_ts)
             # The sample (every group's offsets) is freed before the render takes its buffers.
             ok, errors = snap.ok, snap.errors
@@ -175,9 +183,19 @@ class ClusterRunner:
             log.warning("cluster %s: reading record timestamps failed: %s", self.cfg.name, e)
         return {}
 
-    def _restore(self, now: float) -> None:
-        """The state topic read back into the evaluator, before its first judgement."""
+    def _restore(self, res: SampleReply | None, now: float) -> None:
+        """The state topic read back into the evaluator, before its first judgement; with
+        replicas, the shards newly assigned (read with the sample) before their first."""
         assert self.state is not None
+        if self.cfg.state_replicas:
+            if res is not None and res.shards is not None:
+                self._reshard(res.shards)
+                self.state.loaded = True  # nothing to write before this replica's shards are known
+                if res.state is not None:
+                    self.state.restore(self.evaluator, res.state, now, res.shards)
+            return
+        if self.state.loaded:
+            return
         try:
             self.state.restore(self.evaluator, self.worker.load_state(), now)
         except WorkerCrashed as e:  # the next cycle starts a new worker and tries again
@@ -185,15 +203,26 @@ class ClusterRunner:
                 self.errors["worker_crash"] += 1
                 log.error("cluster %s: %s", self.cfg.name, e)
 
-    def _write_state(self, view: ClusterView) -> None:
+    def _reshard(self, shards: Shards) -> None:
+        """This replica's shards as of this cycle; a change said in the log."""
+        was = self.shards
+        self.shards = shards
+        if shards.refused is None and (was is None or was.owned != shards.owned):
+            log.info("cluster %s: this replica judges the groups of %d of the %d shard(s) of %s: %s",
+                     self.cfg.name, len(shards.owned), shards.partitions, self.cfg.state_topic,
+                     sorted(shards.owned))
+
+    def _write_state(self, view: ClusterView, everything: bool = False) -> None:
         """This cycle's state records written (after the record is published: no scrape
         waits for it); a failure is counted and the next cycle writes again."""
         assert self.state is not None
-        records = self.state.records(self.evaluator, view, self.cycles, view.sampled_at)
-        if not records:
+        shards = self.shards if self.cfg.state_replicas else None
+        records = self.state.records(self.evaluator, view, self.cycles, view.sampled_at, shards, everything)
+        release = shards.revoking if shards is not None else frozenset()
+        if not records and not release:
             return
         try:
-            reply = self.worker.write_state(records)
+            reply = self.worker.write_state(records, release)
         except WorkerCrashed as e:
             if not self._stop.is_set():
                 self.errors["worker_crash"] += 1
@@ -204,11 +233,22 @@ class ClusterRunner:
             self.errors["state_write"] += 1
         self.state.wrote(reply)
 
+    def _leave(self) -> None:
+        last = self.store.record(self.cfg.name).view
+        with contextlib.suppress(Exception):  # a shutdown: what cannot be done is not waited for
+            if self.state is not None and self.shards is not None and last.up:
+                self.shards = dataclasses.replace(self.shards, revoking=self.shards.owned)
+                self._write_state(last, everything=True)
+            self.worker.leave()
+
     def _stats(self, t0: float) -> SelfStats:
         st = self.state
+        sh = self.shards
         state = None if st is None else StateStats(
             writable=st.writable, written=st.written, dropped=frozen_counts(st.dropped),
-            restored_groups=st.restored_groups)
+            restored_groups=st.restored_groups,
+            shards=None if sh is None else (sh.partitions if sh.refused else len(sh.owned)),
+            refused=None if sh is None else sh.refused is not None)
         return SelfStats(cycles=self.cycles, requests=self.requests,
                          reports_requests=self.reports_requests,
                          cycle_duration=time.monotonic() - t0, errors=frozen_counts(self.errors),

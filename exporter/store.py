@@ -46,7 +46,9 @@ class StateStats:
     writable: bool | None  # None: nothing written yet
     written: int  # records written, since start
     dropped: Mapping[str, int]  # records not read back, by reason
-    restored_groups: int  # groups whose judgement the start restored
+    restored_groups: int  # groups whose judgement was restored (at start, and shards moved in)
+    shards: int | None = None  # with replicas: the state partitions this replica judges
+    refused: bool | None = None  # with replicas: it may not join, and judges every group
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

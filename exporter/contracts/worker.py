@@ -49,6 +49,10 @@ class SampleReply:
     # The sampler's memory after this cycle, for the runner to keep and send with the next
     # request; None when the cycle raised (the runner keeps what it sent).
     memory: SamplerMemory | None = None
+    # With replicas (state.replicas): this replica's shards, and the state topic as read
+    # back for the shards newly assigned (imported before this cycle is judged).
+    shards: Shards | None = None
+    state: StateLoadReply | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +89,27 @@ class StateWriteRequest:
     """Write these records to the state topic: (key, value or None, the name that places it)."""
 
     records: list[tuple[bytes, bytes | None, str]]
+    # Shards being revoked whose groups these records wrote: once delivered, another
+    # replica may take them (exporter/state/coordination.py).
+    release: frozenset[int] = frozenset()
+
+
+@dataclass(frozen=True, slots=True)
+class LeaveRequest:
+    """Leave the coordination group now (a replica shutting down hands its shards on)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Shards:
+    """This replica's share of a cluster's groups, as the coordination group assigned it
+    (state partitions; exporter/state/placement.py places a group in one)."""
+
+    owned: frozenset[int]  # assigned and read back: their groups are judged here
+    restored: frozenset[int]  # read back for this cycle (the records come with it)
+    revoking: frozenset[int]  # owned, handed to another replica once written
+    partitions: int  # the state topic's (N)
+    offsets_partitions: int  # __consumer_offsets' (the modulus of a group's P)
+    refused: str | None = None  # why this replica may not join: it judges every group
 
 
 @dataclass(frozen=True, slots=True)

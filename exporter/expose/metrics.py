@@ -162,7 +162,15 @@ FAMILIES: tuple[FamilyDoc, ...] = (
     FamilyDoc("lagwatch_state_records_dropped_total", "counter", ("cluster", "reason"),
               f"State records not restored at start, by reason ({', '.join(r.value for r in DropReason)})."),
     FamilyDoc("lagwatch_state_restored_groups", "gauge", ("cluster",),
-              "Groups whose judgement this process restored from the state topic at start."),
+              "Groups whose judgement this process restored from the state topic: at start and, "
+              "with replicas, when shards moved to it."),
+    FamilyDoc("lagwatch_shards_owned", "gauge", ("cluster",),
+              "With state.replicas: the state topic's partitions (shards) this replica judges the "
+              "groups of (all of them when it may not join); absent without replicas."),
+    FamilyDoc("lagwatch_coordination_refused", "gauge", ("cluster",),
+              "With state.replicas: 1 when lagwatch may not join its coordination group or use its "
+              "state topic (authorization), so this replica judges and serves every group alone; "
+              "absent without replicas."),
 )
 DOC = {f.name: f for f in FAMILIES}
 

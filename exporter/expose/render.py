@@ -323,6 +323,7 @@ def state_families(records: Iterable[ClusterRecord]) -> list[Metric]:
     writable, restored = _gauge("lagwatch_state_writable"), _gauge("lagwatch_state_restored_groups")
     written, dropped = (_counter("lagwatch_state_records_written_total"),
                         _counter("lagwatch_state_records_dropped_total"))
+    shards, refused = _gauge("lagwatch_shards_owned"), _gauge("lagwatch_coordination_refused")
     for r in records:
         s = r.stats.state
         if s is None:
@@ -334,7 +335,10 @@ def state_families(records: Iterable[ClusterRecord]) -> list[Metric]:
         restored.add_metric(c, s.restored_groups)
         for reason, n in sorted(s.dropped.items()):
             dropped.add_metric([r.view.cluster, reason], n)
-    return [writable, written, dropped, restored]
+        if s.shards is not None:
+            shards.add_metric(c, s.shards)
+            refused.add_metric(c, 1.0 if s.refused else 0.0)
+    return [writable, written, dropped, restored, shards, refused]
 
 
 class SelfMetrics(Collector):

@@ -37,6 +37,7 @@ from exporter.config import ClusterConfig
 from exporter.contracts.errors import ErrorRecord, ErrorStage
 from exporter.contracts.sampling import ListedGroup, SamplerMemory
 from exporter.contracts.snapshot import TP, GroupSample, GroupType, Member, PartitionOffsets, Snapshot
+from exporter.contracts.worker import Shards
 from exporter.kafka import tokens
 from exporter.kafka.broker_requests import (
     REQUEST_FAILED,
@@ -48,6 +49,7 @@ from exporter.kafka.broker_requests import (
 )
 from exporter.kafka.oauth_props import CONSUMED, token_spec
 from exporter.kafka.tokens import TokenSource
+from exporter.state.placement import owns
 
 log = logging.getLogger("lagwatch.sampler")
 # Errors that explain a metadata timeout: librdkafka reports them only through error_cb.
@@ -128,6 +130,9 @@ class Sampler:
         # Kept by the runner in the main process and handed in with each cycle (a worker
         # that crashes forgets nothing); see exporter/contracts/sampling.py.
         self.memory = SamplerMemory()
+        # With replicas, this replica's shards (exporter/state/coordination.py): only their
+        # groups are read; None: every group.
+        self.shards: Shards | None = None
         self._unsupported = ""
         self._new_types: bool | None = None  # streams/share APIs, known at the first listing
         self.extra: BrokerRequests | None
@@ -306,7 +311,8 @@ class Sampler:
             got, failures = self.extra.list_groups(sorted(md.brokers))
         except Exception as e:  # noqa: BLE001 - fall back to the last known list of groups
             got, failures = {}, [_err_text(e)]
-        listed = {g: lg for g, lg in got.items() if self.cfg.filters.group_ok(g)}
+        self._forget_others()
+        listed = {g: lg for g, lg in got.items() if self.cfg.filters.group_ok(g) and self.judges(g)}
         errors.extend(ErrorRecord(stage=ErrorStage.LIST_GROUPS, message=f) for f in failures)
         if self._new_types is None and not failures:
             self._new_types = self.extra.new_group_types()  # from the version answer: no request
@@ -328,6 +334,22 @@ class Sampler:
         for gid in [g for g in self.memory.coordinators if g not in listed]:
             del self.memory.coordinators[gid]  # a group gone for good (the map is shared)
         return listed, ""
+
+    def judges(self, group: str) -> bool:
+        """Is ``group`` this replica's to read? Not lagwatch's own coordination group; with
+        replicas, only the groups of its shards."""
+        if self.cfg.state_replicas and group == self.cfg.coordination_group:
+            return False
+        return owns(self.shards, group)
+
+    def _forget_others(self) -> None:
+        """The groups of shards this replica no longer owns leave its listing memory at
+        once (no listing grace: another replica reads them now)."""
+        if self.shards is None:
+            return
+        for gid in [g for g in self.memory.last_listed if not self.judges(g)]:
+            del self.memory.last_listed[gid]
+            self.memory.absent.pop(gid, None)
 
     def _topics_of(self, groups: dict[str, GroupSample], extra: set[str], md: Any) -> set[str]:
         topics = {t for g in groups.values() for (t, _) in g.committed}

@@ -37,6 +37,7 @@ from exporter.contracts.errors import ErrorRecord, ErrorStage
 from exporter.contracts.sampling import SamplerMemory
 from exporter.contracts.snapshot import TP, Snapshot
 from exporter.contracts.worker import (
+    LeaveRequest,
     SampleReply,
     SampleRequest,
     StateLoadReply,
@@ -51,7 +52,9 @@ from exporter.contracts.worker import (
 
 if TYPE_CHECKING:
     from exporter.kafka.sampler import Sampler
+    from exporter.kafka.timestamps import RecordTimestamps
     from exporter.reports.reader import ReportReader
+    from exporter.state.coordination import Coordinator
     from exporter.state.topic import StateTopic
 
 log = logging.getLogger("lagwatch.worker")
@@ -106,30 +109,14 @@ def _serve(conn: _Pipe, start: WorkerStart) -> None:
     sampler = Sampler(cfg)
     exact = RecordTimestamps(client_config(cfg), cfg.request_timeout)
     reports = _replayed_reports(start, sampler)
-    counts: tuple[int, dict[str, int], dict[str, int], int] = (0, {}, {}, 0)
-    state: StateTopic | None = None  # the state topic's clients, made at its first use
+    ctx = _Clients(cfg, sampler, exact, reports)
     while True:
         try:
             req = conn.recv()
         except (EOFError, OSError):
             break
-        reply: SampleReply | TimestampsReply | StateLoadReply | StateWriteReply
-        if isinstance(req, SampleRequest):
-            sampled = _sample_or_fail(sampler, reports, req, counts)
-            counts = _counts(sampled)
-            reply = sampled
-            del sampled  # the snapshot must not stay alive until the next cycle
-        elif isinstance(req, TimestampsRequest):
-            try:
-                reply = TimestampsReply(found=exact.lookup(req.wanted))
-            except Exception as e:  # noqa: BLE001 - reported to the parent, which counts it
-                reply = TimestampsReply(found={}, error=str(e))
-        elif isinstance(req, StateLoadRequest | StateWriteRequest):
-            if state is None:
-                from exporter.state.topic import StateTopic
-                state = StateTopic(cfg)
-            reply = _state(state, req)
-        else:  # a parent of another version: no answer, the parent's deadline restarts us
+        reply = ctx.answer(req)
+        if reply is None:  # a parent of another version: no answer, its deadline restarts us
             log.error("cluster %s: unknown request %s", cfg.name, type(req).__name__)
             continue
         try:
@@ -137,12 +124,67 @@ def _serve(conn: _Pipe, start: WorkerStart) -> None:
         except OSError:
             break
         del reply  # the snapshot must not stay alive until the next cycle
-    if reports:
-        reports.stop()
-    if state is not None:
-        state.close()
-    exact.close()
-    sampler.close()
+    ctx.close()
+
+
+class _Clients:
+    """The worker's Kafka clients of one cluster, and the request each answers."""
+
+    def __init__(self, cfg: ClusterConfig, sampler: Sampler, exact: RecordTimestamps,
+                 reports: ReportReader | None) -> None:
+        self.cfg, self.sampler, self.exact, self.reports = cfg, sampler, exact, reports
+        self.counts: tuple[int, dict[str, int], dict[str, int], int] = (0, {}, {}, 0)
+        self.state: StateTopic | None = None  # the state topic's clients, made at first use
+        self.coordinator: Coordinator | None = None  # with replicas, made at the first cycle
+
+    def _state(self) -> StateTopic:
+        if self.state is None:
+            from exporter.state.topic import StateTopic
+            self.state = StateTopic(self.cfg)
+        return self.state
+
+    def answer(self, req: Any) -> SampleReply | TimestampsReply | StateLoadReply | StateWriteReply | None:
+        if isinstance(req, SampleRequest):
+            return self._sample(req)
+        if isinstance(req, TimestampsRequest):
+            try:
+                return TimestampsReply(found=self.exact.lookup(req.wanted))
+            except Exception as e:  # noqa: BLE001 - reported to the parent, which counts it
+                return TimestampsReply(found={}, error=str(e))
+        if isinstance(req, StateLoadRequest | StateWriteRequest):
+            reply = _state(self._state(), req)
+            if isinstance(req, StateWriteRequest) and req.release and self.coordinator is not None:
+                self._state().flush(self.cfg.request_timeout)  # delivered before handed on
+                self.coordinator.release(req.release)
+            return reply
+        if isinstance(req, LeaveRequest):
+            if self.coordinator is not None:
+                self.coordinator.close()
+            return StateWriteReply(0, 0)
+        return None
+
+    def _sample(self, req: SampleRequest) -> SampleReply:
+        shards, load = None, None
+        if self.cfg.state_replicas:
+            if self.coordinator is None:
+                from exporter.state.coordination import Coordinator
+                self.coordinator = Coordinator(self.cfg, self._state())
+            shards, load = self.coordinator.cycle()
+            self.sampler.shards = shards
+        sampled = _sample_or_fail(self.sampler, self.reports, req, self.counts)
+        self.counts = _counts(sampled)
+        sampled.shards, sampled.state = shards, load
+        return sampled
+
+    def close(self) -> None:
+        if self.reports:
+            self.reports.stop()
+        if self.coordinator is not None:
+            self.coordinator.close()
+        if self.state is not None:
+            self.state.close()
+        self.exact.close()
+        self.sampler.close()
 
 
 def _sample_or_fail(sampler: Sampler, reports: ReportReader | None, req: SampleRequest,
@@ -197,6 +239,9 @@ def _sample(sampler: Sampler, reports: ReportReader | None, memory: SamplerMemor
     if memory is not None:  # what the runner kept from the last cycle
         sampler.memory = memory
     consumer_reports, spark_reports = reports.current() if reports else ({}, {})
+    if sampler.shards is not None:  # another replica's groups are not this one's to judge
+        consumer_reports = {g: r for g, r in consumer_reports.items() if sampler.judges(g)}
+        spark_reports = {g: r for g, r in spark_reports.items() if sampler.judges(g)}
     spark_topics = {t for r in spark_reports.values() for (t, _) in r.end_offsets}
     snap = sampler.sample(extra_topics=spark_topics)
     return SampleReply(snap, consumer_reports, spark_reports, sampler.requests_total,
@@ -268,8 +313,7 @@ class KafkaWorker:
         self.conn.send(WorkerStart(self.cfg, self.thresholds, self.log_level))
         return self.conn
 
-    def _call(self, msg: SampleRequest | TimestampsRequest | StateLoadRequest | StateWriteRequest,
-              timeout: float) -> Any:
+    def _call(self, msg: Any, timeout: float) -> Any:
         conn = self._ensure()
         try:
             conn.send(msg)
@@ -297,10 +341,16 @@ class KafkaWorker:
         assert isinstance(reply, StateLoadReply), type(reply)
         return reply
 
-    def write_state(self, records: list[tuple[bytes, bytes | None, str]]) -> StateWriteReply:
-        reply = self._call(StateWriteRequest(records), self.cfg.request_timeout * 6 + 10)
+    def write_state(self, records: list[tuple[bytes, bytes | None, str]],
+                    release: frozenset[int] = frozenset()) -> StateWriteReply:
+        reply = self._call(StateWriteRequest(records, release), self.cfg.request_timeout * 7 + 10)
         assert isinstance(reply, StateWriteReply), type(reply)
         return reply
+
+    def leave(self) -> None:
+        """Leave the coordination group (replicas), if the worker is running."""
+        if self.proc is not None and self.proc.poll() is None and self.conn is not None:
+            self._call(LeaveRequest(), self.cfg.request_timeout + 10)
 
     def timestamps(self, wanted: list[tuple[TP, int]]) -> Timestamps:
         reply = self._call(TimestampsRequest(wanted), self.cfg.request_timeout * 3 + 10)

@@ -22,10 +22,11 @@ from collections.abc import Iterator
 from exporter.config import ClusterConfig
 from exporter.contracts.state import GroupState, TopicState
 from exporter.contracts.view import ClusterView, GroupView
-from exporter.contracts.worker import StateLoadReply, StateWriteReply
+from exporter.contracts.worker import Shards, StateLoadReply, StateWriteReply
 from exporter.evaluate.evaluator import Evaluator
 from exporter.state import codec
 from exporter.state.codec import Decoded, DropReason, StateError
+from exporter.state.placement import owns, shard_of
 
 log = logging.getLogger("lagwatch.state")
 
@@ -58,25 +59,22 @@ class StateSync:
         self._load_failures = 0
 
     # -- restore ----------------------------------------------------------------------
-    def restore(self, ev: Evaluator, reply: StateLoadReply, now: float) -> None:
-        """Import what the state topic holds of this cluster into a fresh evaluator."""
-        self.cluster_id = reply.cluster_id
+    def restore(self, ev: Evaluator, reply: StateLoadReply, now: float, shards: Shards | None = None
+                ) -> None:
+        """Import what the state topic holds of this cluster into the evaluator: at a start,
+        or (replicas) for the shards ``shards.restored`` newly assigned to this replica."""
+        self.cluster_id = reply.cluster_id or self.cluster_id
         if reply.error is not None:
-            # Writing before the topic is read would overwrite what is still to be read:
-            # the next cycles try again, then go on without it.
-            self._load_failures += 1
-            self.loaded = self._load_failures >= LOAD_ATTEMPTS
-            log.warning("cluster %s: cannot read the state topic %s (attempt %d of %d%s): %s",
-                        self.cfg.name, self.cfg.state_topic, self._load_failures, LOAD_ATTEMPTS,
-                        ", starting without its state" if self.loaded else "", reply.error)
+            self._load_failed(reply.error, shards)
             return
         self.loaded = True
-        if ev.last_good is not None:  # a retried read, after cycles judged without it: the
-            # imports fill the last view in place, and the one served must stay as it is
+        if ev.last_good is not None:  # a retried read, or shards moved in, after cycles judged
+            # without it: the imports fill the last view in place, and the one served must
+            # stay as it is
             ev.last_good = dataclasses.replace(ev.last_good, partitions=dict(ev.last_good.partitions),
                                                groups=dict(ev.last_good.groups))
         topics, groups, newest = 0, 0, None
-        for d in sorted(self._decoded(reply, now), key=lambda d: d.kind != codec.TOPIC):
+        for d in self._wanted(ev, reply, now, shards):
             try:
                 if isinstance(d.state, TopicState):
                     ev.import_topic(d.state, d.at)
@@ -88,21 +86,53 @@ class StateSync:
                 newest = d.at if newest is None else max(newest, d.at)
             except (ValueError, TypeError, IndexError) as e:  # fits the codec, not the evaluator
                 self._drop(DropReason.MALFORMED, f"{d.name}: {e}")
-        self.restored_groups = groups
+        self.restored_groups += groups
         if groups or topics:
-            log.info("cluster %s: restored the judgement of %d group(s) and %d topic(s) from %s "
+            log.info("cluster %s: restored the judgement of %d group(s) and %d topic(s) from %s%s "
                      "(written up to %.0f s ago)", self.cfg.name, groups, topics, self.cfg.state_topic,
+                     "" if shards is None else f" for shard(s) {sorted(shards.restored)}",
                      now - (newest or now))
 
-    def _decoded(self, reply: StateLoadReply, now: float) -> Iterator[Decoded]:
-        for key, (value, _ts) in reply.records.items():
-            parsed = codec.parse_key(key, self.cfg.name)
-            if parsed is None or value is None:  # another deployment's, or deleted
-                continue
+    def _load_failed(self, error: str, shards: Shards | None) -> None:
+        if shards is not None:  # the worker tried LOAD_ATTEMPTS cycles already
+            self.loaded = True
+            log.warning("cluster %s: cannot read the state topic %s for shard(s) %s, judging their "
+                        "groups without it: %s", self.cfg.name, self.cfg.state_topic,
+                        sorted(shards.restored), error)
+            return
+        # Writing before the topic is read would overwrite what is still to be read:
+        # the next cycles try again, then go on without it.
+        self._load_failures += 1
+        self.loaded = self._load_failures >= LOAD_ATTEMPTS
+        log.warning("cluster %s: cannot read the state topic %s (attempt %d of %d%s): %s",
+                    self.cfg.name, self.cfg.state_topic, self._load_failures, LOAD_ATTEMPTS,
+                    ", starting without its state" if self.loaded else "", error)
+
+    def _wanted(self, ev: Evaluator, reply: StateLoadReply, now: float, shards: Shards | None
+                ) -> list[Decoded]:
+        """The records to import, topics first: every one at a start; with replicas, the
+        groups of the shards read back and the topics they read that this replica does not
+        know yet (a topic's HW history it keeps itself is newer)."""
+        keys = [(key, value, parsed) for key, (value, _ts) in reply.records.items()
+                if value is not None and (parsed := codec.parse_key(key, self.cfg.name)) is not None]
+        if shards is None:
+            got = list(self._decoded(reply.cluster_id, keys, now))
+            return sorted(got, key=lambda d: d.kind != codec.TOPIC)
+        mine = [k for k in keys if k[2][0] == codec.GROUP
+                and shard_of(k[2][1], shards.offsets_partitions, shards.partitions) in shards.restored]
+        groups = list(self._decoded(reply.cluster_id, mine, now))
+        read = {r[0] for d in groups if isinstance(d.state, GroupState) for r in d.state.partitions}
+        known = {t for t, _p in ev.hw_history}
+        wanted = [k for k in keys if k[2][0] == codec.TOPIC and k[2][1] in read - known]
+        return list(self._decoded(reply.cluster_id, wanted, now)) + groups
+
+    def _decoded(self, cluster_id: str | None, keys: list[tuple[bytes, bytes, tuple[str, str]]],
+                 now: float) -> Iterator[Decoded]:
+        for _key, value, (kind, name) in keys:
             try:
-                yield codec.decode(parsed[0], parsed[1], value, reply.cluster_id, now, self.cfg.state_max_age)
+                yield codec.decode(kind, name, value, cluster_id, now, self.cfg.state_max_age)
             except StateError as e:
-                self._drop(e.reason, f"{parsed[1]}: {e}")
+                self._drop(e.reason, f"{name}: {e}")
 
     def _drop(self, reason: DropReason, detail: str) -> None:
         self.dropped[reason.value] += 1
@@ -113,35 +143,42 @@ class StateSync:
                         self.cfg.name, self.cfg.state_topic, reason.value, detail)
 
     # -- write ------------------------------------------------------------------------
-    def records(self, ev: Evaluator, view: ClusterView, cycle: int, now: float) -> list[Record]:
-        """This cycle's records: changed or due groups, tombstones of deleted ones, topics
-        when due. Nothing before the topic was read back (it would overwrite what the
-        restore has still to read) or once writing was refused."""
+    def records(self, ev: Evaluator, view: ClusterView, cycle: int, now: float,
+                shards: Shards | None = None, everything: bool = False) -> list[Record]:
+        """This cycle's records: changed or due groups (all with ``everything``, and those
+        of the shards being revoked), tombstones of deleted ones, topics when due. Nothing
+        before the topic was read back (it would overwrite what the restore has still to
+        read) or once writing was refused."""
         if not self.loaded or self.writable is False or self.cluster_id is None:
             return []
         every = self.cfg.state_write_every
         out: list[Record] = []
         cid, name = self.cluster_id, self.cfg.name
         live = set(ev.state_groups())
+        handed = (lambda g: shard_of(g, shards.offsets_partitions, shards.partitions) in shards.revoking
+                  ) if shards is not None and shards.revoking else None
         for gid in live:
             v = view.groups.get(gid)
             fp = fingerprint(v) if v is not None else None
             was = self._groups.get(gid)
-            if was is not None and was[0] == fp and (cycle + zlib.crc32(gid.encode())) % every:
+            if (was is not None and was[0] == fp and (cycle + zlib.crc32(gid.encode())) % every
+                    and not everything and not (handed and handed(gid))):
                 continue  # unchanged, and not its turn: each cycle rewrites 1/every of them
             s = ev.export_group(gid)
             if s is not None:
                 out.append((codec.key_of(name, codec.GROUP, gid), codec.encode(s, cid, now), gid))
                 self._groups[gid] = (fp, cycle)
         for gid in [g for g in self._groups if g not in live]:
-            out.append((codec.key_of(name, codec.GROUP, gid), None, gid))
+            if owns(shards, gid):  # deleted; a group moved to another replica is only forgotten
+                out.append((codec.key_of(name, codec.GROUP, gid), None, gid))
             del self._groups[gid]
-        if self._topics_at < 0 or cycle - self._topics_at >= every:
+        if self._topics_at < 0 or cycle - self._topics_at >= every or everything:
             self._topics_at = cycle
             states = ev.export_topics()
             out += [(codec.key_of(name, codec.TOPIC, t.topic), codec.encode(t, cid, now), t.topic)
                     for t in states]
-            gone = self._topics - {t.topic for t in states}
+            # With replicas a topic this one no longer reads may be another's: not deleted.
+            gone = self._topics - {t.topic for t in states} if shards is None else set()
             out += [(codec.key_of(name, codec.TOPIC, t), None, t) for t in sorted(gone)]
             self._topics = {t.topic for t in states}
         return out

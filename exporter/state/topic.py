@@ -27,8 +27,10 @@ from exporter.config import ClusterConfig
 from exporter.contracts.worker import StateLoadReply, StateWriteReply
 from exporter.kafka.readonly import NEVER_JOINS
 from exporter.kafka.sampler import client_config
+from exporter.state.placement import java_hash, offsets_partition, state_partition
 
 log = logging.getLogger("lagwatch.state")
+__all__ = ["StateTopic", "java_hash", "offsets_partition", "state_partition"]
 
 OFFSETS_TOPIC = "__consumer_offsets"
 DEFAULT_OFFSETS_PARTITIONS = 50  # offsets.topic.num.partitions' default
@@ -39,31 +41,12 @@ TOPIC_CONFIG = {
     "segment.ms": str(3600 * 1000),  # a quiet topic's segment still rolls, and compacts
     "max.message.bytes": str(MAX_RECORD_BYTES),
 }
-_DENIED = {KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaError.CLUSTER_AUTHORIZATION_FAILED,
+DENIED = {KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaError.CLUSTER_AUTHORIZATION_FAILED,
            KafkaError.GROUP_AUTHORIZATION_FAILED, KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED}
-
-
-def java_hash(s: str) -> int:
-    """Java's ``String.hashCode`` (UTF-16 code units, 32-bit signed)."""
-    h = 0
-    raw = s.encode("utf-16-be")
-    for i in range(0, len(raw), 2):
-        h = (31 * h + (raw[i] << 8 | raw[i + 1])) & 0xFFFFFFFF
-    return h - (1 << 32) if h >= 1 << 31 else h
-
-
-def offsets_partition(group: str, offsets_partitions: int) -> int:
-    """The group's ``__consumer_offsets`` partition (Kafka's ``Utils.abs``: MIN_VALUE -> 0)."""
-    h = java_hash(group)
-    return (0 if h == -(1 << 31) else abs(h)) % offsets_partitions
 
 
 # Seconds a write waits for its deliveries before the worker goes back to sampling.
 WRITE_WAIT = 1.0
-
-
-def state_partition(name: str, offsets_partitions: int, state_partitions: int) -> int:
-    return offsets_partition(name, offsets_partitions) % state_partitions
 
 
 class StateTopic:
@@ -126,7 +109,7 @@ class StateTopic:
         finally:
             c.close()
 
-    def _ensure(self) -> str | None:
+    def ensure(self) -> str | None:
         """The topic exists (created here if missing); why not, when it cannot."""
         if self.partitions:
             return None
@@ -142,7 +125,7 @@ class StateTopic:
         except KafkaException as e:
             err = e.args[0]
             if err.code() != KafkaError.TOPIC_ALREADY_EXISTS:
-                if err.code() in _DENIED:
+                if err.code() in DENIED:
                     return f"cannot create {self.topic}: {err.str()}"
                 raise
         log.info("cluster %s: created the state topic %s (%d partitions, compacted)",
@@ -155,7 +138,7 @@ class StateTopic:
         counts the deliveries answered within :data:`WRITE_WAIT` (this write's and the
         earlier ones' that were still in flight)."""
         try:
-            denied = self._ensure()
+            denied = self.ensure()
         except KafkaException as e:
             return StateWriteReply(0, len(records), error=str(e.args[0] if e.args else e),
                                    cluster_id=self.cluster_id)
@@ -175,7 +158,7 @@ class StateTopic:
         self.producer.flush(min(WRITE_WAIT, self.cfg.request_timeout))
         results, self._results = self._results, []
         errs = [e for e in results if e is not None]
-        if any(e.code() in _DENIED for e in errs):
+        if any(e.code() in DENIED for e in errs):
             return StateWriteReply(len(results) - len(errs), len(errs), denied=errs[0].str(),
                                    cluster_id=self.cluster_id)
         return StateWriteReply(len(results) - len(errs), len(errs), error=errs[0].str() if errs else None,
@@ -200,6 +183,10 @@ class StateTopic:
                 self.producer.poll(0.1)
             except KafkaException as e:
                 return e.args[0]
+
+    def flush(self, timeout: float) -> int:
+        """Wait up to ``timeout`` for the deliveries in flight; how many are left."""
+        return 0 if self.producer is None else self.producer.flush(timeout)
 
     def close(self) -> None:
         if self.producer is not None:

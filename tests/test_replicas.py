@@ -1,0 +1,208 @@
+"""Three lagwatch replicas share one cluster's groups through their coordination group.
+
+Against a real broker: 20 commit-only groups (two in each of the 10 ``__consumer_offsets``
+partitions, each with its own lag) and one real consumer that polls and never commits
+(`stalled`). Three replicas with ``state.replicas`` and one plain process (the reference)
+watch them. The union of the replicas' series equals the reference's exposition (every
+group's status and lag), no group is served by two replicas, and each serves only its
+shards' groups. Then the replica serving the stalled group is SIGKILLed: within the
+coordination group's session timeout and two cycles another replica serves its groups,
+the stalled group `stalled` from its first served cycle with ``stalled_seconds``
+continuing (not restarted).
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
+from typing import Any
+
+import pytest
+
+from devenv.kafka import KafkaCluster
+from exporter.state.placement import offsets_partition
+from tests.conftest import (
+    INTERVAL,
+    STALL_AFTER,
+    commit_offsets,
+    create_topic,
+    cycles,
+    exporter_config,
+    produce,
+    unique,
+    wait_for,
+)
+from tests.exporter_proc import ExporterProcess, Samples, select, value
+from tests.scenarios import Scenario, Workload, spawn, stop_all
+
+SESSION = 2.0  # the coordination group's session timeout in the test (seconds)
+OFFSETS_PARTITIONS = 10  # offsets.topic.num.partitions of the test brokers (devenv/kafka.py)
+SHARDS = 10
+PER_PARTITION = 2
+# Cycles the new owner is watched: a clock restarted at the move would read `ok` (and a
+# stalled_seconds below the gap) from the first of them.
+WATCHED = 3
+
+
+def _statuses(m: Samples) -> dict[str, str]:
+    return {dict(lab)["group"]: dict(lab)["status"]
+            for lab, v in select(m, "kafka_consumergroup_status").items() if v == 1}
+
+
+def _lags(m: Samples) -> dict[str, float]:
+    return {dict(lab)["group"]: v for lab, v in select(m, "kafka_consumergroup_lag_offsets_sum").items()}
+
+
+def _stalled_seconds(m: Samples, group: str) -> float:
+    return max(select(m, "kafka_consumergroup_stalled_seconds", group=group).values(), default=-1.0)
+
+
+def _spread_groups(prefix: str) -> list[str]:
+    """PER_PARTITION group ids in each __consumer_offsets partition: every shard has groups."""
+    by_p: dict[int, list[str]] = {}
+    i = 0
+    while any(len(by_p.get(p, [])) < PER_PARTITION for p in range(OFFSETS_PARTITIONS)):
+        g = f"{prefix}-{i}"
+        i += 1
+        got = by_p.setdefault(offsets_partition(g, OFFSETS_PARTITIONS), [])
+        if len(got) < PER_PARTITION:
+            got.append(g)
+    return sorted(g for gs in by_p.values() for g in gs)
+
+
+@pytest.fixture(scope="module")
+def world(kafka: KafkaCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    run = unique("rp")
+    stall = Scenario("nocommit", f"{run}-stalled", create_topic(kafka, f"{run}-stall", partitions=1), 10)
+    work = Workload(kafka, [stall])
+    work.start()
+    spawn(kafka, stall, "nocommit")
+    static = create_topic(kafka, f"{run}-static", partitions=2)
+    produce(kafka, static, {0: 60, 1: 60})
+    groups = _spread_groups(f"{run}-g")
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(lambda ig: commit_offsets(kafka.bootstrap_servers, ig[1], static,
+                                                {0: ig[0] % 7 * 5, 1: 60}), enumerate(groups)))
+    tmp = tmp_path_factory.mktemp("replicas")
+    cluster = {"name": "test", "bootstrap_servers": kafka.bootstrap_servers, "groups": {"allow": f"^{run}-"}}
+    state = {"topic": unique("__lagwatch_state_rp"), "partitions": SHARDS, "write_every": 3,
+             "replicas": True, "session_timeout": SESSION}
+    try:
+        yield {"groups": groups, "stalled": stall.group, "stall": stall,
+               "replica": exporter_config(tmp, kafka.bootstrap_servers,
+                                          clusters=[{**cluster, "state": state}]),
+               "single": exporter_config(tmp, kafka.bootstrap_servers,
+                                         clusters=[{**cluster, "state": {"enabled": False}}])}
+    finally:
+        work.stop_flag.set()
+        stop_all([stall])
+
+
+def _served(reps: list[ExporterProcess]) -> list[Samples]:
+    return [r.metrics() for r in reps]
+
+
+def _union(ms: list[Samples]) -> tuple[dict[str, str], dict[str, float], list[str]]:
+    """The replicas' statuses and lags together, and every group served twice."""
+    statuses: dict[str, str] = {}
+    lags: dict[str, float] = {}
+    twice = []
+    for m in ms:
+        s = _statuses(m)
+        twice += [g for g in s if g in statuses]
+        statuses |= s
+        lags |= _lags(m)
+    return statuses, lags, twice
+
+
+def test_replicas_share_the_groups_and_a_killed_ones_move_with_their_clocks(world: dict[str, Any]) -> None:
+    groups, stalled = world["groups"], world["stalled"]
+    every = {*groups, stalled}
+    with ExitStack() as stack:
+        single = stack.enter_context(ExporterProcess(None, config=world["single"]))
+        reps = [stack.enter_context(ExporterProcess(None, config=world["replica"])) for _ in range(3)]
+        for p in (single, *reps):
+            p.wait_ready()
+
+        def equal() -> tuple[list[Samples], Samples]:
+            ms = _served(reps)
+            ref = single.metrics()
+            owned = [value(m, "lagwatch_shards_owned", cluster="test") or 0 for m in ms]
+            statuses, lags, twice = _union(ms)
+            assert not twice, f"served by two replicas: {twice}"
+            want = _statuses(ref)
+            # lags of the static groups only: the stalled group's topic is written all along
+            diff = {g: (statuses.get(g), want.get(g), lags.get(g), _lags(ref).get(g)) for g in every
+                    if statuses.get(g) != want.get(g) or (g in groups and lags.get(g) != _lags(ref).get(g))}
+            # raised, not returned: wait_for reports the last difference if it never goes
+            assert sum(owned) == SHARDS and min(owned) > 0, f"shards owned {owned}"
+            assert not diff and want.get(stalled) == "stalled", f"(replicas, one process): {diff}"
+            return ms, ref
+        ms, ref = wait_for(equal, 30, "the replicas' union equal to one process's exposition")
+        per_replica = [set(_statuses(m)) for m in ms]
+        assert all(0 < len(s) <= len(every) // 2 for s in per_replica), [len(s) for s in per_replica]
+        _requests_per_cycle(ms, ref)
+        _kill_the_stalled_groups_replica(reps, stalled, every)
+
+
+def _requests_per_cycle(ms: list[Samples], ref: Samples) -> None:
+    """Sharding adds no sampling request: a replica asks at most what one process does per
+    cycle (each request carries only its shards' groups and topics)."""
+    def rate(m: Samples) -> float:
+        return (value(m, "lagwatch_kafka_requests_total", cluster="test") or 0) / max(
+            1.0, value(m, "lagwatch_cycles_total", cluster="test") or 0)
+    assert all(rate(m) <= rate(ref) * 1.25 for m in ms), ([rate(m) for m in ms], rate(ref))
+
+
+def _kill_the_stalled_groups_replica(reps: list[ExporterProcess], stalled: str, every: set[str]) -> None:
+    ms = _served(reps)
+    (victim,) = [r for r, m in zip(reps, ms, strict=True) if stalled in _statuses(m)]
+    survivors = [r for r in reps if r is not victim]
+    before = victim.metrics()
+    clock_before = _stalled_seconds(before, stalled)
+    assert _statuses(before)[stalled] == "stalled" and clock_before >= STALL_AFTER
+    start_cycles = [value(m, "lagwatch_cycles_total", cluster="test") or 0 for m in _served(survivors)]
+    victim.proc.send_signal(signal.SIGKILL)
+    victim.proc.wait(10)
+    last_miss = list(start_cycles)
+
+    def moved() -> list[Samples] | None:
+        got = _served(survivors)
+        if _union(got)[0].keys() != every:
+            last_miss[:] = [value(m, "lagwatch_cycles_total", cluster="test") or 0 for m in got]
+            return None
+        return got
+    ms = wait_for(moved, SESSION + 10 * INTERVAL, "the killed replica's groups served by the others")
+    # Survivor cycles from the kill to the first serving all: a lower bound (counted to the
+    # cycle after the last scrape that missed some), within the session timeout, the
+    # heartbeat that tells of the rebalance, and two cycles.
+    took = max(miss + 1 - s for miss, s in zip(last_miss, start_cycles, strict=True))
+    assert took <= cycles(SESSION * 4 / 3) + 2, f"{took} cycles to move the killed replica's shards"
+    _stalled_continues(survivors, ms, stalled, clock_before,
+                       value(before, "lagwatch_last_sample_timestamp_seconds", cluster="test") or 0)
+
+
+def _stalled_continues(survivors: list[ExporterProcess], ms: list[Samples], stalled: str,
+                       clock_before: float, sampled_before: float) -> None:
+    """From the new owner's first served cycle on: `stalled`, its clock continued."""
+    (owner,) = [r for r, m in zip(survivors, ms, strict=True) if stalled in _statuses(m)]
+    first = value(owner.metrics(), "lagwatch_cycles_total", cluster="test") or 0
+    deadline = time.monotonic() + 60  # a hang guard: the bound is in cycles
+    cycle = first
+    while cycle < first + WATCHED and time.monotonic() < deadline:
+        m = owner.metrics()
+        cycle = value(m, "lagwatch_cycles_total", cluster="test") or 0
+        assert _statuses(m).get(stalled) == "stalled", (cycle, _statuses(m).get(stalled))
+        clock = _stalled_seconds(m, stalled)
+        gap = (value(m, "lagwatch_last_sample_timestamp_seconds", cluster="test") or 0) - sampled_before
+        # the clock went on over the gap between the two samples (restarted it would be
+        # at most the time since the move)
+        assert clock >= clock_before + gap - INTERVAL, (
+            f"stalled_seconds {clock} at cycle {cycle}; {clock_before} in the killed replica's "
+            f"sample {gap:.1f} s earlier")
+        time.sleep(0.3)
+    assert cycle >= first + WATCHED, "the new owner did not serve enough cycles"
+    assert (value(m, "lagwatch_state_restored_groups", cluster="test") or 0) > 0
