@@ -62,7 +62,7 @@ from tests.conftest import (
     unique,
     wait_for,
 )
-from tests.exporter_proc import ExporterProcess, parse_metrics, select, value
+from tests.exporter_proc import ExporterProcess, Samples, parse_metrics, select, value
 
 WEB_USER = "prometheus"
 SCRAM_USER = "lagwatch"
@@ -443,6 +443,39 @@ def test_wrong_password_one_line_per_problem_and_said_at_once(secure_kafka: Secu
     assert len(refused) == 2, log  # librdkafka's line and lagwatch's cycle error
     problems = [ln for ln in lines if " ERROR " in ln or " WARNING " in ln]
     assert len(problems) <= 4, log  # refused (librdkafka, lagwatch), the reports unreadable, one more
+
+
+def test_a_replica_refused_its_coordination_group_judges_every_group(
+        secure_kafka: SecureKafka, secure_data: dict, pki: Pki, web: Web, tmp_path: Path) -> None:
+    """state.replicas where the user may write the state topic but not join a group (no Read
+    on any group): said once in the log and as lagwatch_coordination_refused 1, and this
+    replica judges and serves every group alone, as without replicas."""
+    sk, topic, group = secure_kafka, secure_data["topic"], secure_data["group"]
+    state_topic = unique("__lagwatch_state_acl")
+    create_topic(sk.cluster, state_topic, partitions=2, config={"cleanup.policy": "compact"})
+    admin = AdminClient({"bootstrap.servers": sk.cluster.bootstrap_servers})
+    write = AclBinding(ResourceType.TOPIC, state_topic, ResourcePatternType.LITERAL, f"User:{SCRAM_USER}",
+                       "*", AclOperation.WRITE, AclPermissionType.ALLOW)
+    for f in admin.create_acls([write]).values():
+        f.result(30)
+    client = {**sk.client(pki), "sasl.password": "${LAGWATCH_TEST_PASSWORD}"}
+    cfg = exporter_config(tmp_path, sk.secure_bootstrap, web_config=str(web.config), clusters=[
+        {"name": "secure", "bootstrap_servers": sk.secure_bootstrap, "client": client,
+         "state": {"topic": state_topic, "replicas": True, "session_timeout": 6}}])
+    with ExporterProcess(None, config=cfg, env={"LAGWATCH_TEST_PASSWORD": sk.password}) as exp:
+        wait_https_ready(exp, pki, web)
+
+        def refused_and_served() -> Samples | None:
+            m = parse_metrics(https(exp.port, "/metrics", pki, web.auth())[1].decode())
+            lag = value(m, "kafka_consumergroup_lag_offsets", group=group, topic=topic, partition="0")
+            refused = value(m, "lagwatch_coordination_refused", cluster="secure")
+            return m if refused == 1 and lag == 5 else None
+
+        m = wait_for(refused_and_served, 30, "the refused replica serving the group")
+        assert value(m, "lagwatch_shards_owned", cluster="secure") == 2  # every shard: all groups
+        assert value(m, "lagwatch_up", cluster="secure") == 1
+        assert exp.output().count("may not join its coordination group") == 1, exp.output()[-3000:]
+        assert "Group authorization failed" in exp.output()  # the broker's reason, named
 
 
 def test_read_only_under_sasl_and_acls(secure_kafka: SecureKafka, secure_data: dict, pki: Pki) -> None:
