@@ -33,6 +33,7 @@ import pytest
 import yaml
 
 from devenv.kafka import KafkaCluster, free_port
+from exporter.config import build_config
 from tests.conftest import commit_offsets, create_topic, produce, unique, wait_for
 from tests.exporter_proc import group_offsets, parse_metrics, value
 from tests.image_build import (
@@ -136,7 +137,7 @@ def test_helm_lint_passes_strict(helm: str, values: Path | None) -> None:
     assert "[ERROR]" not in r.stdout and "[WARNING]" not in r.stdout, r.stdout
 
 
-@pytest.mark.parametrize("case", ["defaults", "everything", "existing-configmap",
+@pytest.mark.parametrize("case", ["defaults", "everything", "existing-configmap", "replicas",
                                   *(p.name for p in EXAMPLES)])
 def test_rendered_objects_are_valid_kubernetes_objects(helm: str, crcheck: str, tmp_path: Path,
                                                        case: str) -> None:
@@ -144,6 +145,8 @@ def test_rendered_objects_are_valid_kubernetes_objects(helm: str, crcheck: str, 
     values: list[Path] = []
     if case == "everything":
         sets = EVERYTHING
+    elif case == "replicas":
+        sets = [*EVERYTHING, "replicaCount=3"]
     elif case == "existing-configmap":
         sets = ["existingConfigMap=my-lagwatch-config", "existingConfigMapKey=config.yaml"]
     elif case != "defaults":
@@ -271,6 +274,37 @@ def test_monitors_set_the_job_the_alerts_expect(helm: str) -> None:
         assert ep["port"] == "http" and ep["path"] == "/metrics"
         assert {"action": "replace", "targetLabel": "job", "replacement": "lagwatch"} in ep["relabelings"]
     assert 'up{job="lagwatch"}' in RULES.read_text()
+
+
+def test_replicas_share_the_groups_behind_a_disruption_budget(helm: str, monkeypatch: pytest.MonkeyPatch
+                                                              ) -> None:
+    """replicaCount 3: every cluster of the configuration gets state.replicas (the replicas
+    share its groups), a PodDisruptionBudget lets a drain stop one replica at a time, and
+    both monitors scrape each pod (each serves only its own groups). One replica renders
+    neither, and a cluster that turns its state off cannot be shared: the render says so."""
+    example = ROOT / "deploy" / "examples" / "several-clusters.yaml"
+    docs = objects(helm, "replicaCount=3", "podMonitor.enabled=true", values=[example])
+    dep = one(docs, "Deployment")
+    assert dep["spec"]["replicas"] == 3
+    pdb = one(docs, "PodDisruptionBudget")
+    assert pdb["spec"] == {"maxUnavailable": 1, "selector": dep["spec"]["selector"]}
+    monkeypatch.setenv("LAGWATCH_KAFKA_EU_PASSWORD", "not-a-secret")  # the example's ${VAR}
+    cfg = build_config(yaml.safe_load(config_text(docs)), {})
+    assert [(c.name, c.state_replicas, c.state_enabled) for c in cfg.clusters] == [
+        ("prod-us", True, True), ("prod-eu", True, True)]
+    # the user's own settings of a cluster stay, next to state.replicas
+    assert cfg.clusters[1].interval == 15 and cfg.clusters[0].filters.group_deny is not None
+    for kind, key in (("ServiceMonitor", "endpoints"), ("PodMonitor", "podMetricsEndpoints")):
+        (ep,) = one(docs, kind)["spec"][key]
+        # a target per pod: nothing rewrites the instance label that tells the replicas apart
+        assert not [r for r in ep.get("relabelings", []) if r.get("targetLabel") in ("instance", "pod")]
+    single = objects(helm, values=[example])
+    assert "PodDisruptionBudget" not in {d["kind"] for d in single}
+    assert "replicas" not in config_text(single)
+    r = render(helm, "replicaCount=2", "config.clusters[0].name=a",
+               "config.clusters[0].bootstrap_servers=k:9092", "config.clusters[0].state.enabled=false",
+               check=False)
+    assert r.returncode != 0 and "cluster a turns off state.enabled or state.replicas" in r.stderr, r.stderr
 
 
 def test_dashboards_are_configmaps_for_grafanas_sidecar(helm: str) -> None:

@@ -85,3 +85,26 @@ metricRelabelings:
   {{- toYaml . | nindent 2 }}
 {{- end }}
 {{- end -}}
+
+{{/*
+lagwatch's configuration file. With more than one replica every cluster gets
+state.replicas: true (docs/design.md#replicas): the replicas share its groups through
+their coordination group instead of each serving all of them. A cluster that turns its
+state topic or its replicas off cannot be shared: the render fails and says so.
+*/}}
+{{- define "lagwatch.config" -}}
+{{- $cfg := deepCopy .Values.config -}}
+{{- if gt (int .Values.replicaCount) 1 -}}
+{{- $clusters := list -}}
+{{- range $c := ($cfg.clusters | default list) -}}
+{{- $state := deepCopy ($c.state | default dict) -}}
+{{- if or (eq (toString (dig "enabled" true $state)) "false") (eq (toString (dig "replicas" true $state)) "false") -}}
+{{- fail (printf "replicaCount %d: cluster %s turns off state.enabled or state.replicas, so every replica would serve all its groups; remove that or set replicaCount 1" (int $.Values.replicaCount) ($c.name | default "default")) -}}
+{{- end -}}
+{{- $_ := set $state "replicas" true -}}
+{{- $clusters = append $clusters (merge (dict "state" $state) (deepCopy $c)) -}}
+{{- end -}}
+{{- $_ := set $cfg "clusters" $clusters -}}
+{{- end -}}
+{{- toYaml $cfg -}}
+{{- end -}}
