@@ -83,9 +83,8 @@ class ClusterRunner:
         replica first writes its groups and leaves the coordination group, so that the
         others take its shards now, not after the session timeout."""
         self._stop.set()
-        if self.cfg.state_replicas and self.thread.is_alive():
-            self.thread.join(timeout=self.cfg.request_timeout * 2)  # its cycle ends first
-            self._leave()
+        if self.cfg.state_replicas and self.thread.is_alive():  # its cycle ends, then it leaves
+            self.thread.join(timeout=self.cfg.request_timeout * 3)
         self.worker.kill()
         self.thread.join(timeout=5)
         if self.recorder is not None:
@@ -104,6 +103,8 @@ class ClusterRunner:
             # keep the cadence while healthy; after a failure, back off from now
             next_at = max(next_at + delay, time.monotonic()) if ok else time.monotonic() + delay
             self._stop.wait(max(0.0, next_at - time.monotonic()))
+        if self.cfg.state_replicas:  # here: the worker dies with the thread that started it
+            self._leave()
 
     def cycle(self) -> bool:
         """Run one cycle and publish its record; never raises. Returns whether the
@@ -234,12 +235,15 @@ class ClusterRunner:
         self.state.wrote(reply)
 
     def _leave(self) -> None:
+        """This replica's groups written, then the coordination group left."""
         last = self.store.record(self.cfg.name).view
-        with contextlib.suppress(Exception):  # a shutdown: what cannot be done is not waited for
+        try:
             if self.state is not None and self.shards is not None and last.up:
                 self.shards = dataclasses.replace(self.shards, revoking=self.shards.owned)
                 self._write_state(last, everything=True)
             self.worker.leave()
+        except Exception as e:  # noqa: BLE001 - a shutdown: the session timeout moves the shards
+            log.warning("cluster %s: could not leave the coordination group: %s", self.cfg.name, e)
 
     def _stats(self, t0: float) -> SelfStats:
         st = self.state

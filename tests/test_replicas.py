@@ -8,7 +8,8 @@ group's status and lag), no group is served by two replicas, and each serves onl
 shards' groups. Then the replica serving the stalled group is SIGKILLed: within the
 coordination group's session timeout and two cycles another replica serves its groups,
 the stalled group `stalled` from its first served cycle with ``stalled_seconds``
-continuing (not restarted).
+continuing (not restarted). Last the new owner is stopped with SIGTERM: it leaves the
+group, and the last replica serves everything within a few cycles, the clock continued.
 """
 
 from __future__ import annotations
@@ -38,7 +39,9 @@ from tests.conftest import (
 from tests.exporter_proc import ExporterProcess, Samples, select, value
 from tests.scenarios import Scenario, Workload, spawn, stop_all
 
-SESSION = 2.0  # the coordination group's session timeout in the test (seconds)
+# The coordination group's session timeout in the test (seconds): long enough that a
+# drained replica's shards moving within a few cycles shows it left the group.
+SESSION = 6.0
 OFFSETS_PARTITIONS = 10  # offsets.topic.num.partitions of the test brokers (devenv/kafka.py)
 SHARDS = 10
 PER_PARTITION = 2
@@ -145,7 +148,12 @@ def test_replicas_share_the_groups_and_a_killed_ones_move_with_their_clocks(worl
         per_replica = [set(_statuses(m)) for m in ms]
         assert all(0 < len(s) <= len(every) // 2 for s in per_replica), [len(s) for s in per_replica]
         _requests_per_cycle(ms, ref)
-        _kill_the_stalled_groups_replica(reps, stalled, every)
+        # Killed: expired after the session timeout, the heartbeat that tells the others of
+        # the rebalance, and two cycles.
+        survivors = _stop_the_stalled_groups_replica(reps, stalled, every, signal.SIGKILL,
+                                                     cycles(SESSION * 4 / 3) + 2)
+        # Drained (SIGTERM): it writes its groups and leaves the group, no session timeout.
+        _stop_the_stalled_groups_replica(survivors, stalled, every, signal.SIGTERM, 3)
 
 
 def _requests_per_cycle(ms: list[Samples], ref: Samples) -> None:
@@ -157,7 +165,10 @@ def _requests_per_cycle(ms: list[Samples], ref: Samples) -> None:
     assert all(rate(m) <= rate(ref) * 1.25 for m in ms), ([rate(m) for m in ms], rate(ref))
 
 
-def _kill_the_stalled_groups_replica(reps: list[ExporterProcess], stalled: str, every: set[str]) -> None:
+def _stop_the_stalled_groups_replica(reps: list[ExporterProcess], stalled: str, every: set[str], sig: int,
+                                     bound: int) -> list[ExporterProcess]:
+    """``sig`` to the replica serving the stalled group: the others serve all its groups
+    within ``bound`` of their cycles, the stalled group's clock continued. The survivors."""
     ms = _served(reps)
     (victim,) = [r for r, m in zip(reps, ms, strict=True) if stalled in _statuses(m)]
     survivors = [r for r in reps if r is not victim]
@@ -165,8 +176,8 @@ def _kill_the_stalled_groups_replica(reps: list[ExporterProcess], stalled: str, 
     clock_before = _stalled_seconds(before, stalled)
     assert _statuses(before)[stalled] == "stalled" and clock_before >= STALL_AFTER
     start_cycles = [value(m, "lagwatch_cycles_total", cluster="test") or 0 for m in _served(survivors)]
-    victim.proc.send_signal(signal.SIGKILL)
-    victim.proc.wait(10)
+    victim.proc.send_signal(sig)
+    victim.proc.wait(30)
     last_miss = list(start_cycles)
 
     def moved() -> list[Samples] | None:
@@ -175,14 +186,15 @@ def _kill_the_stalled_groups_replica(reps: list[ExporterProcess], stalled: str, 
             last_miss[:] = [value(m, "lagwatch_cycles_total", cluster="test") or 0 for m in got]
             return None
         return got
-    ms = wait_for(moved, SESSION + 10 * INTERVAL, "the killed replica's groups served by the others")
-    # Survivor cycles from the kill to the first serving all: a lower bound (counted to the
-    # cycle after the last scrape that missed some), within the session timeout, the
-    # heartbeat that tells of the rebalance, and two cycles.
+    ms = wait_for(moved, SESSION + 10 * INTERVAL,
+                  f"the groups of the replica sent {sig!r} served by the others")
+    # Survivor cycles from the signal to the first serving all: a lower bound (counted to
+    # the cycle after the last scrape that missed some).
     took = max(miss + 1 - s for miss, s in zip(last_miss, start_cycles, strict=True))
-    assert took <= cycles(SESSION * 4 / 3) + 2, f"{took} cycles to move the killed replica's shards"
+    assert took <= bound, f"{took} cycles to move the shards of the replica sent {sig!r}"
     _stalled_continues(survivors, ms, stalled, clock_before,
                        value(before, "lagwatch_last_sample_timestamp_seconds", cluster="test") or 0)
+    return survivors
 
 
 def _stalled_continues(survivors: list[ExporterProcess], ms: list[Samples], stalled: str,

@@ -113,8 +113,9 @@ class Coordinator:
             self.fresh |= {p.partition for p in parts}
             self.assignments += 1
             self._cv.notify_all()
-        log.info("cluster %s: shard(s) %s of %s assigned to this replica", self.cfg.name,
-                 sorted(p.partition for p in parts), self.cfg.state_topic)
+        if parts:
+            log.info("cluster %s: shard(s) %s of %s assigned to this replica", self.cfg.name,
+                     sorted(p.partition for p in parts), self.cfg.state_topic)
 
     def _on_revoke(self, _c: Consumer, parts: list[TopicPartition]) -> None:
         gone = {p.partition for p in parts}

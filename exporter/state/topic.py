@@ -130,8 +130,16 @@ class StateTopic:
                 raise
         log.info("cluster %s: created the state topic %s (%d partitions, compacted)",
                  self.cfg.name, self.topic, n)
-        self._metadata()
-        return None if self.partitions else f"{self.topic} not in the metadata after its creation"
+        # A topic just created can be missing from the next metadata answer for a moment:
+        # that is no refusal (the write or join is tried again), only not yet.
+        deadline = time.monotonic() + self.cfg.request_timeout
+        while True:
+            self._metadata()
+            if self.partitions:
+                return None
+            if time.monotonic() > deadline:
+                raise KafkaException(f"{self.topic} not in the metadata after its creation")
+            time.sleep(0.2)
 
     def write(self, records: list[tuple[bytes, bytes | None, str]]) -> StateWriteReply:
         """Produce (key, value or None for a tombstone, the name that places it); the reply
