@@ -36,12 +36,13 @@ from tests.conftest import (
     unique,
     wait_for,
 )
-from tests.exporter_proc import ExporterProcess, Samples, select, value
+from tests.exporter_proc import ExporterProcess, Samples, group_offsets, select, value
 from tests.scenarios import Scenario, Workload, spawn, stop_all
 
 # The coordination group's session timeout in the test (seconds): long enough that a
 # drained replica's shards moving within a few cycles shows it left the group.
 SESSION = 6.0
+HEARTBEAT = min(SESSION / 3, 3.0)  # exporter/state/coordination.py
 OFFSETS_PARTITIONS = 10  # offsets.topic.num.partitions of the test brokers (devenv/kafka.py)
 SHARDS = 10
 PER_PARTITION = 2
@@ -55,8 +56,18 @@ def _statuses(m: Samples) -> dict[str, str]:
             for lab, v in select(m, "kafka_consumergroup_status").items() if v == 1}
 
 
-def _lags(m: Samples) -> dict[str, float]:
-    return {dict(lab)["group"]: v for lab, v in select(m, "kafka_consumergroup_lag_offsets_sum").items()}
+def _lags(m: Samples) -> dict[str, tuple]:
+    """Per group its lag summed and per partition (offsets)."""
+    out: dict[str, tuple] = {}
+    for lab, v in select(m, "kafka_consumergroup_lag_offsets_sum").items():
+        g = dict(lab)["group"]
+        out[g] = (v, tuple(sorted(group_offsets(m, g, "kafka_consumergroup_lag_offsets").items())))
+    return out
+
+
+def _hws(m: Samples, topic: str) -> dict[str, float]:
+    return {dict(lab)["partition"]: v
+            for lab, v in select(m, "kafka_partition_high_watermark_offset", topic=topic).items()}
 
 
 def _stalled_seconds(m: Samples, group: str) -> float:
@@ -94,7 +105,7 @@ def world(kafka: KafkaCluster, tmp_path_factory: pytest.TempPathFactory) -> Iter
     state = {"topic": unique("__lagwatch_state_rp"), "partitions": SHARDS, "write_every": 3,
              "replicas": True, "session_timeout": SESSION}
     try:
-        yield {"groups": groups, "stalled": stall.group, "stall": stall,
+        yield {"groups": groups, "stalled": stall.group, "stall": stall, "static": static,
                "replica": exporter_config(tmp, kafka.bootstrap_servers,
                                           clusters=[{**cluster, "state": state}]),
                "single": exporter_config(tmp, kafka.bootstrap_servers,
@@ -143,17 +154,25 @@ def test_replicas_share_the_groups_and_a_killed_ones_move_with_their_clocks(worl
             # raised, not returned: wait_for reports the last difference if it never goes
             assert sum(owned) == SHARDS and min(owned) > 0, f"shards owned {owned}"
             assert not diff and want.get(stalled) == "stalled", f"(replicas, one process): {diff}"
+            # a topic's partitions from every replica whose groups read it, all alike
+            hws = [_hws(m, world["static"]) for m in ms]
+            assert [h for h in hws if h] and all(h == _hws(ref, world["static"]) for h in hws if h), hws
             return ms, ref
         ms, ref = wait_for(equal, 30, "the replicas' union equal to one process's exposition")
+        for _ in range(3):  # settled: every group served once, scrape after scrape
+            time.sleep(INTERVAL)
+            statuses, _lags_now, twice = _union(_served(reps))
+            assert not twice and set(statuses) == every, (twice, every - set(statuses))
         per_replica = [set(_statuses(m)) for m in ms]
         assert all(0 < len(s) <= len(every) // 2 for s in per_replica), [len(s) for s in per_replica]
         _requests_per_cycle(ms, ref)
         # Killed: expired after the session timeout, the heartbeat that tells the others of
         # the rebalance, and two cycles.
         survivors = _stop_the_stalled_groups_replica(reps, stalled, every, signal.SIGKILL,
-                                                     cycles(SESSION * 4 / 3) + 2)
-        # Drained (SIGTERM): it writes its groups and leaves the group, no session timeout.
-        _stop_the_stalled_groups_replica(survivors, stalled, every, signal.SIGTERM, 3)
+                                                     cycles(SESSION + HEARTBEAT) + 2)
+        # Drained (SIGTERM): it ends its cycle, writes its groups and leaves the group, no
+        # session timeout: the others learn of it at their next heartbeat.
+        _stop_the_stalled_groups_replica(survivors, stalled, every, signal.SIGTERM, cycles(HEARTBEAT) + 3)
 
 
 def _requests_per_cycle(ms: list[Samples], ref: Samples) -> None:
