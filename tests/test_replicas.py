@@ -19,9 +19,11 @@ import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from devenv.kafka import KafkaCluster
 from exporter.state.placement import offsets_partition
@@ -37,15 +39,17 @@ from tests.conftest import (
     wait_for,
 )
 from tests.exporter_proc import ExporterProcess, Samples, group_offsets, select, value
+from tests.prometheus_proc import PrometheusProcess, promtool
 from tests.scenarios import Scenario, Workload, spawn, stop_all
 
 # The coordination group's session timeout in the test (seconds): long enough that a
 # drained replica's shards moving within a few cycles shows it left the group.
 SESSION = 6.0
-HEARTBEAT = min(SESSION / 3, 3.0)  # exporter/state/coordination.py
+HEARTBEAT = min(SESSION / 3, 1.0)  # exporter/state/coordination.py
 OFFSETS_PARTITIONS = 10  # offsets.topic.num.partitions of the test brokers (devenv/kafka.py)
 SHARDS = 10
 PER_PARTITION = 2
+RULES = Path(__file__).resolve().parent.parent / "alerts" / "lagwatch.rules.yml"
 # Cycles the new owner is watched: a clock restarted at the move would read `ok` (and a
 # stalled_seconds below the gap) from the first of them.
 WATCHED = 3
@@ -115,6 +119,27 @@ def world(kafka: KafkaCluster, tmp_path_factory: pytest.TempPathFactory) -> Iter
         stop_all([stall])
 
 
+def _fast_rules(path: Path) -> Path:
+    """The shipped group alerts, expressions and keep_firing_for untouched, with ``for: 0s``:
+    firing from their first true evaluation, as they would after their ``for:``."""
+    real = yaml.safe_load(RULES.read_text())
+    for g in real["groups"]:
+        for r in g["rules"]:
+            if "alert" in r:
+                r["for"] = "0s"
+    path.write_text(yaml.safe_dump(real, sort_keys=False))
+    promtool("check", "rules", str(path))
+    return path
+
+
+def _firing(prom: PrometheusProcess, start: float, end: float) -> dict[tuple[str, str], int]:
+    """Per firing group alert, the evaluations in [start, end] it was firing at."""
+    out: dict[tuple[str, str], int] = {}
+    for s in prom.query_range('ALERTS{alertstate="firing", group!=""}', start, end, step=1.0):
+        out[(s["metric"]["alertname"], s["metric"]["group"])] = len(s["values"])
+    return out
+
+
 def _served(reps: list[ExporterProcess]) -> list[Samples]:
     return [r.metrics() for r in reps]
 
@@ -132,7 +157,8 @@ def _union(ms: list[Samples]) -> tuple[dict[str, str], dict[str, float], list[st
     return statuses, lags, twice
 
 
-def test_replicas_share_the_groups_and_a_killed_ones_move_with_their_clocks(world: dict[str, Any]) -> None:
+def test_replicas_share_the_groups_and_a_killed_ones_move_with_their_clocks(world: dict[str, Any],
+                                                                           tmp_path: Path) -> None:
     groups, stalled = world["groups"], world["stalled"]
     every = {*groups, stalled}
     with ExitStack() as stack:
@@ -166,13 +192,28 @@ def test_replicas_share_the_groups_and_a_killed_ones_move_with_their_clocks(worl
         per_replica = [set(_statuses(m)) for m in ms]
         assert all(0 < len(s) <= len(every) // 2 for s in per_replica), [len(s) for s in per_replica]
         _requests_per_cycle(ms, ref)
-        # Killed: expired after the session timeout, the heartbeat that tells the others of
-        # the rebalance, and two cycles.
+        prom = stack.enter_context(PrometheusProcess(
+            tmp_path / "prometheus", targets={"lagwatch": [f"127.0.0.1:{r.port}" for r in reps]},
+            rule_files=[_fast_rules(tmp_path / "fast.rules.yml")])).wait_ready()
+        wait_for(lambda: prom.query(f'ALERTS{{alertstate="firing", group="{stalled}"}}'), 20,
+                 "the stalled group's alert firing in Prometheus")
+        moves_from = time.time()
+        # Killed: expired after the session timeout; the others learn of the rebalance at
+        # their next heartbeat, and serve its groups at the end of the cycle after the one
+        # in progress then (a loaded machine's cycle outlasts its interval: one more).
         survivors = _stop_the_stalled_groups_replica(reps, stalled, every, signal.SIGKILL,
-                                                     cycles(SESSION + HEARTBEAT) + 2)
-        # Drained (SIGTERM): it ends its cycle, writes its groups and leaves the group, no
-        # session timeout: the others learn of it at their next heartbeat.
-        _stop_the_stalled_groups_replica(survivors, stalled, every, signal.SIGTERM, cycles(HEARTBEAT) + 3)
+                                                     cycles(SESSION + HEARTBEAT) + 3)
+        # Drained (SIGTERM): it ends its cycle, writes its groups and leaves the group at
+        # once, no session timeout.
+        _stop_the_stalled_groups_replica(survivors, stalled, every, signal.SIGTERM, cycles(HEARTBEAT) + 4)
+        # Every group alert firing before the moves fires at every evaluation across them:
+        # the rules aggregate by (cluster, group), not by the replica that serves it, and
+        # keep_firing_for bridges the gap while a shard moves (StoppedWithLag, without it,
+        # resolved for 2 to 8 of 16 evaluations here).
+        firing = _firing(prom, moves_from, time.time())
+        at_start = _firing(prom, moves_from, moves_from)
+        assert at_start and all(firing.get(a) == max(firing.values()) for a in at_start), firing
+        assert ("KafkaConsumerGroupStalled", stalled) in at_start
 
 
 def _requests_per_cycle(ms: list[Samples], ref: Samples) -> None:

@@ -66,8 +66,8 @@ class Coordinator:
             "group.id": self.cfg.coordination_group, "client.id": f"lagwatch-{self.cfg.name}-coordination",
             "enable.auto.commit": False, "enable.auto.offset.store": False,
             "auto.offset.reset": "latest", "partition.assignment.strategy": "cooperative-sticky",
-            # a heartbeat is how a member learns of a rebalance: at most 3 s apart
-            "session.timeout.ms": session, "heartbeat.interval.ms": max(100, min(session // 3, 3000)),
+            # a heartbeat is how a member learns of a rebalance: at most 1 s apart
+            "session.timeout.ms": session, "heartbeat.interval.ms": max(100, min(session // 3, 1000)),
             # the revoke callback waits for the runner's write: within the rebalance timeout
             "max.poll.interval.ms": max(300_000, int(self.wait_bound * 2000)),
             "error_cb": self._on_error}))
