@@ -164,8 +164,12 @@ def test_replicas_share_the_groups_and_a_killed_ones_move_with_their_clocks(worl
     with ExitStack() as stack:
         single = stack.enter_context(ExporterProcess(None, config=world["single"]))
         reps = [stack.enter_context(ExporterProcess(None, config=world["replica"])) for _ in range(3)]
+        prom = stack.enter_context(PrometheusProcess(
+            tmp_path / "prometheus", targets={"lagwatch": [f"127.0.0.1:{r.port}" for r in reps]},
+            rule_files=[_fast_rules(tmp_path / "fast.rules.yml")]))
         for p in (single, *reps):
             p.wait_ready()
+        prom.wait_ready()
 
         def equal() -> tuple[list[Samples], Samples]:
             ms = _served(reps)
@@ -192,9 +196,6 @@ def test_replicas_share_the_groups_and_a_killed_ones_move_with_their_clocks(worl
         per_replica = [set(_statuses(m)) for m in ms]
         assert all(0 < len(s) <= len(every) // 2 for s in per_replica), [len(s) for s in per_replica]
         _requests_per_cycle(ms, ref)
-        prom = stack.enter_context(PrometheusProcess(
-            tmp_path / "prometheus", targets={"lagwatch": [f"127.0.0.1:{r.port}" for r in reps]},
-            rule_files=[_fast_rules(tmp_path / "fast.rules.yml")])).wait_ready()
         wait_for(lambda: prom.query(f'ALERTS{{alertstate="firing", group="{stalled}"}}'), 20,
                  "the stalled group's alert firing in Prometheus")
         moves_from = time.time()
