@@ -29,6 +29,7 @@ from exporter.kafka.worker import KafkaWorker, SampleReply, WorkerCrashed
 from exporter.logs import TRANSITION
 from exporter.recording import Writer, header
 from exporter.reports.decode import SparkReport
+from exporter.state.placement import shard_of
 from exporter.state.sync import StateSync
 from exporter.store import ClusterRecord, SelfStats, StateStats, Store, frozen_counts, initial_record
 
@@ -194,6 +195,7 @@ class ClusterRunner:
                 self.state.loaded = True  # nothing to write before this replica's shards are known
                 if res.state is not None:
                     self.state.restore(self.evaluator, res.state, now, res.shards)
+                self._adopt(res)
             return
         if self.state.loaded:
             return
@@ -203,6 +205,16 @@ class ClusterRunner:
             if not self._stop.is_set():
                 self.errors["worker_crash"] += 1
                 log.error("cluster %s: %s", self.cfg.name, e)
+
+    def _adopt(self, res: SampleReply) -> None:
+        """The groups of shards newly assigned that no state record restored: new to this
+        replica, not to the cluster (the evaluator must not take them for just created)."""
+        sh = res.shards
+        if sh is None or not sh.restored:
+            return
+        ev = self.evaluator
+        ev.adopted = {g for g in res.snapshot.groups if g not in ev.groups
+                      and shard_of(g, sh.offsets_partitions, sh.partitions) in sh.restored}
 
     def _reshard(self, shards: Shards) -> None:
         """This replica's shards as of this cycle; a change said in the log."""

@@ -101,6 +101,22 @@ def test_an_empty_group_first_listed_after_a_sampling_error_is_not_taken_for_a_n
     assert views[-1].status == Status.STOPPED and views[-1].membership == "none"
 
 
+def test_an_empty_group_adopted_by_a_replica_is_not_taken_for_a_new_job() -> None:
+    """A replica's new shard brings a group it has no state record of (``adopted``): new to
+    this evaluator, not to the cluster. It is `stopped` as at a start, not given an outside
+    client's allowance as a group just created by a commit would be."""
+    def run(adopted: set[str]) -> list[GroupView]:
+        ev = Evaluator("c", _th(30), interval=1)
+        ev.evaluate(Snapshot(cluster="c", taken_at=T0, duration=0.01, partitions={NEW: _offsets(0)},
+                             groups={}))
+        ev.adopted = adopted
+        return [_sample(ev, t, {NEW: 0}, {NEW: RATE * t}) for t in range(1, 10)]
+    adopted = run({"g"})
+    assert adopted[-1].status == Status.STOPPED and adopted[-1].membership == "none"
+    created = run(set())  # the same samples, the group taken for one a commit just created
+    assert created[-1].status == Status.OK and created[-1].membership == "outside"
+
+
 def test_outside_committer_killed_is_stopped_after_its_cadence_and_not_before() -> None:
     """Commits every 5 s, stall_after 8, killed at t=100 while records keep arriving:
     stopped within stall_after + 2 cycles of its last commit, not before stall_after."""

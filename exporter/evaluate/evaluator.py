@@ -192,6 +192,10 @@ class Evaluator:
         self.rest: dict[str, Resting] = {}
         # Partitions whose HW a cycle could not read (exporter/evaluate/unread.py).
         self.unread = UnreadOffsets()
+        # Groups that come into view in the next evaluation without having been created
+        # (replicas: a shard newly assigned, its group without a state record): their first
+        # sample is no evidence of a commit from outside membership. Set by the runner.
+        self.adopted: set[str] = set()
 
     # -- entry point ---------------------------------------------------------
     def evaluate(self, snap: Snapshot,
@@ -236,6 +240,7 @@ class Evaluator:
                            groups=views, last_error="; ".join(str(e) for e in snap.errors[:3]),
                            brokers=snap.brokers, dropped_group_partitions=dropped)
         self.last_good = view
+        self.adopted = set()
         return view
 
     def _samples(self, snap: Snapshot, spark_reports: dict[str, SparkReport], now: float
@@ -478,7 +483,8 @@ class Evaluator:
         # first sample is evidence too, not only the second commit. Not after a cycle with
         # sampling errors: the group may have been there, unlisted.
         last = self.last_good
-        created = prev is None and last is not None and not last.last_error
+        created = (prev is None and last is not None and not last.last_error
+                   and g.group_id not in self.adopted)
         moved = created or _moved_forward(st.parts, progress)
         healthy = prev is None or prev.status in (Status.OK, Status.LAGGING)
         remember_outside(st, moved, True, was_empty or created, healthy, now)
