@@ -184,7 +184,7 @@ class Evaluator:
         self.last_good: ClusterView | None = None
         self._lag_memo: dict[tuple[str, int, int], float | None] = {}
         # Rates, time to catch up, records lost (exporter/evaluate/progress.py).
-        self.progress = ProgressTracker(thresholds.window, interval)
+        self.progress = ProgressTracker(thresholds.window, interval, columns=columns)
         # Rebalances per group (exporter/evaluate/rebalances.py).
         self.rebalances = RebalanceTracker(self._thresholds_of)
         # Groups at rest, skipped while nothing changes (exporter/evaluate/rest.py).

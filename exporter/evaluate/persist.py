@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-from collections.abc import MutableMapping
+from collections.abc import Iterator, Mapping, MutableMapping
 from typing import TYPE_CHECKING
 
 from exporter.contracts.snapshot import TP, Member, PartitionOffsets
@@ -30,7 +30,7 @@ from exporter.evaluate.departures import MAX_DEPARTURES, Departure
 from exporter.evaluate.lag import HwHistory
 from exporter.evaluate.memory import GroupMemory, Ownership, PartitionMemory, Rewind
 from exporter.evaluate.progress import GroupMemo
-from exporter.evaluate.rates import Points
+from exporter.evaluate.rates import Points, RateTable
 from exporter.evaluate.rebalances import MAX_EVENTS, RebalanceMemo
 from exporter.evaluate.rest import settle
 from exporter.state.plain import from_plain, to_plain
@@ -65,6 +65,12 @@ def _rows(parts: MutableMapping[TP, PartitionMemory]) -> tuple[PartitionRow, ...
     return tuple(_row(tp, m) for tp, m in parts.items())
 
 
+def _flat_points(points: Mapping[TP, Points]) -> Iterator[tuple[TP, tuple[float, ...]]]:
+    if isinstance(points, RateTable):  # straight from the columns: no Points built
+        return points.flat_items()
+    return ((tp, pts.flat()) for tp, pts in points.items())
+
+
 def export_group(ev: Evaluator, gid: str) -> GroupState | None:
     st = ev.groups.get(gid)
     if st is None:
@@ -90,7 +96,7 @@ def export_group(ev: Evaluator, gid: str) -> GroupState | None:
             members=None if rm.members is None else tuple(sorted(rm.members)),
             client_counts=tuple(rm.client_counts.items()), events=tuple(rm.events)),
         rates=None if pm is None or points is None else RatesState(
-            points=tuple((t, p, pts.flat()) for (t, p), pts in points.items()),
+            points=tuple((t, p, flat) for (t, p), flat in _flat_points(points)),
             counted=tuple((t, p, n) for (t, p), n in pm.counted.items()),
             lost=tuple((t, p, n) for (t, p), n in pm.lost.items()), lost_total=pm.lost_total),
         last_view=None if st.last_view is None else to_plain(st.last_view),
@@ -135,7 +141,7 @@ def import_group(ev: Evaluator, s: GroupState) -> None:
     else:
         q = s.rates
         ev.progress.groups[gid] = GroupMemo(
-            parts={(t, p): Points.from_flat(f) for t, p, f in q.points},
+            parts=RateTable({(t, p): Points.from_flat(f) for t, p, f in q.points}),
             counted={(t, p): n for t, p, n in q.counted}, lost={(t, p): n for t, p, n in q.lost},
             lost_total=q.lost_total, last=progress)
     if view is not None:
