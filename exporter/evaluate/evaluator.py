@@ -15,7 +15,8 @@ sample stands still (``exporter/evaluate/rest.py``)."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import MutableMapping, Sequence
+import operator
+from collections.abc import Iterator, Mapping, MutableMapping, Sequence
 
 import numpy as np
 
@@ -89,6 +90,7 @@ MAX_REASONS = 5
 # Groups are prepared and judged in chunks of about this many committed partitions: the
 # column pass's arrays and the prepared groups' facts stay small whatever the cluster.
 CHUNK_ROWS = 8192
+_HW = operator.attrgetter("hw")
 # States in which a coordinator-driven group moves partitions between members.
 IN_FLIGHT_STATES = frozenset({"assigning", "reconciling", "unknown"})
 
@@ -97,6 +99,22 @@ def _member_label(m: Member | None) -> str:
     if m is None:
         return ""
     return f"{m.client_id or '?'}@{m.host or '?'} ({m.member_id})"
+
+
+class _LastViews:
+    """Last cycle's partition views of a group by partition, indexed when first asked:
+    only a partition without lag reuses its view (:func:`_kept`)."""
+
+    __slots__ = ("_by_tp", "_view")
+
+    def __init__(self, view: GroupView | None) -> None:
+        self._view, self._by_tp = view, None
+
+    def get(self, tp: TP) -> PartitionView | None:
+        if self._by_tp is None:
+            parts = self._view.partitions if self._view is not None else ()
+            self._by_tp = {(p.topic, p.partition): p for p in parts}
+        return self._by_tp.get(tp)
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -114,13 +132,13 @@ class _GroupCycle:
     assignment_known: bool  # :func:`_assignment_known`
     report_of: dict[TP, ConsumerReport]  # the latest open report naming the partition
     report_by_member: dict[str, ConsumerReport]  # the open report matching each member
-    progress: dict[TP, tuple[int, int]]  # (where the lag starts, what the memory follows)
+    progress: Mapping[TP, tuple[int, int]]  # (where the lag starts, what the memory follows)
     share_dates: dict[TP, tuple[float | None, float | None]]  # share groups: :func:`_share_dates`
     membership: str  # members, outside or none (:meth:`Evaluator._membership`)
     allowance: float  # stall allowance of a client outside group membership
     left: frozenset[str]  # topics no member subscribes to any more
     tuning: Tuning  # the group's thresholds, as the memory step reads them
-    prev_views: dict[TP, PartitionView]  # last cycle's views of the committed partitions
+    prev_views: _LastViews  # last cycle's views of the committed partitions
 
 
 @dataclasses.dataclass(slots=True, kw_only=True)
@@ -441,8 +459,7 @@ class Evaluator:
             membership=membership, allowance=allowance,
             left=_unsubscribed_topics(g, assignment_known),
             tuning=Tuning(self.interval, self.th.lag_seconds, self.th.stall_after),
-            prev_views=({(p.topic, p.partition): p for p in st.last_view.partitions}
-                        if st.last_view is not None else {}))
+            prev_views=_LastViews(st.last_view))
 
     def _unreadable(self, g: GroupSample, st: GroupMemory, now: float) -> GroupView:
         """A group that could not be read this cycle."""
@@ -461,7 +478,7 @@ class Evaluator:
                          spark=prev.spark if prev else None, epoch=prev.epoch if prev else None,
                          membership=prev.membership if prev else "none")
 
-    def _membership(self, g: GroupSample, st: GroupMemory, progress: dict[TP, tuple[int, int]],
+    def _membership(self, g: GroupSample, st: GroupMemory, progress: Mapping[TP, tuple[int, int]],
                     was_empty: bool, now: float) -> tuple[str, float]:
         """(membership model, stall allowance of an outside committer or 0): ``members``,
         ``outside`` (no members, committed offsets seen moving: a client outside group
@@ -598,23 +615,24 @@ class Evaluator:
                 or not table.aligned(tps)):
             return None
         n, now = len(tps), c.now
-        committed = [g.committed[tp] for tp in tps]
-        hws = [po.hw if (po := c.partitions.get(tp)) is not None else None for tp in tps]
-        hw = np.array([np.nan if h is None else h for h in hws])
-        lag_off = [0 if h is None else max(0, h - off) for h, off in zip(hws, committed, strict=True)]
+        committed = list(map(g.committed.__getitem__, tps))
+        pos = list(map(c.partitions.get, tps))
+        hws = list(map(_HW, pos)) if all(pos) else [None if po is None else po.hw for po in pos]
+        known = None not in hws
+        hw = np.array(hws, float) if known else np.array([np.nan if h is None else h for h in hws])
+        lag = np.maximum(0.0, hw - np.array(committed, float)) if known else None
+        lag_off = (lag.astype(np.int64).tolist() if lag is not None else
+                   [0 if h is None else max(0, h - off) for h, off in zip(hws, committed, strict=True)])
         lag_s = [0.0 if not lo else self._lag_seconds(tp, off, hws[i], lo, c.exact_ts, now)
                  for i, (tp, off, lo) in enumerate(zip(tps, committed, lag_off, strict=True))]
-        if c.owner_of or c.incoming or (g.members and not c.assignment_known):
-            owners = [c.owner_of.get(tp) for tp in tps]
-            owned = np.fromiter((_member_owns(c, tp) for tp in tps), bool, n)
-            owner = np.fromiter((table.owner_id(m.member_id) if m is not None else -1 for m in owners),
-                                float, n)
-        else:
-            owners, owned, owner = [None] * n, np.zeros(n, bool), np.full(n, -1.0)
-        s = Samples(np.array(committed, float), hw, np.array(lag_off, float),
+        owners, owned, owner = _owners(c, table, tps)
+        s = Samples(np.array(committed, float), hw, lag if lag is not None else np.array(lag_off, float),
+                    np.array(lag_s, float) if None not in lag_s else
                     np.array([np.nan if v is None else v for v in lag_s]), owned, owner)
-        rows = np.flatnonzero(plain(table.rows, s) & np.fromiter(
-            (tp[0] not in c.left for tp in tps), bool, n))
+        is_plain = plain(table.rows, s)
+        if c.left:
+            is_plain &= np.fromiter((tp[0] not in c.left for tp in tps), bool, n)
+        rows = np.flatnonzero(is_plain)
         return _Columns(rows=rows, samples=Samples(*(col[rows] for col in s)), owners=owners,
                         lag_s=lag_s, committed=committed, hw=hws, lag_off=lag_off)
 
@@ -733,7 +751,7 @@ class Evaluator:
 
 
 def _ok_view(tp: TP, committed: int, lag_off: int, lag_s: float | None, stalled: float,
-             owner: Member | None, prev_views: dict[TP, PartitionView]) -> PartitionView:
+             owner: Member | None, prev_views: _LastViews) -> PartitionView:
     """The view of a committed partition every rule leaves ``ok``, as :meth:`Evaluator._partition`
     builds it."""
     if not lag_off:
@@ -777,12 +795,33 @@ def _kept(prev: PartitionView | None, committed: int, position: int | None,
 
 # -- per group type: who owns a committed partition, what the group's status is ----------
 
-def _moved_forward(parts: MutableMapping[TP, PartitionMemory], progress: dict[TP, tuple[int, int]]) -> bool:
+def _moved_forward(parts: MutableMapping[TP, PartitionMemory],
+                   progress: Mapping[TP, tuple[int, int]]) -> bool:
     """Some partition's offset the memory follows is past the one remembered."""
     if isinstance(parts, PartitionTable):
-        return parts.any_beyond({tp: prog for tp, (_consumed, prog) in progress.items()})
+        return parts.any_beyond(progress.committed if isinstance(progress, _AsCommitted) else
+                                {tp: prog for tp, (_consumed, prog) in progress.items()})
     return any((mem := parts.get(tp)) is not None and prog > mem.committed
                for tp, (_consumed, prog) in progress.items())
+
+
+def _owners(c: _GroupCycle, table: PartitionTable, tps: list[TP]
+            ) -> tuple[list[Member | None], np.ndarray, np.ndarray]:
+    """Of each partition: its owner, whether a member owns it (:func:`_member_owns`) and the
+    owner's id in ``table`` (-1: none), ids given in the order owners first appear."""
+    n = len(tps)
+    if not (c.owner_of or c.incoming or (c.g.members and not c.assignment_known)):
+        return [None] * n, np.zeros(n, bool), np.full(n, -1.0)
+    owners = list(map(c.owner_of.get, tps))
+    if c.g.members and not c.assignment_known:
+        owned = np.ones(n, bool)
+    else:
+        owned = np.fromiter((o is not None for o in owners), bool, n)
+        if c.incoming:
+            owned |= np.fromiter((tp in c.incoming for tp in tps), bool, n)
+    ids = {m: table.owner_id(m) for m in dict.fromkeys(o.member_id for o in owners if o is not None)}
+    owner = np.fromiter((-1 if o is None else ids[o.member_id] for o in owners), float, n)
+    return owners, owned, owner
 
 
 def _member_owns(c: _GroupCycle, tp: TP) -> bool:
@@ -853,13 +892,33 @@ def _reports_of(g: GroupSample, reports: list[ConsumerReport]
     return report_of, match_reports(g.members, fresh_reports)
 
 
+class _AsCommitted(Mapping[TP, tuple[int, int]]):
+    """:func:`_progress` of a group with no reported lag: both offsets are the committed
+    one, read from the sample when asked instead of a pair built per partition."""
+
+    __slots__ = ("committed",)
+
+    def __init__(self, committed: dict[TP, int]) -> None:
+        self.committed = committed
+
+    def __getitem__(self, tp: TP) -> tuple[int, int]:
+        c = self.committed[tp]
+        return c, c
+
+    def __iter__(self) -> Iterator[TP]:
+        return iter(self.committed)
+
+    def __len__(self) -> int:
+        return len(self.committed)
+
+
 def _progress(g: GroupSample, st: GroupMemory, partitions: dict[TP, PartitionOffsets], now: float
-              ) -> tuple[dict[TP, tuple[int, int]], dict[TP, tuple[float | None, float | None]]]:
+              ) -> tuple[Mapping[TP, tuple[int, int]], dict[TP, tuple[float | None, float | None]]]:
     """(where the lag starts, what the memory follows) per partition, computed once: a
     share group's stall clock needs every partition's before any is judged; and for a
     share group, when each partition's certain progress happened (:func:`_share_dates`)."""
     if g.type != GroupType.SHARE and not g.reported_lag:  # only share groups have a reported lag
-        return {tp: (c, c) for tp, c in g.committed.items()}, {}
+        return _AsCommitted(g.committed), {}
     progress = {tp: _share_progress(c, po.hw if (po := partitions.get(tp)) else None,
                                     g.reported_lag.get(tp), st.parts.get(tp))
                 for tp, c in g.committed.items()}

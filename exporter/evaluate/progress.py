@@ -225,7 +225,7 @@ class ProgressTracker:
             consume = ((table.consumed[-1][rows] - table.consumed[0][rows]) / span).tolist()
             produce = ((table.hw[-1][rows] - table.hw[0][rows]) / span).tolist()
         known = ~np.isnan(o.log_start[rows])
-        below = np.where(known, np.maximum(0.0, np.nan_to_num(o.log_start[rows]) - consumed[rows]), 0.0)
+        below = np.where(known, np.maximum(0.0, o.log_start[rows] - consumed[rows]), 0.0)
         lost = memo.lost
         shared = self._by_figures
         out: dict[TP, PartitionProgress] = {}
@@ -293,7 +293,7 @@ def _observed(v: GroupView, partitions: dict[TP, PartitionOffsets]) -> _Observed
     fields = list(map(_VIEW_FIELDS, v.partitions))
     tps = [(f[0], f[1]) for f in fields]
     pos = list(map(partitions.get, tps))
-    hws = list(map(_HW, pos)) if None not in pos else None
+    hws = list(map(_HW, pos)) if all(pos) else None  # all(): no PartitionOffsets.__eq__ call
     if hws is None or None in hws or any(f[2] is None or f[3] is None for f in fields):
         keep = [i for i, (f, po) in enumerate(zip(fields, pos, strict=True))
                 if f[2] is not None and f[3] is not None and po is not None and po.hw is not None]
