@@ -31,7 +31,7 @@ from enum import StrEnum
 from typing import Any
 
 from exporter.contracts.state import PARTITION_KINDS, GroupState, TopicState
-from exporter.state.plain import PlainError, from_plain, to_plain
+from exporter.state.plain import PlainError, as_json, from_plain
 
 VERSION = 1
 # A record inflates to at most this many bytes: a corrupt or hostile record cannot make
@@ -88,8 +88,8 @@ def parse_key(key: bytes | None, cluster: str) -> tuple[str, str] | None:
 
 
 def encode(state: GroupState | TopicState, cluster_id: str, at: float, level: int = 6) -> bytes:
-    doc = {"cluster_id": cluster_id, "at": at, "state": to_plain(state)}
-    text = json.dumps(doc, separators=(",", ":"), allow_nan=False)
+    doc = {"cluster_id": cluster_id, "at": at, "state": state}
+    text = json.dumps(doc, separators=(",", ":"), allow_nan=False, default=as_json)
     return bytes((VERSION,)) + zlib.compress(text.encode(), level)
 
 
