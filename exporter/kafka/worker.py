@@ -48,6 +48,7 @@ from exporter.contracts.worker import (
     TimestampsRequest,
     WorkerStart,
 )
+from exporter.runtime import collect_less
 
 if TYPE_CHECKING:
     from exporter.kafka.sampler import Sampler
@@ -98,6 +99,7 @@ def _serve(conn: _Pipe, start: WorkerStart) -> None:
     # failovers; the Python stack of every thread, dumped to the log, says which request
     # was in flight, which a bug report upstream needs (and the exit code alone does not).
     faulthandler.enable(all_threads=True)
+    collect_less()
     cfg = start.cluster
     logs.setup(start.log_level)
     from exporter.kafka.sampler import Sampler, client_config
