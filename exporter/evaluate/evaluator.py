@@ -91,6 +91,7 @@ MAX_REASONS = 5
 # column pass's arrays and the prepared groups' facts stay small whatever the cluster.
 CHUNK_ROWS = 8192
 _HW = operator.attrgetter("hw")
+_MISSING = object()  # not in a memo
 # States in which a coordinator-driven group moves partitions between members.
 IN_FLIGHT_STATES = frozenset({"assigning", "reconciling", "unknown"})
 
@@ -623,7 +624,9 @@ class Evaluator:
         lag = np.maximum(0.0, hw - np.array(committed, float)) if known else None
         lag_off = (lag.astype(np.int64).tolist() if lag is not None else
                    [0 if h is None else max(0, h - off) for h, off in zip(hws, committed, strict=True)])
-        lag_s = [0.0 if not lo else self._lag_seconds(tp, off, hws[i], lo, c.exact_ts, now)
+        memo, missing = self._lag_memo, _MISSING
+        lag_s = [0.0 if not lo else v if (v := memo.get((tp[0], tp[1], off), missing)) is not missing
+                 else self._lag_seconds(tp, off, hws[i], lo, c.exact_ts, now)
                  for i, (tp, off, lo) in enumerate(zip(tps, committed, lag_off, strict=True))]
         owners, owned, owner = _owners(c, table, tps)
         s = Samples(np.array(committed, float), hw, lag if lag is not None else np.array(lag_off, float),
@@ -674,11 +677,12 @@ class Evaluator:
         views: list[PartitionView | None] = [None] * len(tps)
         e = b.evidence
         assert e is not None and b.ok is not None and b.changed_at is not None
+        labels = {m.member_id: _member_label(m) for m in c.owner_of.values()}
         for k, (i, ok, stalled) in enumerate(zip(b.rows.tolist(), b.ok.tolist(), e.stalled_seconds.tolist(),
                                                  strict=True)):
             if ok:
                 views[i] = _ok_view(tps[i], b.committed[i], b.lag_off[i], b.lag_s[i], stalled, b.owners[i],
-                                    c.prev_views)
+                                    c.prev_views, labels)
             else:
                 views[i] = self._classified(c, tps[i], i, k, b)
         return [v if v is not None else self._partition(c, tp) for v, tp in zip(views, tps, strict=True)]
@@ -751,15 +755,15 @@ class Evaluator:
 
 
 def _ok_view(tp: TP, committed: int, lag_off: int, lag_s: float | None, stalled: float,
-             owner: Member | None, prev_views: _LastViews) -> PartitionView:
+             owner: Member | None, prev_views: _LastViews, labels: dict[str, str]) -> PartitionView:
     """The view of a committed partition every rule leaves ``ok``, as :meth:`Evaluator._partition`
-    builds it."""
+    builds it; ``labels``: :func:`_member_label` of the group's owners, by member id."""
     if not lag_off:
         return _kept(prev_views.get(tp), committed, None, owner) or _caught_up(
             tp, committed, lag_off, lag_s, None, owner)
     return PartitionView(topic=tp[0], partition=tp[1], committed=committed, position=None,
                          lag_offsets=lag_off, lag_seconds=lag_s, stalled_seconds=stalled,
-                         status=Status.OK, reason="", owner=_member_label(owner))
+                         status=Status.OK, reason="", owner=labels[owner.member_id] if owner else "")
 
 
 def _caught_up(tp: TP, committed: int, lag_off: int | None, lag_s: float | None,
