@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import operator
 from collections.abc import Iterator, Mapping, MutableMapping, Sequence
+from typing import NamedTuple
 
 import numpy as np
 
@@ -159,6 +160,17 @@ class _Columns:
     ok: np.ndarray | None = None
     evidence: Evidence | None = None
     changed_at: np.ndarray | None = None
+
+
+class _EvidenceRows(NamedTuple):
+    """A group's :class:`Evidence` and change times as lists (row k: the k-th judged)."""
+
+    changed_at: list[float]
+    new_data_seconds: list[float]  # NaN: None
+    lagging: list[bool]
+    rewinding: list[bool]
+    owned: list[bool]
+    unowned_confirmed: list[bool]
 
 
 @dataclasses.dataclass(slots=True, kw_only=True)
@@ -678,38 +690,44 @@ class Evaluator:
         e = b.evidence
         assert e is not None and b.ok is not None and b.changed_at is not None
         labels = {m.member_id: _member_label(m) for m in c.owner_of.values()}
+        rows: _EvidenceRows | None = None
+        ended: list[int] = []  # rows whose lag trend a more severe status ends (remember)
         for k, (i, ok, stalled) in enumerate(zip(b.rows.tolist(), b.ok.tolist(), e.stalled_seconds.tolist(),
                                                  strict=True)):
             if ok:
                 views[i] = _ok_view(tps[i], b.committed[i], b.lag_off[i], b.lag_s[i], stalled, b.owners[i],
                                     c.prev_views, labels)
-            else:
-                views[i] = self._classified(c, tps[i], i, k, b)
+                continue
+            if rows is None:  # as lists once: indexing arrays costs per element
+                rows = _EvidenceRows(*(a.tolist() for a in (
+                    b.changed_at, e.new_data_seconds, e.lagging, e.rewinding, b.samples.owned,
+                    e.unowned_confirmed)))
+            views[i] = self._classified(c, tps[i], i, k, b, rows, stalled)
+            if views[i].status not in (Status.OK, Status.LAGGING):  # type: ignore[union-attr]
+                ended.append(i)
+        if ended:
+            c.st.parts.rows[LAGGING, ended] = 0.0
         return [v if v is not None else self._partition(c, tp) for v, tp in zip(views, tps, strict=True)]
 
-    def _classified(self, c: _GroupCycle, tp: TP, i: int, k: int, b: _Columns) -> PartitionView:
-        """A partition of ``b`` (its ``i``-th, the ``k``-th row judged) that some rule may
-        hold for: classified from the evidence of its memory step in columns, as
-        :meth:`_partition` classifies it from its own."""
-        e, now, owner = b.evidence, c.now, b.owners[i]
-        assert e is not None and b.changed_at is not None
-        changed_at = float(b.changed_at[k])
-        nd = float(e.new_data_seconds[k])
+    def _classified(self, c: _GroupCycle, tp: TP, i: int, k: int, b: _Columns, e: _EvidenceRows,
+                    stalled: float) -> PartitionView:
+        """A partition of ``b`` (its ``i``-th, the ``k``-th row judged, ``e`` the rows'
+        evidence) that some rule may hold for: classified from the evidence of its memory
+        step in columns, as :meth:`_partition` classifies it from its own."""
+        now, owner = c.now, b.owners[i]
+        changed_at, nd = e.changed_at[k], e.new_data_seconds[k]
         lag_off, lag_s = b.lag_off[i], b.lag_s[i]
-        stalled = float(e.stalled_seconds[k])
-        facts_owned = bool(b.samples.owned[k])
+        facts_owned = e.owned[k]
         facts = PartitionFacts(
             topic=tp[0], partition=tp[1], committed=b.committed[i], hw=b.hw[i],
             lag_offsets=lag_off, lag_seconds=lag_s, stalled_seconds=stalled,
             frozen_seconds=now - changed_at, new_data_seconds=None if nd != nd else nd,
-            lagging=bool(e.lagging[k]), rewinding=bool(e.rewinding[k]), rewind_pending=False,
-            owned=facts_owned, unowned_confirmed=bool(e.unowned_confirmed[k]),
+            lagging=e.lagging[k], rewinding=e.rewinding[k], rewind_pending=False,
+            owned=facts_owned, unowned_confirmed=e.unowned_confirmed[k],
             owner=_member_label(owner), group_state=c.g.state, rejoins=joins_since(c.st, changed_at),
             departure="" if facts_owned else departure_text(c.st.departed, tp, not c.g.members, now),
             outside=c.st.outside_at is not None, stall_allowance=c.allowance)
         status, rule = classify(facts, self.th)
-        if status not in (Status.OK, Status.LAGGING):
-            c.st.parts.rows[LAGGING, i] = 0.0  # a more severe status ends the lag trend (remember)
         return PartitionView(topic=tp[0], partition=tp[1], committed=b.committed[i], position=None,
                              lag_offsets=lag_off, lag_seconds=lag_s,
                              stalled_seconds=stalled if lag_off else 0.0, status=status,
