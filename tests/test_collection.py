@@ -198,11 +198,11 @@ def _cycle(kafka: KafkaCluster, groups: list[str], **cap: int) -> tuple[dict, in
                               filters=only), **cap)
     try:
         s.sample()  # connects; the second cycle is the steady state
-        assert s.extra is not None
-        before = s.extra.requests
+        assert s.broker_requests is not None
+        before = s.broker_requests.requests
         snap = s.sample()
         assert snap.ok and not snap.errors, snap.errors
-        return {g: snap.groups[g].committed for g in groups}, s.extra.requests - before
+        return {g: snap.groups[g].committed for g in groups}, s.broker_requests.requests - before
     finally:
         s.close()
 

@@ -54,6 +54,7 @@ from kafka.protocol.consumer.metadata import ConsumerProtocolAssignment, Consume
 from kafka.protocol.metadata import FindCoordinatorRequest, MetadataRequest
 
 from exporter.contracts.sampling import ListedGroup
+from exporter.contracts.snapshot import TP
 from exporter.kafka.messages import (
     ConsumerGroupDescribeRequest,
     DescribeShareGroupOffsetsRequest,
@@ -63,9 +64,8 @@ from exporter.kafka.messages import (
 from exporter.kafka.oauth_props import CONSUMED
 from exporter.kafka.offset_fetch import CommittedOffsets, LeanOffsetFetchRequest
 
-log = logging.getLogger("lagwatch.protocol")
+log = logging.getLogger("lagwatch.broker_requests")
 
-TP = tuple[str, int]
 DEBUGGING_REPLICA_ID = -2  # ListOffsets from this "replica" answers with the leader's LEO
 LATEST = -1
 _COORDINATOR_ERRORS = {14, 15, 16}  # load in progress, not available, not coordinator

@@ -73,7 +73,7 @@ def tokens_ready(cfg: ClusterConfig) -> bool:
     return source is None or source.error() is None
 
 
-def client_config(cfg: ClusterConfig, **extra: Any) -> dict[str, Any]:
+def client_config(cfg: ClusterConfig, **overrides: Any) -> dict[str, Any]:
     """librdkafka configuration for any client lagwatch creates for this cluster. With a
     token source, librdkafka gets its tokens through ``oauth_cb`` and none of the
     properties the source reads (librdkafka would otherwise fetch tokens of its own)."""
@@ -92,7 +92,7 @@ def client_config(cfg: ClusterConfig, **extra: Any) -> dict[str, Any]:
     if source is not None:
         conf = {k: v for k, v in conf.items() if k not in CONSUMED}
         conf["oauth_cb"] = source.oauth_cb
-    conf.update(extra)
+    conf.update(overrides)
     return conf
 
 
@@ -130,14 +130,14 @@ class Sampler:
         self.memory = SamplerMemory()
         self._unsupported = ""
         self._new_types: bool | None = None  # streams/share APIs, known at the first listing
-        self.extra: BrokerRequests | None
+        self.broker_requests: BrokerRequests | None
         try:
-            self.extra = BrokerRequests(cfg.client, cfg.bootstrap_servers, cfg.request_timeout,
+            self.broker_requests = BrokerRequests(cfg.client, cfg.bootstrap_servers, cfg.request_timeout,
                                         f"lagwatch-{cfg.name}", tokens=self.tokens, **offset_fetch_cap)
         except Unsupported as e:
             log.error("cluster %s: cannot be sampled: unsupported %s", cfg.name, e)
             self._unsupported = str(e)
-            self.extra = None
+            self.broker_requests = None
 
     @property
     def admin(self) -> AdminClient:
@@ -230,14 +230,14 @@ class Sampler:
         librdkafka's admin client's statistics)."""
         self._poll_admin()
         with self._stats_lock:
-            return self._stats_tx + (self.extra.requests if self.extra else 0)
+            return self._stats_tx + (self.broker_requests.requests if self.broker_requests else 0)
 
     def close(self) -> None:
-        if self.extra:
-            self.extra.close()
+        if self.broker_requests:
+            self.broker_requests.close()
 
     # -- the cycle -----------------------------------------------------------
-    def sample(self, extra_topics: Iterable[str] = ()) -> Snapshot:
+    def sample(self, spark_topics: Iterable[str] = ()) -> Snapshot:
         t0 = time.monotonic()
         taken_at = time.time()
         errors: list[ErrorRecord] = []
@@ -247,13 +247,13 @@ class Sampler:
                             partitions={}, groups={}, errors=(ErrorRecord(stage=stage, message=why),),
                             ok=False, brokers=brokers)
 
-        if self.extra is None:
+        if self.broker_requests is None:
             return failed(ErrorStage.METADATA, f"unsupported client settings: {self._unsupported}")
         if self.tokens is not None and (why := self.tokens.error()) is not None:
             # no client can log in: say why instead of waiting out connection timeouts
             return failed(ErrorStage.METADATA, f"no OAUTHBEARER token: {why}")
-        self.extra.begin_cycle()
-        self.extra.coordinators = self.memory.coordinators
+        self.broker_requests.begin_cycle()
+        self.broker_requests.coordinators = self.memory.coordinators
         md, refused = self._cluster_metadata()
         if md is None:
             return failed(ErrorStage.METADATA, refused)
@@ -261,7 +261,7 @@ class Sampler:
         if listed is None:
             return failed(ErrorStage.LIST_GROUPS, unlisted, len(md.brokers))
         groups = self._drop_gone(self._read_groups(listed, errors), errors)
-        topics = self._topics_of(groups, set(extra_topics), md)
+        topics = self._topics_of(groups, set(spark_topics), md)
         partitions = self._partition_offsets(md, topics, errors)
         # Drop committed offsets of filtered or deleted topics so their series vanish.
         canon: dict[TP, TP] = {tp: tp for tp in partitions}
@@ -276,8 +276,8 @@ class Sampler:
         asks first: it names a credential or TLS refusal within CREDENTIAL_GRACE, where
         kafka-python's bootstrap waits out its whole timeout. librdkafka's answer also
         stands in when no broker answers kafka-python."""
-        assert self.extra is not None
-        if not self.extra.connected:
+        assert self.broker_requests is not None
+        if not self.broker_requests.connected:
             md, refused = self._metadata(self.cfg.request_timeout)
             if md is None:
                 return None, refused
@@ -285,36 +285,36 @@ class Sampler:
         md = self._kafka_python_metadata()
         return (md, "") if md is not None else self._metadata(self.cfg.request_timeout)
 
-    def _kafka_python_metadata(self) -> ClusterView | None:
-        assert self.extra is not None
+    def _kafka_python_metadata(self) -> BrokerMetadata | None:
+        assert self.broker_requests is not None
         try:
-            res = self.extra.metadata()
+            res = self.broker_requests.metadata()
         except Exception as e:  # noqa: BLE001 - librdkafka's answer stands in
             log.debug("cluster %s: metadata through kafka-python: %s", self.cfg.name, _err_text(e))
             return None
         self._credential_error = None  # a broker answered: the credentials work
         with contextlib.suppress(Exception):  # kafka-python sends to the node ids we saw
-            self.extra.learn_brokers(res)
-        return ClusterView.of(res)
+            self.broker_requests.learn_brokers(res)
+        return BrokerMetadata.of(res)
 
     def _list_groups(self, md: Any, errors: list[ErrorRecord]
                      ) -> tuple[dict[str, ListedGroup] | None, str]:
         """Every group of every broker (ListGroups to each, all types). The groups of a broker
         that did not answer are kept from the last cycle instead of vanishing."""
-        assert self.extra is not None
+        assert self.broker_requests is not None
         try:
-            got, failures = self.extra.list_groups(sorted(md.brokers))
+            got, failures = self.broker_requests.list_groups(sorted(md.brokers))
         except Exception as e:  # noqa: BLE001 - fall back to the last known list of groups
             got, failures = {}, [_err_text(e)]
         listed = {g: lg for g, lg in got.items() if self.cfg.filters.group_ok(g)}
         errors.extend(ErrorRecord(stage=ErrorStage.LIST_GROUPS, message=f) for f in failures)
         if self._new_types is None and not failures:
-            self._new_types = self.extra.new_group_types()  # from the version answer: no request
+            self._new_types = self.broker_requests.new_group_types()  # from the version answer: no request
             if not self._new_types:
                 log.info("cluster %s: the brokers have no streams or share group APIs (before "
                          "Kafka 4.x); those group types cannot exist there and are not listed",
                          self.cfg.name)
-        self.extra.learn_coordinators({g: lg.coordinator for g, lg in listed.items()
+        self.broker_requests.learn_coordinators({g: lg.coordinator for g, lg in listed.items()
                                        if lg.coordinator is not None})
         if failures and not got:
             if not self.memory.last_listed:
@@ -329,7 +329,7 @@ class Sampler:
             del self.memory.coordinators[gid]  # a group gone for good (the map is shared)
         return listed, ""
 
-    def _topics_of(self, groups: dict[str, GroupSample], extra: set[str], md: Any) -> set[str]:
+    def _topics_of(self, groups: dict[str, GroupSample], spark_topics: set[str], md: Any) -> set[str]:
         topics = {t for g in groups.values() for (t, _) in g.committed}
         topics |= {t for g in groups.values() for m in g.members for (t, _) in m.assignment}
         # A group that could not be read this cycle (its coordinator is down) keeps its
@@ -343,7 +343,7 @@ class Sampler:
         for gid in [gid for gid in self.memory.group_topics if gid not in groups]:
             del self.memory.group_topics[gid]
             self.memory.weight.pop(gid, None)
-        topics |= extra
+        topics |= spark_topics
         return {t for t in topics if self.cfg.filters.topic_ok(t) and t in md.topics}
 
     def _drop_gone(self, groups: dict[str, GroupSample], errors: list[ErrorRecord]
@@ -378,10 +378,10 @@ class Sampler:
                     self.memory.absent.pop(gid, None)
         return out
 
-    def _extra(self, stage: ErrorStage, errors: list[ErrorRecord], call: Any, *args: Any) -> dict:
+    def _batched(self, stage: ErrorStage, errors: list[ErrorRecord], call: Any, *args: Any) -> dict:
         """One of BrokerRequests' batched calls; a failure of the whole call is one error of
         ``stage`` and leaves every group of it with that error."""
-        if self.extra is None or not args[0]:
+        if self.broker_requests is None or not args[0]:
             return {}
         try:
             got = call(*args)
@@ -389,25 +389,25 @@ class Sampler:
             errors.append(ErrorRecord(stage=stage, message=_err_text(e)))
             return {g: e for g in args[0]}
         finally:
-            errors.extend(ErrorRecord(stage=stage, message=f) for f in self.extra.take_failures())
+            errors.extend(ErrorRecord(stage=stage, message=f) for f in self.broker_requests.take_failures())
         return got
 
     def _read_groups(self, listed: dict[str, ListedGroup], errors: list[ErrorRecord]
                      ) -> dict[str, GroupSample]:
-        x = self.extra
+        x = self.broker_requests
         assert x is not None
         by_type: dict[str, list[str]] = {"classic": [], "consumer": [], "streams": [], "share": []}
         for gid in sorted(listed):
             by_type.get(listed[gid].type, by_type["classic"]).append(gid)
         describe = {"classic": x.describe_classic, "consumer": partial(x.describe, "consumer"),
                     "streams": partial(x.describe, "streams"), "share": partial(x.describe, "share")}
-        described = {kind: self._extra(ErrorStage.DESCRIBE_GROUP, errors, call, by_type[kind])
+        described = {kind: self._batched(ErrorStage.DESCRIBE_GROUP, errors, call, by_type[kind])
                      for kind, call in describe.items()}
         # Streams groups commit offsets like consumer groups: OffsetFetch reads them.
         committing = by_type["classic"] + by_type["consumer"] + by_type["streams"]
-        offs = self._extra(ErrorStage.OFFSET_FETCH, errors,
+        offs = self._batched(ErrorStage.OFFSET_FETCH, errors,
                            partial(x.offset_fetch, weight=self.memory.weight), committing)
-        share_offs = self._extra(ErrorStage.OFFSET_FETCH, errors, x.share_offsets, by_type["share"])
+        share_offs = self._batched(ErrorStage.OFFSET_FETCH, errors, x.share_offsets, by_type["share"])
         out: dict[str, GroupSample] = {}
         for kind in (GroupType.CLASSIC, GroupType.CONSUMER, GroupType.STREAMS):
             for gid in by_type[kind]:
@@ -420,7 +420,7 @@ class Sampler:
     def _partition_offsets(self, md: Any, topics: set[str], errors: list[ErrorRecord]
                            ) -> dict[TP, PartitionOffsets]:
         """Per leader one ListOffsets per offset kind, for all its partitions."""
-        assert self.extra is not None
+        assert self.broker_requests is not None
         meta: dict[TP, Any] = {(t, p): pm for t in topics for p, pm in md.topics[t].partitions.items()}
         by_leader: dict[int, list[TP]] = {}
         leaderless = 0
@@ -435,7 +435,7 @@ class Sampler:
         values: dict[str, dict[TP, int]] = {}
         for name, kwargs in _OFFSET_KINDS:
             try:
-                got, failures = self.extra.list_offsets(by_leader, **kwargs)
+                got, failures = self.broker_requests.list_offsets(by_leader, **kwargs)
             except Exception as e:  # noqa: BLE001 - the values stay unknown this cycle
                 got, failures = {}, [_err_text(e)]
             if failures:
@@ -460,30 +460,30 @@ _OFFSET_KINDS: tuple[tuple[str, dict[str, int]], ...] = (
 
 
 @dataclass(frozen=True, slots=True)
-class PartitionView:
+class PartitionMetadata:
     leader: int
     replicas: tuple[int, ...]
     isrs: tuple[int, ...]
 
 
 @dataclass(frozen=True, slots=True)
-class TopicView:
-    partitions: dict[int, PartitionView]
+class TopicMetadata:
+    partitions: dict[int, PartitionMetadata]
 
 
 @dataclass(frozen=True, slots=True)
-class ClusterView:
+class BrokerMetadata:
     """A MetadataResponse in the shape of librdkafka's ClusterMetadata (brokers by id,
     topics by name, partitions by index), which the librdkafka fallback returns."""
 
     brokers: dict[int, str]
-    topics: dict[str, TopicView]
+    topics: dict[str, TopicMetadata]
 
     @classmethod
-    def of(cls, res: Any) -> ClusterView:
+    def of(cls, res: Any) -> BrokerMetadata:
         return cls(brokers={b.node_id: f"{b.host}:{b.port}" for b in res.brokers},
-                   topics={t.name: TopicView(partitions={
-                       p.partition_index: PartitionView(p.leader_id, tuple(p.replica_nodes),
+                   topics={t.name: TopicMetadata(partitions={
+                       p.partition_index: PartitionMetadata(p.leader_id, tuple(p.replica_nodes),
                                                         tuple(p.isr_nodes)) for p in t.partitions})
                            for t in res.topics if t.name})
 

@@ -198,7 +198,7 @@ def _sample(sampler: Sampler, reports: ReportReader | None, memory: SamplerMemor
         sampler.memory = memory
     consumer_reports, spark_reports = reports.current() if reports else ({}, {})
     spark_topics = {t for r in spark_reports.values() for (t, _) in r.end_offsets}
-    snap = sampler.sample(extra_topics=spark_topics)
+    snap = sampler.sample(spark_topics=spark_topics)
     return SampleReply(snap, consumer_reports, spark_reports, sampler.requests_total,
                         dict(reports.received) if reports else {},
                         dict(reports.dropped) if reports else {},
