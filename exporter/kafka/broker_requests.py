@@ -54,7 +54,7 @@ from kafka.protocol.consumer.metadata import ConsumerProtocolAssignment, Consume
 from kafka.protocol.metadata import FindCoordinatorRequest, MetadataRequest
 
 from exporter.contracts.sampling import ListedGroup
-from exporter.contracts.snapshot import TP
+from exporter.contracts.snapshot import COMMITTING_TYPES, TP, GroupType, KafkaGroupState
 from exporter.kafka.messages import (
     ConsumerGroupDescribeRequest,
     DescribeShareGroupOffsetsRequest,
@@ -69,7 +69,8 @@ log = logging.getLogger("lagwatch.broker_requests")
 DEBUGGING_REPLICA_ID = -2  # ListOffsets from this "replica" answers with the leader's LEO
 LATEST = -1
 _COORDINATOR_ERRORS = {14, 15, 16}  # load in progress, not available, not coordinator
-NEW_GROUP_TYPES = ("streams", "share")
+# The group types a ListGroups v5 answer names; before v5 every group is classic.
+LISTED_TYPES = frozenset({*COMMITTING_TYPES, GroupType.SHARE})
 # error_code of a group whose request failed as a whole (timeout, broker silent): the
 # failure is reported once per request (BrokerRequests.take_failures), not once per group.
 REQUEST_FAILED = -1
@@ -212,7 +213,7 @@ class DescribedMember:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class DescribedGroup:
     group_id: str
-    state: str  # lower case, as the broker names it (stable, empty, not_ready, ...)
+    state: KafkaGroupState
     group_epoch: int
     coordinator: int | None
     members: tuple[DescribedMember, ...]
@@ -232,10 +233,10 @@ class ShareOffsets:
     error: str | None = None
 
 
-def _state(s: str | None) -> str:
-    """Broker state names (``NotReady``, ``PreparingRebalance``) in lagwatch's lower case."""
-    out = "".join(f"_{c.lower()}" if c.isupper() else c for c in (s or "unknown")).lstrip("_")
-    return out.replace("_", "") if out in ("preparing_rebalance", "completing_rebalance") else out
+def _listed_type(raw: str | None) -> GroupType:
+    """A ListGroups group type; before v5 (no type), or one lagwatch does not know, is read
+    as classic."""
+    return GroupType(raw) if raw in LISTED_TYPES else GroupType.CLASSIC
 
 
 def _err(code: int, msg: str | None) -> str:
@@ -427,7 +428,7 @@ class BrokerRequests:
         return (self.supports(StreamsGroupDescribeRequest) or self.supports(ShareGroupDescribeRequest)) \
             and self._connected().api_version(ListGroupsRequest, max_version=5) >= 5
 
-    def list_groups(self, brokers: Iterable[int], types: Sequence[str] = ()
+    def list_groups(self, brokers: Iterable[int], types: Sequence[GroupType] = ()
                     ) -> tuple[dict[str, ListedGroup], list[str]]:
         """Groups on every broker (each broker lists the groups it coordinates, so the
         listing also says where each group's coordinator is). ``types`` empty: all types
@@ -444,8 +445,8 @@ class BrokerRequests:
             else:
                 for g in res.groups:
                     out[g.group_id] = ListedGroup(
-                        group_id=g.group_id, type=getattr(g, "group_type", None) or "classic",
-                        state=_state(getattr(g, "group_state", None)), coordinator=b,
+                        group_id=g.group_id, type=_listed_type(getattr(g, "group_type", None)),
+                        state=KafkaGroupState(getattr(g, "group_state", None)), coordinator=b,
                         protocol_type=g.protocol_type or "")
         return out, failures
 
@@ -499,12 +500,11 @@ class BrokerRequests:
         if code in _COORDINATOR_ERRORS:
             self.coordinators.pop(group_id, None)
 
-    def describe(self, kind: str, group_ids: Sequence[str]
+    def describe(self, kind: GroupType, group_ids: Sequence[str]
                  ) -> dict[str, DescribedGroup]:
         """ConsumerGroupDescribe, StreamsGroupDescribe or ShareGroupDescribe (``kind`` =
         consumer, streams or share) of these groups, batched per coordinator."""
-        request = {"consumer": ConsumerGroupDescribeRequest, "streams": StreamsGroupDescribeRequest,
-                   "share": ShareGroupDescribeRequest}[kind]
+        request = _DESCRIBE_REQUESTS[kind]
         if not group_ids:
             return {}
         results, errors = self._per_coordinator(
@@ -572,6 +572,12 @@ class BrokerRequests:
                     self._forget_moved(gid, offs.error_code)
                 out[gid] = offs
         return out
+
+
+# The describe request of each KIP-848-style group type (classic groups: DescribeGroups).
+_DESCRIBE_REQUESTS = {GroupType.CONSUMER: ConsumerGroupDescribeRequest,
+                      GroupType.STREAMS: StreamsGroupDescribeRequest,
+                      GroupType.SHARE: ShareGroupDescribeRequest}
 
 
 # Array elements one batched request or response may carry (groups + topics + partitions,
@@ -652,13 +658,8 @@ class Committed:
 
 
 def _unread(gid: str, error: str) -> DescribedGroup:
-    return DescribedGroup(group_id=gid, state="unknown", group_epoch=-1, coordinator=None,
+    return DescribedGroup(group_id=gid, state=KafkaGroupState.UNKNOWN, group_epoch=-1, coordinator=None,
                           members=(), error_code=REQUEST_FAILED, error=error)
-
-
-def _classic_state(s: str | None) -> str:
-    """DescribeGroups' classic states, named as lagwatch always has (``preparing_rebalance``)."""
-    return "".join(f"_{c.lower()}" if c.isupper() else c for c in (s or "Unknown")).lstrip("_")
 
 
 def parse_classic(node: int, res: Any) -> list[DescribedGroup]:
@@ -667,13 +668,13 @@ def parse_classic(node: int, res: Any) -> list[DescribedGroup]:
     out = []
     for g in res.groups:
         if g.error_code:
-            out.append(DescribedGroup(group_id=g.group_id, state="unknown", group_epoch=-1,
+            out.append(DescribedGroup(group_id=g.group_id, state=KafkaGroupState.UNKNOWN, group_epoch=-1,
                                       coordinator=node, members=(), error_code=g.error_code,
                                       error=_err(g.error_code, getattr(g, "error_message", None))))
             continue
         consumer = g.protocol_type == "consumer"
         out.append(DescribedGroup(
-            group_id=g.group_id, state=_classic_state(g.group_state), group_epoch=-1,
+            group_id=g.group_id, state=KafkaGroupState(g.group_state), group_epoch=-1,
             coordinator=node, protocol_type=g.protocol_type or "",
             members=tuple(DescribedMember(
                 member_id=m.member_id, member_epoch=-1, client_id=m.client_id or "",
@@ -731,16 +732,16 @@ def _committed(code: int, offsets: dict[TP, int]) -> Committed:
     return Committed(offsets=offsets)
 
 
-def parse_described(kind: str, node: int, res: Any) -> list[DescribedGroup]:
+def parse_described(kind: GroupType, node: int, res: Any) -> list[DescribedGroup]:
     """The groups of a Consumer-, Streams- or ShareGroupDescribe response."""
     out = []
     for g in res.groups:
         if g.error_code:
-            out.append(DescribedGroup(group_id=g.group_id, state="unknown", group_epoch=-1,
+            out.append(DescribedGroup(group_id=g.group_id, state=KafkaGroupState.UNKNOWN, group_epoch=-1,
                                       coordinator=node, members=(), error_code=g.error_code,
                                       error=_err(g.error_code, g.error_message)))
         else:
-            out.append(DescribedGroup(group_id=g.group_id, state=_state(g.group_state),
+            out.append(DescribedGroup(group_id=g.group_id, state=KafkaGroupState(g.group_state),
                                       group_epoch=g.group_epoch, coordinator=node,
                                       members=tuple(_member(kind, m, g) for m in g.members)))
     return out
@@ -786,8 +787,8 @@ def parse_share_offsets(res: Any) -> dict[str, ShareOffsets]:
     return out
 
 
-def _member(kind: str, m: Any, g: Any) -> DescribedMember:
-    if kind == "streams":
+def _member(kind: GroupType, m: Any, g: Any) -> DescribedMember:
+    if kind == GroupType.STREAMS:
         # A task (subtopology, partition) reads that partition of each of the
         # subtopology's source topics, repartition topics included.
         sources = {s.subtopology_id: [*s.source_topics, *(r.name for r in s.repartition_source_topics)]

@@ -36,7 +36,16 @@ from kafka.errors import GroupIdNotFoundError
 from exporter.config import ClusterConfig
 from exporter.contracts.errors import ErrorRecord, ErrorStage
 from exporter.contracts.sampling import ListedGroup, SamplerMemory
-from exporter.contracts.snapshot import TP, GroupSample, GroupType, Member, PartitionOffsets, Snapshot
+from exporter.contracts.snapshot import (
+    COMMITTING_TYPES,
+    TP,
+    GroupSample,
+    GroupType,
+    KafkaGroupState,
+    Member,
+    PartitionOffsets,
+    Snapshot,
+)
 from exporter.kafka import tokens
 from exporter.kafka.broker_requests import (
     REQUEST_FAILED,
@@ -111,6 +120,9 @@ def _enum_name(v: Any) -> str:
 _STATE_NAMES = {"preparing_rebalancing": "preparing_rebalance",
                 "completing_rebalancing": "completing_rebalance"}
 
+
+# The group types a listing holds, in the order their describes are sent.
+_DESCRIBED_TYPES = (GroupType.CLASSIC, GroupType.CONSUMER, GroupType.STREAMS, GroupType.SHARE)
 
 # Cycles a listed group may be missing from ListGroups before it is taken as gone.
 LISTING_GRACE_CYCLES = 3
@@ -351,7 +363,7 @@ class Sampler:
         """Bridged groups that the coordinator says no longer exist go at once (deleted)."""
         not_found = {e.group for e in errors if e.code == GROUP_ID_NOT_FOUND}
         gone = {gid for gid in self.memory.absent if gid in groups and (
-            groups[gid].state == "dead" or gid in not_found)}
+            groups[gid].state == KafkaGroupState.DEAD or gid in not_found)}
         for gid in gone:
             del groups[gid]
             del self.memory.absent[gid]
@@ -396,25 +408,26 @@ class Sampler:
                      ) -> dict[str, GroupSample]:
         x = self.broker_requests
         assert x is not None
-        by_type: dict[str, list[str]] = {"classic": [], "consumer": [], "streams": [], "share": []}
+        by_type: dict[GroupType, list[str]] = {t: [] for t in _DESCRIBED_TYPES}
         for gid in sorted(listed):
-            by_type.get(listed[gid].type, by_type["classic"]).append(gid)
-        describe = {"classic": x.describe_classic, "consumer": partial(x.describe, "consumer"),
-                    "streams": partial(x.describe, "streams"), "share": partial(x.describe, "share")}
+            by_type[listed[gid].type].append(gid)
+        describe = {t: x.describe_classic if t == GroupType.CLASSIC else partial(x.describe, t)
+                    for t in _DESCRIBED_TYPES}
         described = {kind: self._batched(ErrorStage.DESCRIBE_GROUP, errors, call, by_type[kind])
                      for kind, call in describe.items()}
         # Streams groups commit offsets like consumer groups: OffsetFetch reads them.
-        committing = by_type["classic"] + by_type["consumer"] + by_type["streams"]
+        committing = [gid for t in _DESCRIBED_TYPES if t in COMMITTING_TYPES for gid in by_type[t]]
         offs = self._batched(ErrorStage.OFFSET_FETCH, errors,
-                           partial(x.offset_fetch, weight=self.memory.weight), committing)
-        share_offs = self._batched(ErrorStage.OFFSET_FETCH, errors, x.share_offsets, by_type["share"])
+                             partial(x.offset_fetch, weight=self.memory.weight), committing)
+        share_offs = self._batched(ErrorStage.OFFSET_FETCH, errors, x.share_offsets,
+                                   by_type[GroupType.SHARE])
         out: dict[str, GroupSample] = {}
         for kind in (GroupType.CLASSIC, GroupType.CONSUMER, GroupType.STREAMS):
             for gid in by_type[kind]:
                 out[gid] = _described(gid, kind, listed[gid], described[kind].get(gid),
                                       offs.get(gid), errors)
-        for gid in by_type["share"]:
-            out[gid] = _share(gid, described["share"].get(gid), share_offs.get(gid), errors)
+        for gid in by_type[GroupType.SHARE]:
+            out[gid] = _share(gid, described[GroupType.SHARE].get(gid), share_offs.get(gid), errors)
         return out
 
     def _partition_offsets(self, md: Any, topics: set[str], errors: list[ErrorRecord]
@@ -526,7 +539,7 @@ def _described(gid: str, gtype: GroupType, lst: ListedGroup, d: DescribedGroup |
     if offs_error:
         error = f"{error}; {offs_error}" if error else offs_error
     if not isinstance(d, DescribedGroup) or d.error is not None:
-        state = lst.state if gtype != GroupType.CLASSIC else "unknown"
+        state = lst.state if gtype != GroupType.CLASSIC else KafkaGroupState.UNKNOWN
         return GroupSample(group_id=gid, type=gtype, state=state, committed=committed, error=error)
     g = GroupSample(group_id=gid, type=gtype, state=d.state, members=_members(d),
                     coordinator=d.coordinator, committed=committed, error=error,
@@ -556,7 +569,8 @@ def _described_error(gid: str, d: DescribedGroup | Exception | None,
 def _left_a_topic(g: GroupSample) -> bool:
     """A stable classic group whose members own partitions, with committed offsets on a
     topic of which no member owns a partition."""
-    if g.type != GroupType.CLASSIC or g.state != "stable" or g.error is not None or not g.members:
+    if (g.type != GroupType.CLASSIC or g.state != KafkaGroupState.STABLE or g.error is not None
+            or not g.members):
         return False
     held = {t for m in g.members for t, _ in m.assignment}
     return bool(held) and any(t not in held for t, _ in g.committed)
@@ -583,7 +597,7 @@ def _share(gid: str, d: DescribedGroup | Exception | None, offs: ShareOffsets | 
     start = offs.start if isinstance(offs, ShareOffsets) else {}
     lag = offs.lag if isinstance(offs, ShareOffsets) else {}
     if not isinstance(d, DescribedGroup) or d.error is not None:
-        return GroupSample(group_id=gid, type=GroupType.SHARE, state="unknown", committed=start,
+        return GroupSample(group_id=gid, type=GroupType.SHARE, state=KafkaGroupState.UNKNOWN, committed=start,
                            reported_lag=lag, error=error)
     return GroupSample(group_id=gid, type=GroupType.SHARE, state=d.state, members=_members(d),
                        coordinator=d.coordinator, committed=start, reported_lag=lag,

@@ -44,6 +44,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from exporter.contracts.reports import REPORTED_COMMIT_MODES, CommitMode
 from exporter.contracts.snapshot import TP
 from lagwatch_client.wire import MAX_NAME, MAX_REPORT_BYTES, VERSION, encode, report_key  # noqa: F401
 
@@ -78,14 +79,11 @@ class ConsumerReport:
     closed: bool
     received_at: float
     rebalances: int | None = None  # the client's own cumulative rebalance count
-    commit_mode: str | None = None  # "auto" | "manual"; None from reporters that do not say
+    commit_mode: CommitMode | None = None  # auto or manual; None from reporters that do not say
     auto_commit_interval: float | None = None  # seconds, with commit_mode "auto"
 
     def poll_age(self, now: float) -> float:
         return max(0.0, self.sent_at - self.last_poll) + max(0.0, now - self.received_at)
-
-
-COMMIT_MODES = ("auto", "manual")
 
 
 @dataclass(frozen=True, slots=True)
@@ -252,15 +250,15 @@ def _consumer(d: dict[str, Any], group: str, sent_at: float, interval: float,
         commit_mode=mode, auto_commit_interval=auto_interval)
 
 
-def _commit_mode(d: dict[str, Any]) -> tuple[str | None, float | None]:
+def _commit_mode(d: dict[str, Any]) -> tuple[CommitMode | None, float | None]:
     """(``commit_mode``, ``auto_commit_interval``): both optional, the interval only with "auto"."""
     mode = d.get("commit_mode")
-    if mode is not None and mode not in COMMIT_MODES:
-        raise ReportError("wrong_type", f"commit_mode must be one of {', '.join(COMMIT_MODES)}")
+    if mode is not None and mode not in REPORTED_COMMIT_MODES:
+        raise ReportError("wrong_type", f"commit_mode must be one of {', '.join(REPORTED_COMMIT_MODES)}")
     auto_interval = _num(d, "auto_commit_interval", required=False, lo=0.0, hi=86400 * 365)
-    if auto_interval is not None and mode != "auto":
+    if auto_interval is not None and mode != CommitMode.AUTO:
         raise ReportError("wrong_type", "auto_commit_interval without commit_mode auto")
-    return mode, auto_interval
+    return (None if mode is None else CommitMode(mode)), auto_interval
 
 
 def _running_batch(d: dict[str, Any]) -> RunningBatch | None:
