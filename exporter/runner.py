@@ -18,6 +18,7 @@ from dataclasses import replace
 
 from exporter.config import ClusterConfig, Config, LagMode, MetricsDetail
 from exporter.contracts.errors import ErrorRecord, ErrorStage
+from exporter.contracts.reports import SparkReport
 from exporter.contracts.sampling import SamplerMemory
 from exporter.contracts.snapshot import Snapshot
 from exporter.contracts.view import ClusterView
@@ -26,7 +27,6 @@ from exporter.expose.render import render_cluster
 from exporter.kafka.worker import KafkaWorker, SampleReply, WorkerCrashed
 from exporter.logs import TRANSITION
 from exporter.recording import Writer, header
-from exporter.reports.decode import SparkReport
 from exporter.state.sync import StateSync
 from exporter.store import ClusterRecord, SelfStats, StateStats, Store, frozen_counts, initial_record
 
@@ -221,12 +221,13 @@ class ClusterRunner:
         if self._worker_gen != self.worker.restarts:  # a new worker process
             self._worker_gen, self._worker_requests = self.worker.restarts, 0
             self._worker_reports_requests = 0
-        self.requests += res.requests_total - self._worker_requests
-        self._worker_requests = res.requests_total
-        self.reports_requests += max(0, res.reports_requests - self._worker_reports_requests)
-        self._worker_reports_requests = res.reports_requests
-        self.reports_received = frozen_counts(res.reports_received)
-        self.reports_dropped = frozen_counts(res.reports_dropped)
+        c = res.counters
+        self.requests += c.requests_total - self._worker_requests
+        self._worker_requests = c.requests_total
+        self.reports_requests += max(0, c.reports_requests - self._worker_reports_requests)
+        self._worker_reports_requests = c.reports_requests
+        self.reports_received = frozen_counts(c.reports_received)
+        self.reports_dropped = frozen_counts(c.reports_dropped)
 
 
 class Exporter:

@@ -71,8 +71,9 @@ LATEST = -1
 _COORDINATOR_ERRORS = {14, 15, 16}  # load in progress, not available, not coordinator
 # The group types a ListGroups v5 answer names; before v5 every group is classic.
 LISTED_TYPES = frozenset({*COMMITTING_TYPES, GroupType.SHARE})
-# error_code of a group whose request failed as a whole (timeout, broker silent): the
-# failure is reported once per request (BrokerRequests.take_failures), not once per group.
+# error_code of a group whose request failed as a whole (timeout, broker silent, or the
+# call raised): the failure is reported once per request (BrokerRequests.take_failures),
+# not once per group.
 REQUEST_FAILED = -1
 # Requests of ours outstanding per broker connection: kafka-python refuses a sixth
 # (max_in_flight_requests_per_connection, 5) with NodeNotReadyError instead of queueing it.
@@ -221,6 +222,12 @@ class DescribedGroup:
     error_code: int = 0
     error: str | None = None
 
+    @classmethod
+    def failed(cls, group_id: str, error: str) -> DescribedGroup:
+        """The group of a request that failed as a whole (REQUEST_FAILED)."""
+        return cls(group_id=group_id, state=KafkaGroupState.UNKNOWN, group_epoch=-1, coordinator=None,
+                   members=(), error_code=REQUEST_FAILED, error=error)
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ShareOffsets:
@@ -231,6 +238,11 @@ class ShareOffsets:
     lag: dict[TP, int]
     error_code: int = 0
     error: str | None = None
+
+    @classmethod
+    def failed(cls, group_id: str, error: str) -> ShareOffsets:
+        """The group of a request that failed as a whole (REQUEST_FAILED)."""
+        return cls(start={}, lag={}, error_code=REQUEST_FAILED, error=error)
 
 
 def _listed_type(raw: str | None) -> GroupType:
@@ -509,7 +521,7 @@ class BrokerRequests:
             return {}
         results, errors = self._per_coordinator(
             group_ids, lambda ids: request(group_ids=ids, include_authorized_operations=False))
-        out = {g: _unread(g, e) for g, e in errors.items()}
+        out = {g: DescribedGroup.failed(g, e) for g, e in errors.items()}
         for node, _ids, res in results:
             for d in parse_described(kind, node, res):
                 if d.error is not None:
@@ -524,7 +536,7 @@ class BrokerRequests:
             return {}
         results, errors = self._per_coordinator(
             group_ids, lambda ids: DescribeGroupsRequest(groups=ids, include_authorized_operations=False))
-        out = {g: _unread(g, e) for g, e in errors.items()}
+        out = {g: DescribedGroup.failed(g, e) for g, e in errors.items()}
         for node, _ids, res in results:
             for d in parse_classic(node, res):
                 if d.error is not None:
@@ -549,7 +561,7 @@ class BrokerRequests:
             results, errors = self._per_coordinator(group_ids, lambda ids: OffsetFetchRequest(
                 group_id=ids[0], topics=None, max_version=min(7, self.offset_fetch_max_version)),
                 {g: MAX_ELEMENTS for g in group_ids})
-        out = {g: Committed(offsets={}, error_code=REQUEST_FAILED, error=e) for g, e in errors.items()}
+        out = {g: Committed.failed(g, e) for g, e in errors.items()}
         for _node, ids, res in results:
             for gid, c in parse_offset_fetch(res, ids).items():
                 if c.error is not None:
@@ -564,8 +576,7 @@ class BrokerRequests:
         results, errors = self._per_coordinator(group_ids, lambda ids: DescribeShareGroupOffsetsRequest(
             groups=[DescribeShareGroupOffsetsRequest.DescribeShareGroupOffsetsRequestGroup(
                 group_id=g, topics=None) for g in ids]))
-        out = {g: ShareOffsets(start={}, lag={}, error_code=REQUEST_FAILED, error=e)
-               for g, e in errors.items()}
+        out = {g: ShareOffsets.failed(g, e) for g, e in errors.items()}
         for _node, _ids, res in results:
             for gid, offs in parse_share_offsets(res).items():
                 if offs.error is not None:
@@ -656,10 +667,10 @@ class Committed:
     error_code: int = 0
     error: str | None = None
 
-
-def _unread(gid: str, error: str) -> DescribedGroup:
-    return DescribedGroup(group_id=gid, state=KafkaGroupState.UNKNOWN, group_epoch=-1, coordinator=None,
-                          members=(), error_code=REQUEST_FAILED, error=error)
+    @classmethod
+    def failed(cls, group_id: str, error: str) -> Committed:
+        """The group of a request that failed as a whole (REQUEST_FAILED)."""
+        return cls(offsets={}, error_code=REQUEST_FAILED, error=error)
 
 
 def parse_classic(node: int, res: Any) -> list[DescribedGroup]:

@@ -22,12 +22,12 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from concurrent.futures import Future
 from concurrent.futures import wait as wait_futures
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import Any, TypeVar
 
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
@@ -59,6 +59,7 @@ from exporter.kafka.oauth_props import CONSUMED, token_spec
 from exporter.kafka.tokens import TokenSource
 
 log = logging.getLogger("lagwatch.sampler")
+A = TypeVar("A", Committed, DescribedGroup, ShareOffsets)  # a group's answer to one request
 # Errors that explain a metadata timeout: librdkafka reports them only through error_cb.
 _CREDENTIAL_ERRORS = (KafkaError._AUTHENTICATION, KafkaError.SASL_AUTHENTICATION_FAILED, KafkaError._SSL)
 CREDENTIAL_GRACE = 1.0  # seconds a metadata request may still answer after a credential error
@@ -390,16 +391,19 @@ class Sampler:
                     self.memory.absent.pop(gid, None)
         return out
 
-    def _batched(self, stage: ErrorStage, errors: list[ErrorRecord], call: Any, *args: Any) -> dict:
+    def _batched(self, stage: ErrorStage, errors: list[ErrorRecord],
+                 call: Callable[[list[str]], dict[str, A]], group_ids: list[str],
+                 failed: Callable[[str, str], A]) -> dict[str, A]:
         """One of BrokerRequests' batched calls; a failure of the whole call is one error of
-        ``stage`` and leaves every group of it with that error."""
-        if self.broker_requests is None or not args[0]:
+        ``stage``, and each of its groups gets the answer of a failed request (``failed``:
+        the same shape as its answer, error code REQUEST_FAILED)."""
+        if self.broker_requests is None or not group_ids:
             return {}
         try:
-            got = call(*args)
+            got = call(group_ids)
         except Exception as e:  # noqa: BLE001 - isolated to these groups
             errors.append(ErrorRecord(stage=stage, message=_err_text(e)))
-            return {g: e for g in args[0]}
+            return {g: failed(g, _err_text(e)) for g in group_ids}
         finally:
             errors.extend(ErrorRecord(stage=stage, message=f) for f in self.broker_requests.take_failures())
         return got
@@ -413,14 +417,16 @@ class Sampler:
             by_type[listed[gid].type].append(gid)
         describe = {t: x.describe_classic if t == GroupType.CLASSIC else partial(x.describe, t)
                     for t in _DESCRIBED_TYPES}
-        described = {kind: self._batched(ErrorStage.DESCRIBE_GROUP, errors, call, by_type[kind])
+        described = {kind: self._batched(ErrorStage.DESCRIBE_GROUP, errors, call, by_type[kind],
+                                         DescribedGroup.failed)
                      for kind, call in describe.items()}
         # Streams groups commit offsets like consumer groups: OffsetFetch reads them.
         committing = [gid for t in _DESCRIBED_TYPES if t in COMMITTING_TYPES for gid in by_type[t]]
         offs = self._batched(ErrorStage.OFFSET_FETCH, errors,
-                             partial(x.offset_fetch, weight=self.memory.weight), committing)
+                             partial(x.offset_fetch, weight=self.memory.weight), committing,
+                             Committed.failed)
         share_offs = self._batched(ErrorStage.OFFSET_FETCH, errors, x.share_offsets,
-                                   by_type[GroupType.SHARE])
+                                   by_type[GroupType.SHARE], ShareOffsets.failed)
         out: dict[str, GroupSample] = {}
         for kind in (GroupType.CLASSIC, GroupType.CONSUMER, GroupType.STREAMS):
             for gid in by_type[kind]:
@@ -511,10 +517,8 @@ def _only_topics(g: GroupSample, topics: set[str], canon: dict[TP, TP]) -> Group
         reported_lag={canon.get(tp, tp): o for tp, o in g.reported_lag.items() if tp[0] in topics})
 
 
-def _committed(gid: str, offs: Committed | Exception | None, errors: list[ErrorRecord]
+def _committed(gid: str, offs: Committed | None, errors: list[ErrorRecord]
                ) -> tuple[dict[TP, int], str | None]:
-    if isinstance(offs, Exception):
-        return {}, f"offset fetch: {_err_text(offs)}"
     if offs is None:
         return {}, "offset fetch: no answer"
     if offs.error is not None:
@@ -530,15 +534,15 @@ def _group_error(stage: ErrorStage, gid: str, answer: Committed | DescribedGroup
     return ErrorRecord(stage=stage, group=gid, message=f"{gid}: {answer.error}", code=answer.error_code)
 
 
-def _described(gid: str, gtype: GroupType, lst: ListedGroup, d: DescribedGroup | Exception | None,
-               offs: Committed | Exception | None, errors: list[ErrorRecord]) -> GroupSample:
+def _described(gid: str, gtype: GroupType, lst: ListedGroup, d: DescribedGroup | None,
+               offs: Committed | None, errors: list[ErrorRecord]) -> GroupSample:
     """A classic, KIP-848 consumer or streams group: its describe plus its committed offsets;
     either failing is the group's error, and what the other read is kept."""
     committed, offs_error = _committed(gid, offs, errors)
     error = _described_error(gid, d, errors)
     if offs_error:
         error = f"{error}; {offs_error}" if error else offs_error
-    if not isinstance(d, DescribedGroup) or d.error is not None:
+    if d is None or d.error is not None:
         state = lst.state if gtype != GroupType.CLASSIC else KafkaGroupState.UNKNOWN
         return GroupSample(group_id=gid, type=gtype, state=state, committed=committed, error=error)
     g = GroupSample(group_id=gid, type=gtype, state=d.state, members=_members(d),
@@ -552,11 +556,9 @@ def _described(gid: str, gtype: GroupType, lst: ListedGroup, d: DescribedGroup |
     return g
 
 
-def _described_error(gid: str, d: DescribedGroup | Exception | None,
+def _described_error(gid: str, d: DescribedGroup | None,
                      errors: list[ErrorRecord]) -> str | None:
     """The describe's error for this group, counted once (a failed batch was counted)."""
-    if isinstance(d, Exception):
-        return f"describe: {_err_text(d)}"
     if d is None:
         return "describe: no answer"
     if d.error is not None:
@@ -584,19 +586,18 @@ def _members(d: DescribedGroup) -> tuple[Member, ...]:
                  for m in d.members)
 
 
-def _share(gid: str, d: DescribedGroup | Exception | None, offs: ShareOffsets | Exception | None,
+def _share(gid: str, d: DescribedGroup | None, offs: ShareOffsets | None,
            errors: list[ErrorRecord]) -> GroupSample:
     """A share group: its start offsets stand where a consumer group's committed offsets do."""
     error = _described_error(gid, d, errors)
-    if isinstance(offs, ShareOffsets) and offs.error is not None and offs.error_code != REQUEST_FAILED:
+    if offs is not None and offs.error is not None and offs.error_code != REQUEST_FAILED:
         errors.append(_group_error(ErrorStage.OFFSET_FETCH, gid, offs))
-    offs_error = (f"offset fetch: {_err_text(offs)}" if isinstance(offs, Exception) else
-                  f"offset fetch: {offs.error}" if offs is not None and offs.error else None)
+    offs_error = f"offset fetch: {offs.error}" if offs is not None and offs.error else None
     if offs_error:
         error = f"{error}; {offs_error}" if error else offs_error
-    start = offs.start if isinstance(offs, ShareOffsets) else {}
-    lag = offs.lag if isinstance(offs, ShareOffsets) else {}
-    if not isinstance(d, DescribedGroup) or d.error is not None:
+    start = offs.start if offs is not None else {}
+    lag = offs.lag if offs is not None else {}
+    if d is None or d.error is not None:
         return GroupSample(group_id=gid, type=GroupType.SHARE, state=KafkaGroupState.UNKNOWN, committed=start,
                            reported_lag=lag, error=error)
     return GroupSample(group_id=gid, type=GroupType.SHARE, state=d.state, members=_members(d),

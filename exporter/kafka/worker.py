@@ -46,6 +46,7 @@ from exporter.contracts.worker import (
     Timestamps,
     TimestampsReply,
     TimestampsRequest,
+    WorkerCounters,
     WorkerStart,
 )
 
@@ -106,7 +107,7 @@ def _serve(conn: _Pipe, start: WorkerStart) -> None:
     sampler = Sampler(cfg)
     exact = RecordTimestamps(client_config(cfg), cfg.request_timeout)
     reports = _replayed_reports(start, sampler)
-    counts: tuple[int, dict[str, int], dict[str, int], int] = (0, {}, {}, 0)
+    counts = WorkerCounters()
     state: StateTopic | None = None  # the state topic's clients, made at its first use
     while True:
         try:
@@ -116,7 +117,7 @@ def _serve(conn: _Pipe, start: WorkerStart) -> None:
         reply: SampleReply | TimestampsReply | StateLoadReply | StateWriteReply
         if isinstance(req, SampleRequest):
             sampled = _sample_or_fail(sampler, reports, req, counts)
-            counts = _counts(sampled)
+            counts = sampled.counters  # for a later cycle that raises
             reply = sampled
             del sampled  # the snapshot must not stay alive until the next cycle
         elif isinstance(req, TimestampsRequest):
@@ -146,7 +147,7 @@ def _serve(conn: _Pipe, start: WorkerStart) -> None:
 
 
 def _sample_or_fail(sampler: Sampler, reports: ReportReader | None, req: SampleRequest,
-                    counts: tuple[int, dict[str, int], dict[str, int], int]) -> SampleReply:
+                    counts: WorkerCounters) -> SampleReply:
     """The cycle's reply; a Python exception is that cycle's sample_exception error."""
     try:
         return _sample(sampler, reports, req.memory)
@@ -187,11 +188,6 @@ def _state(state: StateTopic, req: StateLoadRequest | StateWriteRequest
         return StateWriteReply(0, len(req.records), error=f"{type(e).__name__}: {e}")
 
 
-def _counts(reply: SampleReply) -> tuple[int, dict[str, int], dict[str, int], int]:
-    """The counters of a reply, for a later cycle that raises (they must never go back)."""
-    return reply.requests_total, reply.reports_received, reply.reports_dropped, reply.reports_requests
-
-
 def _sample(sampler: Sampler, reports: ReportReader | None, memory: SamplerMemory | None
             ) -> SampleReply:
     if memory is not None:  # what the runner kept from the last cycle
@@ -199,19 +195,19 @@ def _sample(sampler: Sampler, reports: ReportReader | None, memory: SamplerMemor
     consumer_reports, spark_reports = reports.current() if reports else ({}, {})
     spark_topics = {t for r in spark_reports.values() for (t, _) in r.end_offsets}
     snap = sampler.sample(spark_topics=spark_topics)
-    return SampleReply(snap, consumer_reports, spark_reports, sampler.requests_total,
-                        dict(reports.received) if reports else {},
-                        dict(reports.dropped) if reports else {},
-                        reports.requests if reports else 0, sampler.memory)
+    counters = WorkerCounters(sampler.requests_total,
+                              dict(reports.received) if reports else {},
+                              dict(reports.dropped) if reports else {},
+                              reports.requests if reports else 0)
+    return SampleReply(snap, consumer_reports, spark_reports, counters, sampler.memory)
 
 
-def _failed(cluster: str, counts: tuple[int, dict[str, int], dict[str, int], int], error: str
-            ) -> SampleReply:
+def _failed(cluster: str, counts: WorkerCounters, error: str) -> SampleReply:
     """A cycle whose sampling raised: no data, one sample_exception error; the counters
     are the last ones known (they must never go back)."""
     snap = Snapshot(cluster=cluster, taken_at=time.time(), duration=0.0, partitions={}, groups={},
                     errors=(ErrorRecord(stage=ErrorStage.SAMPLE_EXCEPTION, message=error),), ok=False)
-    return SampleReply(snap, {}, {}, *counts)
+    return SampleReply(snap, {}, {}, counts)
 
 
 def child_main() -> None:

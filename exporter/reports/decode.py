@@ -41,10 +41,16 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
 from typing import Any
 
-from exporter.contracts.reports import REPORTED_COMMIT_MODES, CommitMode
+from exporter.contracts.reports import (
+    REPORTED_COMMIT_MODES,
+    CommitMode,
+    ConsumerReport,
+    Report,
+    RunningBatch,
+    SparkReport,
+)
 from exporter.contracts.snapshot import TP
 from lagwatch_client.wire import MAX_NAME, MAX_REPORT_BYTES, VERSION, encode, report_key  # noqa: F401
 
@@ -63,77 +69,6 @@ class ReportError(ValueError):
         assert reason in DROP_REASONS
         super().__init__(f"{reason}: {detail}" if detail else reason)
         self.reason = reason
-
-
-@dataclass(frozen=True, slots=True)
-class ConsumerReport:
-    group: str
-    client_id: str
-    member_id: str
-    host: str
-    sent_at: float
-    last_poll: float
-    interval: float
-    positions: dict[TP, int]
-    committed: dict[TP, int]
-    closed: bool
-    received_at: float
-    rebalances: int | None = None  # the client's own cumulative rebalance count
-    commit_mode: CommitMode | None = None  # auto or manual; None from reporters that do not say
-    auto_commit_interval: float | None = None  # seconds, with commit_mode "auto"
-
-    def poll_age(self, now: float) -> float:
-        return max(0.0, self.sent_at - self.last_poll) + max(0.0, now - self.received_at)
-
-
-@dataclass(frozen=True, slots=True)
-class RunningBatch:
-    """A Spark micro-batch planned (offset log) and not yet committed (commit log)."""
-
-    batch_id: int | None
-    start_offsets: dict[TP, int]  # where it starts: the end of the last committed batch
-    end_offsets: dict[TP, int]
-
-
-@dataclass(frozen=True, slots=True)
-class SparkReport:
-    group: str
-    query_id: str
-    run_id: str
-    name: str | None
-    sent_at: float
-    event: str
-    batch_id: int | None
-    batch_started: float | None
-    last_progress: float | None
-    batch_duration_ms: float | None
-    input_rows_per_second: float | None
-    processed_rows_per_second: float | None
-    interval: float
-    end_offsets: dict[TP, int]
-    latest_offsets: dict[TP, int]
-    exception: str | None
-    received_at: float
-    # The batch planned but not committed: None when unknown (older listeners), else
-    # RunningBatch (no batch running: empty offset maps, batch_id None).
-    running: RunningBatch | None = None
-
-    @property
-    def terminated(self) -> bool:
-        return self.event == "terminated"
-
-    def batch_running(self, now: float) -> float | None:
-        if self.batch_started is None:
-            return None
-        return max(0.0, self.sent_at - self.batch_started) + max(0.0, now - self.received_at)
-
-    def progress_age(self, now: float) -> float | None:
-        if self.last_progress is None:
-            return None
-        return max(0.0, self.sent_at - self.last_progress) + max(0.0, now - self.received_at)
-
-
-Report = ConsumerReport | SparkReport
 
 
 def _str(d: dict[str, Any], key: str, *, required: bool = True, empty: bool = False) -> str | None:
