@@ -22,12 +22,13 @@ from devenv.kafka import KafkaCluster
 from exporter.contracts.snapshot import GroupType, KafkaGroupState
 from exporter.kafka import messages as kafka_messages
 from exporter.kafka.broker_requests import (
+    DEBUGGING_REPLICA_ID,
     BrokerRequests,
     Unsupported,
     kafka_python_config,
+    parse_classic,
     parse_described,
     parse_share_offsets,
-    parse_subscriptions,
 )
 from exporter.kafka.messages import (
     ConsumerGroupDescribeResponse,
@@ -254,8 +255,10 @@ def test_classic_member_subscriptions_from_their_metadata() -> None:
               m(member_id="w-1", group_instance_id=None, client_id="w", client_host="/10.0.0.7",
                 member_metadata=b"\x00\x01", member_assignment=b"")]),
     ])
-    got = parse_subscriptions(_roundtrip(res, DescribeGroupsResponse, 5))
-    assert got == {"orders": {"m-1": ("audit", "orders-v2")}}
+    orders, connect = parse_classic(2, _roundtrip(res, DescribeGroupsResponse, 5))
+    assert [(m.member_id, m.subscribed) for m in orders.members] == [
+        ("m-1", ("audit", "orders-v2")), ("m-2", ())]
+    assert [m.subscribed for m in connect.members] == [()]  # not the consumer protocol
 
 
 def test_shipped_message_definitions_are_kafkas_own() -> None:
@@ -279,7 +282,8 @@ def test_a_broker_kafka_python_does_not_know_yet_fails_alone(kafka: KafkaCluster
     try:
         req._connected()
         req._connected().cluster._need_update = False
-        leos, failures = req.log_end_offsets({1: [(topic, 0)], 4242: [(topic, 0)]})
+        leos, failures = req.list_offsets({1: [(topic, 0)], 4242: [(topic, 0)]},
+                                          replica_id=DEBUGGING_REPLICA_ID)
         assert leos == {(topic, 0): 7}
         assert len(failures) == 1 and failures[0].startswith("broker 4242:"), failures
         assert req._connected().cluster._need_update

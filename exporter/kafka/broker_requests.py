@@ -429,10 +429,6 @@ class BrokerRequests:
                  for leader, tps in by_leader.items() for part in _partition_chunks(tps)]
         return _offsets_of(calls, self._gather(calls))
 
-    def log_end_offsets(self, by_leader: dict[int, list[TP]]) -> tuple[dict[TP, int], list[str]]:
-        """The leader's LEO of each partition, asked of its leader (node id = broker id)."""
-        return self.list_offsets(by_leader, replica_id=DEBUGGING_REPLICA_ID)
-
     # -- listings --------------------------------------------------------------------------
     def new_group_types(self) -> bool:
         """Does this cluster have streams and share groups to list (ListGroups v5 with the
@@ -755,25 +751,6 @@ def parse_described(kind: GroupType, node: int, res: Any) -> list[DescribedGroup
             out.append(DescribedGroup(group_id=g.group_id, state=KafkaGroupState(g.group_state),
                                       group_epoch=g.group_epoch, coordinator=node,
                                       members=tuple(_member(kind, m, g) for m in g.members)))
-    return out
-
-
-def parse_subscriptions(res: Any) -> dict[str, dict[str, tuple[str, ...]]]:
-    """Members' subscribed topics from a DescribeGroups response. Only groups of the
-    ``consumer`` protocol type carry a consumer subscription (Kafka Connect's workers do
-    not); a member whose metadata cannot be read is left out (unknown)."""
-    out: dict[str, dict[str, tuple[str, ...]]] = {}
-    for g in res.groups:
-        if g.error_code or g.protocol_type != "consumer":
-            continue
-        subs: dict[str, tuple[str, ...]] = {}
-        for m in g.members:
-            try:
-                topics = ConsumerProtocolSubscription.decode(m.member_metadata).topics
-            except Exception:  # noqa: BLE001 - a client's own metadata format: unknown
-                continue
-            subs[m.member_id] = tuple(sorted(topics or ()))
-        out[g.group_id] = subs
     return out
 
 

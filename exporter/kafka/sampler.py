@@ -113,15 +113,6 @@ def _err_text(e: BaseException) -> str:
     return str(e) or type(e).__name__
 
 
-def _enum_name(v: Any) -> str:
-    name = getattr(v, "name", None) or str(v)
-    return name.lower()
-
-
-_STATE_NAMES = {"preparing_rebalancing": "preparing_rebalance",
-                "completing_rebalancing": "completing_rebalance"}
-
-
 # The group types a listing holds, in the order their describes are sent.
 _DESCRIBED_TYPES = (GroupType.CLASSIC, GroupType.CONSUMER, GroupType.STREAMS, GroupType.SHARE)
 
