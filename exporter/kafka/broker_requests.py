@@ -19,8 +19,8 @@ batch. The request layer keeps each group's error to that group.
 
 kafka-python 3 encodes requests from Kafka's own JSON message definitions
 (the four it lacks are in ``exporter/kafka/messages/``) and brings the framing,
-version negotiation, TLS and SASL. docs/design.md gives the measured
-cost of this choice over the hand-written client it replaced.
+version negotiation, TLS and SASL. docs/design.md gives its measured cost against
+a minimal hand-written client.
 
 Everything here is read-only: list, describe and ListOffsets requests only.
 """

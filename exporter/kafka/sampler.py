@@ -188,10 +188,11 @@ class Sampler:
     def _metadata(self, timeout: float) -> tuple[Any, str]:
         """(metadata, "") or (None, why not).
 
+        The request runs in a thread while this one polls for error_cb: a credential error
+        with still no answer CREDENTIAL_GRACE seconds later ends the wait at once.
         librdkafka keeps retrying a refused connection until the request times out, so
-        a wrong password used to be reported after two timeouts. The request runs in a
-        thread while this one polls for error_cb: a credential error with still no
-        answer CREDENTIAL_GRACE seconds later ends the wait at once."""
+        waiting for the answer alone would report a wrong password only after two
+        timeouts."""
         retried = False
         while True:
             call = self._metadata_call
@@ -541,7 +542,7 @@ def _described(gid: str, gtype: GroupType, lst: ListedGroup, d: DescribedGroup |
                     epoch=None if gtype == GroupType.CLASSIC else d.group_epoch)
     if gtype == GroupType.CLASSIC and not _left_a_topic(g):
         # The members' subscriptions change a judgement only for a group that left a topic
-        # (_left_a_topic); elsewhere they stay unknown, as they always were for classic groups.
+        # (_left_a_topic); elsewhere a classic group's subscriptions are left unknown.
         g = dataclasses.replace(g, members=tuple(dataclasses.replace(m, subscribed=())
                                                  for m in g.members))
     return g

@@ -1,12 +1,11 @@
 """All Kafka I/O of one cluster, in a child process.
 
-Why a process: librdkafka kills the whole process in some failure paths. We
-hit an assertion in a real coordinator-failover test
-(``rd_kafka_enq_once_del_source_return: Assertion `eonce->refcnt > 0'`` while
-describe/offset-fetch requests were timing out, confluentinc/librdkafka#4605),
-and a segfault whenever the admin client's OffsetFetch meets a coordinator
-that moved (confluentinc/librdkafka#5040: ``rd_kafka_cgrp_op`` on the NULL
-consumer group of an admin client). With every librdkafka
+Why a process: librdkafka kills the whole process in some failure paths: an
+assertion when describe or offset-fetch requests time out during a coordinator
+failover (``rd_kafka_enq_once_del_source_return: Assertion `eonce->refcnt > 0'``,
+confluentinc/librdkafka#4605), and a segfault whenever the admin client's OffsetFetch
+meets a coordinator that moved (confluentinc/librdkafka#5040: ``rd_kafka_cgrp_op`` on
+the NULL consumer group of an admin client). With every librdkafka
 client (sampler, record-timestamp reader, report reader) in a child, such an
 abort costs one cycle: the main process keeps serving what it knew with
 ``lagwatch_up 0``, counts ``lagwatch_errors_total{stage="worker_crash"}``,
