@@ -843,188 +843,239 @@ def _exporter_config(workdir: Path, bootstrap: str, opts: Options) -> Path:
 
 
 def run(opts: Options) -> RunResult:
-    from tests.exporter_proc import ExporterProcess
-    from tests.prometheus_proc import PrometheusProcess
+    r = _Run(opts)
+    try:
+        r.start()
+        r.loop(r.begin())
+        return r.finish()
+    finally:
+        r.close()
 
-    def log(msg: str) -> None:
-        if not opts.quiet:
+
+Action = tuple[float, str, Any]  # (seconds after t0, label, fn(ctx))
+
+
+class _Run:
+    """One fleet run: its processes, the fleet, the recorder and what the harness noted."""
+
+    def __init__(self, opts: Options) -> None:
+        self.opts = opts
+        self.workdir = Path(tempfile.mkdtemp(prefix="lagwatch-fleet-"))
+        (self.workdir / "logs").mkdir()
+        self.prefix = f"f{uuid.uuid4().hex[:4]}"
+        self.harness_notes: list[str] = []
+        self.cluster = KafkaCluster(brokers_count=opts.brokers)
+        self.driver = SparkDriver() if opts.spark else None
+        self.exp: Any = None
+        self.prom: Any = None
+        self.ws: list[Workload] = []
+        self.producers: list[Any] = []
+        self.faults: list[Fault] = []
+        self.threads: list[threading.Thread] = []
+        self.run_over = threading.Event()
+        self.t0 = 0.0
+
+    def log(self, msg: str) -> None:
+        if not self.opts.quiet:
             print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
-    workdir = Path(tempfile.mkdtemp(prefix="lagwatch-fleet-"))
-    (workdir / "logs").mkdir()
-    prefix = f"f{uuid.uuid4().hex[:4]}"
-    harness_notes: list[str] = []
-    cluster = KafkaCluster(brokers_count=opts.brokers)
-    driver = SparkDriver() if opts.spark else None
-    exp = prom = None
-    ws: list[Workload] = []
-    producers: list[Any] = []
-    faults: list[Fault] = []
-    threads: list[threading.Thread] = []
-    run_over = threading.Event()
-    try:
-        log(f"starting {opts.brokers} Kafka broker(s); workdir {workdir}")
+    def start(self) -> None:
+        """Kafka, the Spark driver, the fleet's topics, the exporter, Prometheus, and each
+        workload set up (nothing consumes yet)."""
+        from tests.exporter_proc import ExporterProcess
+        from tests.prometheus_proc import PrometheusProcess
+
+        opts, cluster, driver = self.opts, self.cluster, self.driver
+        self.log(f"starting {opts.brokers} Kafka broker(s); workdir {self.workdir}")
         cluster.start()
         if driver is not None:
             driver.start(cluster)
-        ws = build_fleet(opts.profile, opts.duration, prefix, driver, jvm_bad=opts.jvm_bad)
+        self.ws = build_fleet(opts.profile, opts.duration, self.prefix, driver, jvm_bad=opts.jvm_bad)
         if not opts.jvm:
-            ws = [w for w in ws if not isinstance(w, JvmGroup)]
-        for w in ws:
-            w.faults = faults  # the same list: the faults as they happen
-        create_topics(cluster, topics_of(ws))
-        exp = ExporterProcess(None, config=str(_exporter_config(workdir, cluster.bootstrap_servers, opts)))
-        exp.wait_ready(90)
-        rules, rules_note = rules_file(workdir, opts.alert_for_divisor)
-        prom = PrometheusProcess(workdir / "prometheus", targets={"lagwatch": [f"127.0.0.1:{exp.port}"]},
-                                 rule_files=[rules], scrape_interval=f"{opts.interval:g}s",
-                                 evaluation_interval=f"{opts.interval:g}s")
-        prom.wait_ready(60)
-        ctx = Ctx(cluster=cluster, t0=0.0, log_dir=workdir / "logs", log=log)
-        for w in ws:
-            w.setup(ctx)
-        if driver is not None and any(isinstance(w, SparkQuery) for w in ws):
-            log("waiting for the PySpark driver")
+            self.ws = [w for w in self.ws if not isinstance(w, JvmGroup)]
+        for w in self.ws:
+            w.faults = self.faults  # the same list: the faults as they happen
+        create_topics(cluster, topics_of(self.ws))
+        self.exp = ExporterProcess(None, config=str(_exporter_config(self.workdir, cluster.bootstrap_servers,
+                                                                     opts)))
+        self.exp.wait_ready(90)
+        self.rules, self.rules_note = rules_file(self.workdir, opts.alert_for_divisor)
+        self.prom = PrometheusProcess(self.workdir / "prometheus",
+                                      targets={"lagwatch": [f"127.0.0.1:{self.exp.port}"]},
+                                      rule_files=[self.rules], scrape_interval=f"{opts.interval:g}s",
+                                      evaluation_interval=f"{opts.interval:g}s")
+        self.prom.wait_ready(60)
+        self.ctx = Ctx(cluster=cluster, t0=0.0, log_dir=self.workdir / "logs", log=self.log)
+        for w in self.ws:
+            w.setup(self.ctx)
+        if driver is not None and any(isinstance(w, SparkQuery) for w in self.ws):
+            self.log("waiting for the PySpark driver")
             if driver.get(300) is None:
-                harness_notes.append(f"Spark driver did not start: {driver.error}; Spark queries left out")
-                ws = [w for w in ws if not isinstance(w, SparkQuery)]
-        code = code_state()  # what the exporter process just loaded
-        rec = Recorder(exp, [w.group for w in ws])
-        rec.start()
-        t0 = time.time()
-        ctx.t0 = t0
-        producers.append(ProducerProcess(cluster, topics_of(ws), t0))
-        log(f"fleet of {len(ws)} groups starting (prefix {prefix}); run of {opts.duration:.0f} s")
-        schedule: list[tuple[float, str, Any]] = []
+                self.harness_notes.append(f"Spark driver did not start: {driver.error}; "
+                                          "Spark queries left out")
+                self.ws = [w for w in self.ws if not isinstance(w, SparkQuery)]
+        self.code = code_state()  # what the exporter process just loaded
+
+    def begin(self) -> list[Action]:
+        """t0: the recorder, the producers and the workloads that start at once; the other
+        starts, the workloads' actions and the broker faults, in time order."""
+        opts, ws = self.opts, self.ws
+        self.rec = Recorder(self.exp, [w.group for w in ws])
+        self.rec.start()
+        self.t0 = self.ctx.t0 = time.time()
+        self.producers.append(ProducerProcess(self.cluster, topics_of(ws), self.t0))
+        self.log(f"fleet of {len(ws)} groups starting (prefix {self.prefix}); run of {opts.duration:.0f} s")
+        schedule: list[Action] = []
         for w in ws:
             if w.start_at > 0:
                 schedule.append((w.start_at, f"{w.group}: start", lambda c, w=w: w.start(c)))
             else:
-                w.start(ctx)
+                w.start(self.ctx)
                 time.sleep(0.75)  # ~40 interpreters and JVMs starting at once overload 2 cores
             schedule += [(t, f"{w.group}: {label}", fn) for t, label, fn in w.actions]
         groups = [w.group for w in ws if w.gtype in ("classic", "consumer") and w.healthy]
+        cluster, faults, log = self.cluster, self.faults, self.log
         if opts.brokers >= 3 and opts.faults:
             schedule.append((0.45 * opts.duration, "broker restart",
                              lambda c: broker_restart(cluster, groups, faults, log)))
             schedule.append((0.70 * opts.duration, "coordinator failover",
                              lambda c: coordinator_failover(cluster, groups, faults, log)))
         schedule.sort(key=lambda s: s[0])
+        return schedule
 
-        def run_action(label: str, fn: Any) -> None:
-            try:
-                fn(ctx)
-            except Exception:  # noqa: BLE001 - the run goes on; the report says so
-                harness_notes.append(f"action {label} failed: {traceback.format_exc(limit=3)}")
-                log(f"action {label} FAILED")
-            # Children die with the *thread* that started them (PR_SET_PDEATHSIG): a thread that
-            # spawned consumers or restarted a broker lives until the run is over.
-            run_over.wait()
+    def run_action(self, label: str, fn: Any) -> None:
+        try:
+            fn(self.ctx)
+        except Exception:  # noqa: BLE001 - the run goes on; the report says so
+            self.harness_notes.append(f"action {label} failed: {traceback.format_exc(limit=3)}")
+            self.log(f"action {label} FAILED")
+        # Children die with the *thread* that started them (PR_SET_PDEATHSIG): a thread that
+        # spawned consumers or restarted a broker lives until the run is over.
+        self.run_over.wait()
 
-        next_progress = t0 + 30
-        next_checkpoint = t0 + 60
-        deadline = t0 + opts.duration
+    def checkpoint(self) -> None:
+        """What was recorded so far, in case the harness dies (--json PATH.partial)."""
+        if not self.opts.json_out:
+            return
+        rec = self.rec
+        with contextlib.suppress(Exception):
+            Path(self.opts.json_out + ".partial").write_text(json.dumps(
+                {"t0": self.t0, "now": time.time(), "faults": [asdict(f) for f in self.faults],
+                 "events": {w.group: w.events for w in self.ws}, "timeline": rec.timeline, "down": rec.down,
+                 "lags": rec.lags, "notes": self.harness_notes}, default=str))
 
-        def checkpoint() -> None:
-            """What was recorded so far, in case the harness dies (--json PATH.partial)."""
-            if not opts.json_out:
-                return
-            with contextlib.suppress(Exception):
-                Path(opts.json_out + ".partial").write_text(json.dumps(
-                    {"t0": t0, "now": time.time(), "faults": [asdict(f) for f in faults],
-                     "events": {w.group: w.events for w in ws}, "timeline": rec.timeline, "down": rec.down,
-                     "lags": rec.lags, "notes": harness_notes}, default=str))
+    def loop(self, schedule: list[Action]) -> None:
+        """Run the schedule to the run's end, then until every bad group that turned has been
+        seen or its bound has passed (at most 120 s more)."""
+        t0 = self.t0
+        next_progress, next_checkpoint, deadline = t0 + 30, t0 + 60, t0 + self.opts.duration
         while True:
             now = time.time()
             while schedule and schedule[0][0] <= now - t0:
                 _t, label, fn = schedule.pop(0)
-                th = threading.Thread(target=run_action, args=(label, fn), daemon=True)
+                th = threading.Thread(target=self.run_action, args=(label, fn), daemon=True)
                 th.start()
-                threads.append(th)
-            for w in ws:
+                self.threads.append(th)
+            for w in self.ws:
                 for msg in w.check():
-                    harness_notes.append(msg)
-                    log("HARNESS: " + msg)
+                    self.harness_notes.append(msg)
+                    self.log("HARNESS: " + msg)
             if now >= next_checkpoint:
                 next_checkpoint += 60
-                checkpoint()
+                self.checkpoint()
             if now >= next_progress:
                 next_progress += 30
-                cur = rec.current()
-                counts = Counter(cur.values())
-                off = [f"{w.group[len(prefix) + 1:]}={cur.get(w.group, '?')}" for w in ws
-                       if w.healthy and cur.get(w.group, "ok") != "ok" and w.start_at <= now - t0 - 10]
-                log(f"t={now - t0:.0f}s " + " ".join(f"{k}:{v}" for k, v in sorted(counts.items()))
-                    + (f" | healthy not ok: {' '.join(off)}" if off else ""))
-            if now >= deadline and not schedule:
-                # every bad group that turned gets until its deadline (bounded) to be seen
-                pending = []
-                cur_t = time.time()
-                for w in ws:
-                    ch = [c for c in w.truth(opts.params) if c.bound is not None]
-                    for c in ch:
-                        seen = any(t >= c.t and st == c.expect for t, st, _r in rec.timeline[w.group])
-                        if not seen and cur_t < c.t + c.bound + 2 * opts.interval:
-                            pending.append(w.group)
-                if not pending or now > deadline + 120:
-                    break
+                self.progress(now)
+            if now >= deadline and not schedule and (not self.pending() or now > deadline + 120):
+                break
             time.sleep(0.5)
+
+    def progress(self, now: float) -> None:
+        """A log line: statuses counted, and the healthy groups that are not ok."""
+        cur = self.rec.current()
+        counts = Counter(cur.values())
+        off = [f"{w.group[len(self.prefix) + 1:]}={cur.get(w.group, '?')}" for w in self.ws
+               if w.healthy and cur.get(w.group, "ok") != "ok" and w.start_at <= now - self.t0 - 10]
+        self.log(f"t={now - self.t0:.0f}s " + " ".join(f"{k}:{v}" for k, v in sorted(counts.items()))
+                 + (f" | healthy not ok: {' '.join(off)}" if off else ""))
+
+    def pending(self) -> list[str]:
+        """The bad groups that turned and still have time (bounded) to be seen."""
+        pending = []
+        cur_t = time.time()
+        for w in self.ws:
+            ch = [c for c in w.truth(self.opts.params) if c.bound is not None]
+            for c in ch:
+                seen = any(t >= c.t and st == c.expect for t, st, _r in self.rec.timeline[w.group])
+                if not seen and cur_t < c.t + c.bound + 2 * self.opts.interval:
+                    pending.append(w.group)
+        return pending
+
+    def finish(self) -> RunResult:
+        """The run judged: alerts read, results, the recording, the report and its checks."""
+        opts, rec, t0, notes = self.opts, self.rec, self.t0, self.harness_notes
         t_end = time.time()
         rec.stop_flag.set()
         rec.join(5)
         alerts = []
         try:
-            alerts = alert_timeline(prom, t0, t_end, opts.interval)
+            alerts = alert_timeline(self.prom, t0, t_end, opts.interval)
         except Exception as e:  # noqa: BLE001
-            harness_notes.append(f"reading ALERTS from Prometheus failed: {e}")
-        results = evaluate(ws, rec, opts.params, t_end, alerts, rule_for_seconds(rules))
+            notes.append(f"reading ALERTS from Prometheus failed: {e}")
+        results = evaluate(self.ws, rec, opts.params, t_end, alerts, rule_for_seconds(self.rules))
         if opts.record:
             try:
-                log(f"recording {opts.record}: " + write_recording(
-                    opts.record, workdir / f"{CLUSTER}.jsonl", ws, opts.params, t0, t_end, prefix))
+                self.log(f"recording {opts.record}: " + write_recording(
+                    opts.record, self.workdir / f"{CLUSTER}.jsonl", self.ws, opts.params, t0, t_end,
+                    self.prefix))
             except Exception:  # noqa: BLE001 - the run's report stands; its checks say so
-                harness_notes.append(f"writing the recording failed: {traceback.format_exc(limit=3)}")
+                notes.append(f"writing the recording failed: {traceback.format_exc(limit=3)}")
         summary = summarize(results)
-        failures = checks(opts, results, harness_notes, alerts)
-        text = report(opts, results, summary, faults, rules_note, alerts, t0, t_end, rec,
-                      harness_notes, prefix, code) + checks_text(failures)
-        res = RunResult(opts, results, summary, faults, alerts, text, rules_note, t0, t_end, harness_notes,
-                        failures)
+        failures = checks(opts, results, notes, alerts)
+        text = report(opts, results, summary, self.faults, self.rules_note, alerts, t0, t_end, rec,
+                      notes, self.prefix, self.code) + checks_text(failures)
         if opts.out:
             Path(opts.out).write_text(text)
         if opts.json_out:
             Path(opts.json_out).write_text(json.dumps(
                 {"summary": summary, "results": [asdict(r) for r in results],
-                 "faults": [asdict(f) for f in faults], "alerts": alerts, "t0": t0, "t_end": t_end,
-                 "notes": harness_notes, "options": asdict(opts), "timeline": rec.timeline, "down": rec.down,
+                 "faults": [asdict(f) for f in self.faults], "alerts": alerts, "t0": t0, "t_end": t_end,
+                 "notes": notes, "options": asdict(opts), "timeline": rec.timeline, "down": rec.down,
                  "lags": rec.lags}, default=str))
-        return res
-    finally:
-        for w in ws:
+        return RunResult(opts, results, summary, self.faults, alerts, text, self.rules_note, t0, t_end,
+                         notes, failures)
+
+    def close(self) -> None:
+        """Every process of the run stopped, whatever state it got to."""
+        for w in self.ws:
             with contextlib.suppress(Exception):
                 w.stop()
-        for pr in producers:
+        for pr in self.producers:
             pr.stop()
-        if driver is not None:
-            driver.close()
-        if prom is not None:
-            prom.stop()
-        if exp is not None:
-            exp.stop()
-            with contextlib.suppress(OSError):
-                if opts.keep_workdir:
-                    shutil.copy(exp.log.name, workdir / "logs" / "exporter.log")
-                if opts.json_out:  # the worker's crash stacks (faulthandler) are in it
-                    shutil.copy(exp.log.name, opts.json_out + ".exporter.log")
-                Path(exp.log.name).unlink()
-        cluster.stop()
-        run_over.set()
-        for th in threads:
+        if self.driver is not None:
+            self.driver.close()
+        if self.prom is not None:
+            self.prom.stop()
+        if self.exp is not None:
+            self._stop_exporter()
+        self.cluster.stop()
+        self.run_over.set()
+        for th in self.threads:
             th.join(1)
-        if not opts.keep_workdir:
-            shutil.rmtree(workdir, ignore_errors=True)
+        if not self.opts.keep_workdir:
+            shutil.rmtree(self.workdir, ignore_errors=True)
         else:
-            log(f"kept {workdir}")
+            self.log(f"kept {self.workdir}")
+
+    def _stop_exporter(self) -> None:
+        exp, opts = self.exp, self.opts
+        exp.stop()
+        with contextlib.suppress(OSError):
+            if opts.keep_workdir:
+                shutil.copy(exp.log.name, self.workdir / "logs" / "exporter.log")
+            if opts.json_out:  # the worker's crash stacks (faulthandler) are in it
+                shutil.copy(exp.log.name, opts.json_out + ".exporter.log")
+            Path(exp.log.name).unlink()
 
 
 def main(argv: list[str] | None = None) -> int:
