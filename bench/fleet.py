@@ -518,20 +518,42 @@ def _by_error(down: list[tuple[float, str]]) -> dict[str, list[float]]:
     return out
 
 
+@dataclass(frozen=True)
+class _Times:
+    """How the report writes a run's times (seconds after t0) and groups (without the prefix)."""
+
+    t0: float
+    t_end: float
+    prefix: str
+
+    def rel(self, t: float | None) -> str:
+        return "–" if t is None else f"{t - self.t0:.0f}"
+
+    def short(self, g: str) -> str:
+        return g[len(self.prefix) + 1:] if g.startswith(self.prefix + "-") else g
+
+
 def report(opts: Options, results: list[GroupResult], summary: dict[str, Any], faults: list[Fault],
            rules_note: str, alerts: list[dict[str, Any]], t0: float, t_end: float,
            rec: Recorder, harness_notes: list[str], prefix: str, code: str = "") -> str:
-    def rel(t: float | None) -> str:
-        return "–" if t is None else f"{t - t0:.0f}"
+    tm = _Times(t0, t_end, prefix)
+    lines = _report_head(opts, results, summary, faults, rules_note, tm, rec, code or code_state())
+    lines += _report_statuses(summary)
+    lines += _report_groups(results, tm)
+    lines += _report_alerts(results, alerts, tm)
+    lines += _report_episodes(results, faults, tm)
+    lines += _report_consumers(results, tm)
+    lines += [f"Harness: {n}" for n in harness_notes]
+    return "\n".join(lines) + "\n"
 
-    def short(g: str) -> str:
-        return g[len(prefix) + 1:] if g.startswith(prefix + "-") else g
 
-    p = opts.params
+def _report_head(opts: Options, results: list[GroupResult], summary: dict[str, Any], faults: list[Fault],
+                 rules_note: str, tm: _Times, rec: Recorder, code: str) -> list[str]:
+    """The run: its length and fleet, the code and settings, the sampling cycles, the faults."""
+    rel, p = tm.rel, opts.params
     lines: list[str] = []
-    code = code or code_state()
     types = Counter(r.gtype for r in results)
-    lines.append(f"### Fleet run: {(t_end - t0) / 60:.1f} min, {len(results)} groups "
+    lines.append(f"### Fleet run: {(tm.t_end - tm.t0) / 60:.1f} min, {len(results)} groups "
              f"({summary['healthy_groups']} healthy, {summary['bad_groups']} bad; "
              + ", ".join(f"{n} {t}" for t, n in sorted(types.items())) + f"), {opts.brokers} broker(s)")
     lines.append("")
@@ -551,10 +573,14 @@ def report(opts: Options, results: list[GroupResult], summary: dict[str, Any], f
         lines.append("Faults: " + "; ".join(f"{f.name} of broker {f.node} at {rel(f.start)} s, back at "
                                          f"{rel(f.end)} s ({f.detail})" for f in faults) + ".")
     lines.append("")
-    lines.append("| status | bad groups | detected (TP) | missed (FN) | late (> bound) | false positives: "
+    return lines
+
+
+def _report_statuses(summary: dict[str, Any]) -> list[str]:
+    """Per status: detections, misses, false positives, delays; then the healthy groups."""
+    lines = ["| status | bad groups | detected (TP) | missed (FN) | late (> bound) | false positives: "
              "healthy groups (s) | wrong status on bad groups (s) | detection delay p50 / p95 / max (s) | "
-             "bound (s) |")
-    lines.append("|---|---|---|---|---|---|---|---|---|")
+             "bound (s) |", "|---|---|---|---|---|---|---|---|---|"]
     for st, s in summary["per_status"].items():
         if not s["bad_groups"] and not s["fp_groups_healthy"] and not s["fp_groups_bad"]:
             continue
@@ -568,46 +594,63 @@ def report(opts: Options, results: list[GroupResult], summary: dict[str, Any], f
              f"{len(summary['healthy_wrong_groups'])} ({summary['healthy_wrong_seconds']:.0f} s in a wrong "
              f"status) | | | |")
     lines.append("")
-    # per group
-    lines.append("| group | type | truth | behaviour | turned at (s) | detected after (s) | bound (s) | "
-             "wrong statuses (s) | alerts (first firing, s after turn) |")
-    lines.append("|---|---|---|---|---|---|---|---|---|")
+    return lines
+
+
+def _report_groups(results: list[GroupResult], tm: _Times) -> list[str]:
+    """One row per group: its truth, when it turned, when lagwatch saw it, its alerts."""
+    rel = tm.rel
+    lines = ["| group | type | truth | behaviour | turned at (s) | detected after (s) | bound (s) | "
+             "wrong statuses (s) | alerts (first firing, s after turn) |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for r in sorted(results, key=lambda r: (not r.healthy, r.kind, r.group)):
         wrong = Counter()
         for e in r.wrong:
             wrong[e.status] += e.seconds
         wrong_txt = ", ".join(f"{s} {v:.0f}" for s, v in wrong.items()) or "–"
-        fired = []
-        for a, states in sorted(r.alerts.items()):
-            if "firing" in states:
-                ref = r.turn if r.turn is not None else t0
-                fired.append(f"{a.replace('KafkaConsumer', '')} {states['firing'] - ref:+.0f}")
-            elif "pending" in states:
-                fired.append(f"{a.replace('KafkaConsumer', '')} (pending only)")
-        if not r.healthy:
-            for t, a in r.alert_marks:
-                if "firing" in r.alerts.get(a, {}):
-                    short_a = a.replace("KafkaConsumer", "")
-                    fired.append(f"({short_a} {r.alerts[a]['firing'] - t:+.0f} after deletion)")
-            firing = {a for a, st in r.alerts.items() if "firing" in st}
-            due = [a for a in r.alerts_due if a in r.expected_alerts]
-            if due and not firing & set(due):
-                fired.append("MISSING " + "/".join(m.replace("KafkaConsumer", "") for m in due))
-            elif r.expected_alerts and not firing & set(r.expected_alerts):
-                fired.append("(run ended before " + "/".join(m.replace("KafkaConsumer", "")
-                                                              for m in r.expected_alerts) + " was due)")
-            for _t, a in r.alert_marks:
-                if a in r.alerts_due and a not in firing:
-                    fired.append(f"MISSING {a.replace('KafkaConsumer', '')}")
+        fired = _group_alerts(r, tm.t0)
         delay = "missed" if r.turn is not None and r.detected is None else _fmt(r.delay)
         if r.turn is None and not r.healthy:
             delay = "never turned"
         truth = "ok" if r.healthy else r.expect
-        lines.append(f"| {short(r.group)} | {r.gtype} | {truth} | {r.description} | "
+        lines.append(f"| {tm.short(r.group)} | {r.gtype} | {truth} | {r.description} | "
                  f"{rel(r.turn) if not r.healthy else '–'} | {delay if not r.healthy else '–'} | "
                  f"{_fmt(r.bound) if not r.healthy else '–'} | {wrong_txt} | {'; '.join(fired) or '–'} |")
     lines.append("")
-    # alerts
+    return lines
+
+
+def _group_alerts(r: GroupResult, t0: float) -> list[str]:
+    """A group's alerts: first firing after its turn, pending only, and for a bad group the
+    alerts due that are missing."""
+    fired = []
+    for a, states in sorted(r.alerts.items()):
+        if "firing" in states:
+            ref = r.turn if r.turn is not None else t0
+            fired.append(f"{a.replace('KafkaConsumer', '')} {states['firing'] - ref:+.0f}")
+        elif "pending" in states:
+            fired.append(f"{a.replace('KafkaConsumer', '')} (pending only)")
+    if not r.healthy:
+        for t, a in r.alert_marks:
+            if "firing" in r.alerts.get(a, {}):
+                short_a = a.replace("KafkaConsumer", "")
+                fired.append(f"({short_a} {r.alerts[a]['firing'] - t:+.0f} after deletion)")
+        firing = {a for a, st in r.alerts.items() if "firing" in st}
+        due = [a for a in r.alerts_due if a in r.expected_alerts]
+        if due and not firing & set(due):
+            fired.append("MISSING " + "/".join(m.replace("KafkaConsumer", "") for m in due))
+        elif r.expected_alerts and not firing & set(r.expected_alerts):
+            fired.append("(run ended before " + "/".join(m.replace("KafkaConsumer", "")
+                                                          for m in r.expected_alerts) + " was due)")
+        for _t, a in r.alert_marks:
+            if a in r.alerts_due and a not in firing:
+                fired.append(f"MISSING {a.replace('KafkaConsumer', '')}")
+    return fired
+
+
+def _report_alerts(results: list[GroupResult], alerts: list[dict[str, Any]], tm: _Times) -> list[str]:
+    """Per alert: the groups it fired for, bad, healthy, pending only, or without a group."""
+    short = tm.short
     healthy = {r.group for r in results if r.healthy}
     bad = {r.group for r in results if not r.healthy}
     by_alert: dict[str, dict[str, set[str]]] = {}
@@ -620,9 +663,8 @@ def report(opts: Options, results: list[GroupResult], summary: dict[str, Any], f
             d["healthy" if a["state"] == "firing" else "healthy_pending"].add(short(a["group"]))
         elif not a["group"] and a["state"] == "firing":
             d["other"].add(a["labels"].get("cluster") or a["labels"].get("instance") or "-")
-    lines.append("| alert | fired for bad groups | fired for HEALTHY groups | pending only, healthy groups | "
-             "fired without a group label |")
-    lines.append("|---|---|---|---|---|")
+    lines = ["| alert | fired for bad groups | fired for HEALTHY groups | pending only, healthy groups | "
+             "fired without a group label |", "|---|---|---|---|---|"]
     for name in sorted(by_alert):
         d = by_alert[name]
         lines.append(f"| {name} | {', '.join(sorted(d['bad'])) or '–'} | "
@@ -632,21 +674,33 @@ def report(opts: Options, results: list[GroupResult], summary: dict[str, Any], f
     if not by_alert:
         lines.append("| (none) | | | | |")
     lines.append("")
-    # episodes
+    return lines
+
+
+def _report_episodes(results: list[GroupResult], faults: list[Fault], tm: _Times) -> list[str]:
+    """Every wrong status seen, with the fault it came during or after."""
     eps = sorted((e for r in results for e in r.wrong), key=lambda e: e.start)
-    if eps:
-        lines.append("Wrong statuses seen (time after start, group, status for how long, lagwatch's reason):")
-        lines.append("")
-        for e in eps:
-            tag = ""
-            for f in faults:
-                if f.start - 5 <= e.start <= (f.end or t_end) + 60:
-                    tag = f" [during/after {f.name.split(' (')[0]}]"
-            r = next(r for r in results if r.group == e.group)
-            what = "healthy" if r.healthy else f"truth {r.expect}"
-            lines.append(f"* {rel(e.start)} s {short(e.group)} ({what}): `{e.status}` for {e.seconds:.0f} s"
-                     f"{tag}: {e.reason[:300]}{_spark_then(r, e.start)}")
-        lines.append("")
+    if not eps:
+        return []
+    lines = ["Wrong statuses seen (time after start, group, status for how long, lagwatch's reason):", ""]
+    for e in eps:
+        tag = ""
+        for f in faults:
+            if f.start - 5 <= e.start <= (f.end or tm.t_end) + 60:
+                tag = f" [during/after {f.name.split(' (')[0]}]"
+        r = next(r for r in results if r.group == e.group)
+        what = "healthy" if r.healthy else f"truth {r.expect}"
+        lines.append(f"* {tm.rel(e.start)} s {tm.short(e.group)} ({what}): `{e.status}` for {e.seconds:.0f} s"
+                 f"{tag}: {e.reason[:300]}{_spark_then(r, e.start)}")
+    lines.append("")
+    return lines
+
+
+def _report_consumers(results: list[GroupResult], tm: _Times) -> list[str]:
+    """What the consumers said themselves (commits going back, partitions lost), and the
+    groups absent from lagwatch's view."""
+    rel, short = tm.rel, tm.short
+    lines: list[str] = []
     backs = [(t, short(r.group), line) for r in results for t, line in r.commits_back]
     if backs:
         lines.append("The consumers' own view of their committed offsets going backwards (COMMIT_BACK "
@@ -674,9 +728,7 @@ def report(opts: Options, results: list[GroupResult], summary: dict[str, Any], f
     if absent:
         lines.append("Absent from the exporter's view while judged: "
                  + ", ".join(f"{g} {s:.0f} s" for g, s in absent) + ".")
-    for n in harness_notes:
-        lines.append(f"Harness: {n}")
-    return "\n".join(lines) + "\n"
+    return lines
 
 
 # -- checks -------------------------------------------------------------------------------------
