@@ -86,3 +86,30 @@ def test_group_types_are_a_closed_set() -> None:
     assert GroupSample(group_id="g", type="share", state="stable").type is GroupType.SHARE
     with pytest.raises(ValueError):
         GroupSample(group_id="g", type="sahre", state="stable")  # a typo is no new group type
+
+
+# Fields of the contracts that hold a closed set: each is typed by its StrEnum, never str.
+CLOSED_SET_FIELDS = {"type", "state", "status", "membership", "source", "commit_mode", "stage"}
+
+
+def test_no_closed_set_is_a_bare_str_in_a_contract() -> None:
+    import dataclasses
+    import importlib
+    import pkgutil
+    import typing
+
+    import exporter.config
+    import exporter.contracts
+
+    bare = []
+    for mod in pkgutil.iter_modules(exporter.contracts.__path__):
+        m = importlib.import_module(f"exporter.contracts.{mod.name}")
+        for cls in vars(m).values():
+            if not (isinstance(cls, type) and dataclasses.is_dataclass(cls) and cls.__module__ == m.__name__):
+                continue
+            # contracts/worker.py names the configuration under TYPE_CHECKING only
+            hints = typing.get_type_hints(cls, {**vars(exporter.config), **vars(m)})
+            for f in dataclasses.fields(cls):
+                if f.name in CLOSED_SET_FIELDS and str in (hints[f.name], *typing.get_args(hints[f.name])):
+                    bare.append(f"{cls.__name__}.{f.name}")
+    assert bare == []
