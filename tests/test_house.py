@@ -113,3 +113,21 @@ def test_no_closed_set_is_a_bare_str_in_a_contract() -> None:
                 if f.name in CLOSED_SET_FIELDS and str in (hints[f.name], *typing.get_args(hints[f.name])):
                     bare.append(f"{cls.__name__}.{f.name}")
     assert bare == []
+
+
+# What exporter/contracts/ may import of the application besides itself: the worker's start
+# message carries the cluster's configuration (contracts/worker.py, for annotations only).
+CONTRACTS_MAY_IMPORT = {"exporter.config"}
+
+
+def test_contracts_import_nothing_above_them() -> None:
+    """Every import of exporter/contracts/, at any level (TYPE_CHECKING ones included), is
+    of the standard library, of exporter/contracts/ itself, or CONTRACTS_MAY_IMPORT."""
+    above = []
+    for path in sorted((ROOT_DIR / "exporter" / "contracts").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                     [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else [])
+            above += [f"{path.name}: {n}" for n in names if n.split(".")[0] in ("exporter", "lagwatch_client")
+                      and not n.startswith("exporter.contracts") and n not in CONTRACTS_MAY_IMPORT]
+    assert above == []
