@@ -43,10 +43,10 @@ class MetricsDetail(StrEnum):
     BOUNDED = "bounded"  # per-group series only where an alert reads them (exporter/expose/detail.py)
 
 
-LAG_MODES = tuple(LagMode)
+LAG_MODES = tuple(m.value for m in LagMode)  # plain strings: argparse prints its choices
 COMPAT_MODES = ("kafka_exporter",)
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
-METRICS_DETAIL = tuple(MetricsDetail)
+METRICS_DETAIL = tuple(m.value for m in MetricsDetail)
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 _ENV_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 # librdkafka properties whose values must never be printed.
