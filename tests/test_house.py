@@ -89,7 +89,7 @@ def test_group_types_are_a_closed_set() -> None:
 
 
 # Fields of the contracts that hold a closed set: each is typed by its StrEnum, never str.
-CLOSED_SET_FIELDS = {"type", "state", "status", "membership", "source", "commit_mode", "stage"}
+CLOSED_SET_FIELDS = {"type", "state", "status", "membership", "source", "commit_mode", "stage", "event"}
 
 
 def test_no_closed_set_is_a_bare_str_in_a_contract() -> None:

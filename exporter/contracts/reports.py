@@ -23,6 +23,16 @@ class CommitMode(StrEnum):
 REPORTED_COMMIT_MODES = (CommitMode.AUTO, CommitMode.MANUAL)
 
 
+class SparkEvent(StrEnum):
+    """What made a Spark listener send its report."""
+
+    STARTED = "started"  # the query started
+    PROGRESS = "progress"  # a micro-batch ended (Spark's QueryProgressEvent)
+    IDLE = "idle"  # the query has no new data (QueryIdleEvent)
+    HEARTBEAT = "heartbeat"  # the listener's own timer
+    TERMINATED = "terminated"  # the query ended
+
+
 @dataclass(frozen=True, slots=True)
 class ConsumerReport:
     group: str
@@ -60,7 +70,7 @@ class SparkReport:
     run_id: str
     name: str | None
     sent_at: float
-    event: str
+    event: SparkEvent
     batch_id: int | None
     batch_started: float | None
     last_progress: float | None
@@ -78,7 +88,7 @@ class SparkReport:
 
     @property
     def terminated(self) -> bool:
-        return self.event == "terminated"
+        return self.event == SparkEvent.TERMINATED
 
     def batch_running(self, now: float) -> float | None:
         if self.batch_started is None:

@@ -49,6 +49,7 @@ from exporter.contracts.reports import (
     ConsumerReport,
     Report,
     RunningBatch,
+    SparkEvent,
     SparkReport,
 )
 from exporter.contracts.snapshot import TP
@@ -57,6 +58,7 @@ from lagwatch_client.wire import MAX_NAME, MAX_REPORT_BYTES, VERSION, encode, re
 # The wire format is lagwatch_client.wire, shared with the reporters (encode and report_key
 # are re-exported for tests that build reports the way reporters do).
 
+_SPARK_EVENTS = tuple(e.value for e in SparkEvent)
 MAX_PARTITIONS = 10_000
 MAX_OFFSET = 2**63 - 1
 # Reasons are a closed set: they are a label value of lagwatch_reports_dropped_total.
@@ -239,7 +241,7 @@ def _spark(d: dict[str, Any], group: str, sent_at: float, interval: float,
            received_at: float) -> SparkReport:
     """A Spark listener's report (``kind: spark``): one query's progress or liveness."""
     event = d.get("event")
-    if event not in ("started", "progress", "idle", "heartbeat", "terminated"):
+    if event not in _SPARK_EVENTS:
         raise ReportError("wrong_type", f"unknown spark event {event!r}")
     batch_id = d.get("batch_id")
     if batch_id is not None:
@@ -249,7 +251,7 @@ def _spark(d: dict[str, Any], group: str, sent_at: float, interval: float,
         raise ReportError("wrong_type", "exception must be a string")
     return SparkReport(
         group=group, query_id=_str(d, "query_id") or "", run_id=_str(d, "run_id") or "",
-        name=_str(d, "name", required=False), sent_at=sent_at, event=event,
+        name=_str(d, "name", required=False), sent_at=sent_at, event=SparkEvent(event),
         batch_id=batch_id,
         batch_started=_num(d, "batch_started", required=False, lo=1e9, hi=1e11),
         last_progress=_num(d, "last_progress", required=False, lo=1e9, hi=1e11),
