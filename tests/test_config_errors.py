@@ -285,6 +285,11 @@ def test_bad_config_one_line_exit_2(case: Case, results: dict[str, Result]) -> N
     assert len(lines[0]) > len(want) + 5, f"no problem stated\n{detail}"
 
 
+def test_a_bad_choice_lists_the_label_values(results: dict[str, Result]) -> None:
+    """The closed sets are StrEnums; the CLI names their values, not the members' reprs."""
+    assert "(choose from 'interpolate', 'exact')" in results["flag-lag-mode"].stderr
+
+
 def test_secret_value_never_echoed(tmp_path: Path) -> None:
     """A bad secret-bearing setting names the field, never the secret's value."""
     cfg = tmp_path / "c.yml"

@@ -22,6 +22,7 @@ from typing import NamedTuple
 import numpy as np
 
 from exporter.config import Config, GroupThresholds, Thresholds, default_of, thresholds_for
+from exporter.contracts.reports import ConsumerReport, SparkReport
 from exporter.contracts.snapshot import (
     COMMITTING_TYPES,
     TP,
@@ -84,7 +85,6 @@ from exporter.evaluate.rebalances import RebalanceTracker
 from exporter.evaluate.rest import Resting, changed_topics, enter, possible, served, settle, still
 from exporter.evaluate.rules import PartitionFacts, classify, fmt_seconds, note, reason
 from exporter.evaluate.unread import UnreadOffsets
-from exporter.reports.decode import ConsumerReport, SparkReport
 from exporter.reports.match import match_reports
 
 MAX_REASONS = 5

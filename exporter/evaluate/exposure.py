@@ -16,9 +16,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
+from exporter.contracts.reports import ConsumerReport, SparkReport
 from exporter.contracts.snapshot import TP
 from exporter.contracts.view import GroupExposure, PartitionView
-from exporter.reports.decode import ConsumerReport, SparkReport
 
 
 def consumer_exposure(parts: Iterable[PartitionView],

@@ -40,11 +40,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from exporter.config import Thresholds
+from exporter.contracts.reports import ConsumerReport
 from exporter.contracts.snapshot import GroupSample, GroupType
 from exporter.contracts.status import Status
 from exporter.contracts.view import GroupRebalances, GroupView
 from exporter.evaluate.rates import fmt_duration
-from exporter.reports.decode import ConsumerReport
 
 EPOCH_TYPES = frozenset({GroupType.CONSUMER, GroupType.STREAMS, GroupType.SHARE})
 # Rebalance times kept per group, at most: enough for any storm threshold that matters.

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from exporter.contracts.errors import ErrorStage
 from exporter.state.codec import DropReason
 
 
@@ -23,8 +24,7 @@ class FamilyDoc:
 # Stages of lagwatch_errors_total, all served from the first cycle (at 0): the Kafka
 # requests of a cycle, then a Python exception inside the worker's sampling (a bug; the
 # worker keeps running), a worker process that died, and an exception in the runner's cycle.
-ERROR_STAGES = ("metadata", "list_groups", "describe_group", "offset_fetch", "list_offsets", "leo",
-                "exact_lag", "sample_exception", "worker_crash", "cycle", "state_write")
+ERROR_STAGES = tuple(ErrorStage)
 
 # The metric contract. docs/metrics.md is checked against this list.
 FAMILIES: tuple[FamilyDoc, ...] = (

@@ -1,12 +1,11 @@
 """All Kafka I/O of one cluster, in a child process.
 
-Why a process: librdkafka kills the whole process in some failure paths. We
-hit an assertion in a real coordinator-failover test
-(``rd_kafka_enq_once_del_source_return: Assertion `eonce->refcnt > 0'`` while
-describe/offset-fetch requests were timing out, confluentinc/librdkafka#4605),
-and a segfault whenever the admin client's OffsetFetch meets a coordinator
-that moved (confluentinc/librdkafka#5040: ``rd_kafka_cgrp_op`` on the NULL
-consumer group of an admin client). With every librdkafka
+Why a process: librdkafka kills the whole process in some failure paths: an
+assertion when describe or offset-fetch requests time out during a coordinator
+failover (``rd_kafka_enq_once_del_source_return: Assertion `eonce->refcnt > 0'``,
+confluentinc/librdkafka#4605), and a segfault whenever the admin client's OffsetFetch
+meets a coordinator that moved (confluentinc/librdkafka#5040: ``rd_kafka_cgrp_op`` on
+the NULL consumer group of an admin client). With every librdkafka
 client (sampler, record-timestamp reader, report reader) in a child, such an
 abort costs one cycle: the main process keeps serving what it knew with
 ``lagwatch_up 0``, counts ``lagwatch_errors_total{stage="worker_crash"}``,
@@ -46,6 +45,7 @@ from exporter.contracts.worker import (
     Timestamps,
     TimestampsReply,
     TimestampsRequest,
+    WorkerCounters,
     WorkerStart,
 )
 from exporter.runtime import collect_less
@@ -108,7 +108,7 @@ def _serve(conn: _Pipe, start: WorkerStart) -> None:
     sampler = Sampler(cfg)
     exact = RecordTimestamps(client_config(cfg), cfg.request_timeout)
     reports = _replayed_reports(start, sampler)
-    counts: tuple[int, dict[str, int], dict[str, int], int] = (0, {}, {}, 0)
+    counts = WorkerCounters()
     state: StateTopic | None = None  # the state topic's clients, made at its first use
     while True:
         try:
@@ -118,7 +118,7 @@ def _serve(conn: _Pipe, start: WorkerStart) -> None:
         reply: SampleReply | TimestampsReply | StateLoadReply | StateWriteReply
         if isinstance(req, SampleRequest):
             sampled = _sample_or_fail(sampler, reports, req, counts)
-            counts = _counts(sampled)
+            counts = sampled.counters  # for a later cycle that raises
             reply = sampled
             del sampled  # the snapshot must not stay alive until the next cycle
         elif isinstance(req, TimestampsRequest):
@@ -148,7 +148,7 @@ def _serve(conn: _Pipe, start: WorkerStart) -> None:
 
 
 def _sample_or_fail(sampler: Sampler, reports: ReportReader | None, req: SampleRequest,
-                    counts: tuple[int, dict[str, int], dict[str, int], int]) -> SampleReply:
+                    counts: WorkerCounters) -> SampleReply:
     """The cycle's reply; a Python exception is that cycle's sample_exception error."""
     try:
         return _sample(sampler, reports, req.memory)
@@ -189,31 +189,26 @@ def _state(state: StateTopic, req: StateLoadRequest | StateWriteRequest
         return StateWriteReply(0, len(req.records), error=f"{type(e).__name__}: {e}")
 
 
-def _counts(reply: SampleReply) -> tuple[int, dict[str, int], dict[str, int], int]:
-    """The counters of a reply, for a later cycle that raises (they must never go back)."""
-    return reply.requests_total, reply.reports_received, reply.reports_dropped, reply.reports_requests
-
-
 def _sample(sampler: Sampler, reports: ReportReader | None, memory: SamplerMemory | None
             ) -> SampleReply:
     if memory is not None:  # what the runner kept from the last cycle
         sampler.memory = memory
     consumer_reports, spark_reports = reports.current() if reports else ({}, {})
     spark_topics = {t for r in spark_reports.values() for (t, _) in r.end_offsets}
-    snap = sampler.sample(extra_topics=spark_topics)
-    return SampleReply(snap, consumer_reports, spark_reports, sampler.requests_total,
-                        dict(reports.received) if reports else {},
-                        dict(reports.dropped) if reports else {},
-                        reports.requests if reports else 0, sampler.memory)
+    snap = sampler.sample(spark_topics=spark_topics)
+    counters = WorkerCounters(sampler.requests_total,
+                              dict(reports.received) if reports else {},
+                              dict(reports.dropped) if reports else {},
+                              reports.requests if reports else 0)
+    return SampleReply(snap, consumer_reports, spark_reports, counters, sampler.memory)
 
 
-def _failed(cluster: str, counts: tuple[int, dict[str, int], dict[str, int], int], error: str
-            ) -> SampleReply:
+def _failed(cluster: str, counts: WorkerCounters, error: str) -> SampleReply:
     """A cycle whose sampling raised: no data, one sample_exception error; the counters
     are the last ones known (they must never go back)."""
     snap = Snapshot(cluster=cluster, taken_at=time.time(), duration=0.0, partitions={}, groups={},
                     errors=(ErrorRecord(stage=ErrorStage.SAMPLE_EXCEPTION, message=error),), ok=False)
-    return SampleReply(snap, {}, {}, *counts)
+    return SampleReply(snap, {}, {}, counts)
 
 
 def child_main() -> None:
