@@ -12,7 +12,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 from collections.abc import Iterator, Mapping, MutableMapping
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from exporter.contracts.snapshot import TP, Member, PartitionOffsets
 from exporter.contracts.state import (
@@ -23,20 +23,34 @@ from exporter.contracts.state import (
     TopicState,
 )
 from exporter.contracts.view import ClusterView, GroupProgress, GroupRebalances, GroupView
-from exporter.evaluate.cadence import new_gaps
+from exporter.evaluate.cadence import Gaps, new_gaps
 from exporter.evaluate.columns import PartitionTable
 from exporter.evaluate.constants import MAX_JOINS, OUTSIDE_GAPS
 from exporter.evaluate.departures import MAX_DEPARTURES, Departure
 from exporter.evaluate.lag import HwHistory
 from exporter.evaluate.memory import GroupMemory, Ownership, PartitionMemory, Rewind
-from exporter.evaluate.progress import GroupMemo
+from exporter.evaluate.progress import GroupMemo, ProgressTracker
 from exporter.evaluate.rates import Points, RateTable
-from exporter.evaluate.rebalances import MAX_EVENTS, RebalanceMemo
-from exporter.evaluate.rest import settle
+from exporter.evaluate.rebalances import MAX_EVENTS, RebalanceMemo, RebalanceTracker
+from exporter.evaluate.rest import Resting, settle
+from exporter.evaluate.unread import UnreadOffsets
 from exporter.state.plain import from_plain, to_plain
 
-if TYPE_CHECKING:
-    from exporter.evaluate.evaluator import Evaluator
+
+class Evaluator(Protocol):
+    """What of an evaluator (exporter/evaluate/evaluator.py) this module reads and writes:
+    named here, so that the evaluator imports this module and not the other way round."""
+
+    cluster: str
+    commit_gaps: dict[str, Gaps]
+    groups: dict[str, GroupMemory]
+    history_points: int
+    hw_history: dict[TP, HwHistory]
+    last_good: ClusterView | None
+    progress: ProgressTracker
+    rebalances: RebalanceTracker
+    rest: dict[str, Resting]
+    unread: UnreadOffsets
 
 
 def _row(tp: TP, m: PartitionMemory) -> PartitionRow:

@@ -353,7 +353,7 @@ class Sampler:
 
     def _drop_gone(self, groups: dict[str, GroupSample], errors: list[ErrorRecord]
                    ) -> dict[str, GroupSample]:
-        """Bridged groups that the coordinator says no longer exist go at once (deleted)."""
+        """Bridged groups that the coordinator says do not exist go at once (deleted)."""
         not_found = {e.group for e in errors if e.code == GROUP_ID_NOT_FOUND}
         gone = {gid for gid in self.memory.absent if gid in groups and (
             groups[gid].state == KafkaGroupState.DEAD or gid in not_found)}
