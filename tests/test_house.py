@@ -188,3 +188,38 @@ def test_the_families_a_cycle_renders_are_the_contracts_in_its_order() -> None:
 
     assert names(CycleFamilies) == [field_of(f.name) for f in FAMILIES if f.name.startswith("kafka_")]
     assert names(CompatFamilies) == [field_of(f.name) for f in COMPAT_FAMILIES]
+
+
+# Names the names table (docs/design.md#names) retired: each meant two things, or nothing.
+RETIRED = frozenset({
+    "Sample", "GroupMemo", "RebalanceMemo", "GroupState", "TopicState", "queue_progress_at",
+    "_share_progress", "extra_topics", "_extra", "_enum_name", "_STATE_NAMES", "NEW_GROUP_TYPES",
+    "parse_subscriptions", "log_end_offsets",
+})
+
+
+def _identifiers(tree: ast.AST) -> set[str]:
+    out: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name):
+            out.add(node.id)
+        elif isinstance(node, ast.Attribute):
+            out.add(node.attr)
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            out.add(node.name)
+        elif isinstance(node, ast.arg):
+            out.add(node.arg)
+        elif isinstance(node, ast.alias):
+            out.update({node.name.rpartition(".")[2], node.asname or ""})
+    return out
+
+
+def test_no_retired_name_is_used_in_exporter() -> None:
+    used = {f"{p.relative_to(ROOT_DIR)}: {n}" for p in sorted((ROOT_DIR / "exporter").rglob("*.py"))
+            for n in _identifiers(ast.parse(p.read_text())) & RETIRED}
+    assert used == set()
+
+
+def test_the_retired_name_check_sees_attributes_and_imports() -> None:
+    tree = ast.parse("from x import GroupMemo as M\nm.queue_progress_at = 1\n")
+    assert _identifiers(tree) & RETIRED == {"GroupMemo", "queue_progress_at"}

@@ -25,7 +25,7 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, ConfigResource
 
 from devenv.kafka import KafkaCluster
-from exporter.contracts.state import GroupState
+from exporter.contracts.state import SavedGroup
 from exporter.state import codec
 from tests.conftest import (
     STALL_AFTER,
@@ -152,9 +152,9 @@ def test_the_state_topic_is_compacted_and_holds_a_key_per_group(world: dict[str,
     assert conf["cleanup.policy"].value == "compact"
 
 
-def _empty_state(group: str) -> GroupState:
-    return GroupState(group=group, members=(), epoch=None, joins=(), seen_once=True,
-                      unreadable_since=None, queue_progress_at=None, outside_at=None, outside_gaps=(),
+def _empty_state(group: str) -> SavedGroup:
+    return SavedGroup(group=group, members=(), epoch=None, joins=(), seen_once=True,
+                      unreadable_since=None, acknowledged_at=None, outside_at=None, outside_gaps=(),
                       uncommitted=(), partitions=(), commit_gaps=None, rebalances=None, rates=None,
                       last_view=None, last_progress=None, last_rebalances=None)
 

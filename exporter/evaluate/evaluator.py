@@ -7,7 +7,7 @@ then :func:`exporter.evaluate.memory.observe` (pure, one step per concern),
 partition's next memory, which replaces the old one). A group's status is its worst
 partition's. What differs between group types is named in one place each: who owns a
 committed partition (:func:`_member_owns`, :func:`_spark_owns`), share groups' progress
-(:func:`_share_progress`, :func:`_share_dates`), partitions owned and never committed
+(:func:`_share_offsets`, :func:`_share_dates`), partitions owned and never committed
 (member groups only, :meth:`Evaluator._uncommitted`), the group's status
 (:func:`_group_status`). A group found entirely at rest is not evaluated again while its
 sample stands still (``exporter/evaluate/rest.py``)."""
@@ -21,24 +21,26 @@ from typing import NamedTuple
 
 import numpy as np
 
-from exporter.config import Config, GroupThresholds, Thresholds, default_of, thresholds_for
+from exporter.config import Config, GroupThresholds, LagMode, Thresholds, default_of, thresholds_for
 from exporter.contracts.reports import ConsumerReport, SparkReport
 from exporter.contracts.snapshot import (
     COMMITTING_TYPES,
     TP,
     GroupSample,
     GroupType,
+    KafkaGroupState,
     Member,
     PartitionOffsets,
     Snapshot,
 )
-from exporter.contracts.state import GroupState, TopicState
+from exporter.contracts.state import SavedGroup, SavedTopic
 from exporter.contracts.status import Status
 from exporter.contracts.view import (
     SEVERITY,
     ClusterView,
     GroupExposure,
     GroupView,
+    Membership,
     MemberView,
     PartitionView,
     SparkInfo,
@@ -48,8 +50,8 @@ from exporter.evaluate.cadence import Gaps, learn_commit_gaps, member_allowance,
 from exporter.evaluate.columns import (
     LAGGING,
     Columns,
-    Evidence,
     PartitionTable,
+    RowStep,
     Samples,
     observe_rows,
     ok_rows,
@@ -66,7 +68,7 @@ from exporter.evaluate.lag import HwHistory, lag_seconds
 from exporter.evaluate.memory import (
     GroupMemory,
     PartitionMemory,
-    Sample,
+    StepInput,
     Tuning,
     at_rest,
     forget_uncommitted,
@@ -94,7 +96,8 @@ CHUNK_ROWS = 8192
 _HW = operator.attrgetter("hw")
 _MISSING = object()  # not in a memo
 # States in which a coordinator-driven group moves partitions between members.
-IN_FLIGHT_STATES = frozenset({"assigning", "reconciling", "unknown"})
+IN_FLIGHT_STATES = frozenset({KafkaGroupState.ASSIGNING, KafkaGroupState.RECONCILING,
+                              KafkaGroupState.UNKNOWN})
 
 
 def _member_label(m: Member | None) -> str:
@@ -134,9 +137,9 @@ class _GroupCycle:
     assignment_known: bool  # :func:`_assignment_known`
     report_of: dict[TP, ConsumerReport]  # the latest open report naming the partition
     report_by_member: dict[str, ConsumerReport]  # the open report matching each member
-    progress: Mapping[TP, tuple[int, int]]  # (where the lag starts, what the memory follows)
+    offsets: Mapping[TP, tuple[int, int]]  # (consumed offset, followed offset)
     share_dates: dict[TP, tuple[float | None, float | None]]  # share groups: :func:`_share_dates`
-    membership: str  # members, outside or none (:meth:`Evaluator._membership`)
+    membership: Membership  # :meth:`Evaluator._membership`
     allowance: float  # stall allowance of a client outside group membership
     left: frozenset[str]  # topics no member subscribes to any more
     tuning: Tuning  # the group's thresholds, as the memory step reads them
@@ -158,12 +161,12 @@ class _Columns:
     # set by Evaluator._judge_columns: of each row judged, whether every rule leaves it
     # ok, the evidence and when its committed offset last moved
     ok: np.ndarray | None = None
-    evidence: Evidence | None = None
+    step: RowStep | None = None
     changed_at: np.ndarray | None = None
 
 
 class _EvidenceRows(NamedTuple):
-    """A group's :class:`Evidence` and change times as lists (row k: the k-th judged)."""
+    """A group's :class:`RowStep` and change times as lists (row k: the k-th judged)."""
 
     changed_at: list[float]
     new_data_seconds: list[float]  # NaN: None
@@ -409,7 +412,7 @@ class Evaluator:
                 used += cost(v)
         return kept, total - used
 
-    def lag_inputs(self, snap: Snapshot, lag_mode: str) -> list[tuple[TP, int]]:
+    def lag_inputs(self, snap: Snapshot, lag_mode: LagMode) -> list[tuple[TP, int]]:
         """(tp, committed) pairs whose lag seconds need the record's own timestamp, each
         once (many groups often stand at the same offset of a partition)."""
         want: dict[tuple[TP, int], None] = {}
@@ -418,7 +421,7 @@ class Evaluator:
                 po = snap.partitions.get(tp)
                 if po is None or po.hw is None or off >= po.hw:
                     continue
-                if lag_mode == "exact":
+                if lag_mode == LagMode.EXACT:
                     want[tp, off] = None
                     continue
                 h = self.hw_history.get(tp)
@@ -458,8 +461,8 @@ class Evaluator:
         """What every partition of the group is judged with this cycle, computed once."""
         assignment_known = _assignment_known(g)
         report_of, report_by_member = _reports_of(g, reports)
-        progress, share_dates = _progress(g, st, partitions, now)
-        membership, allowance = self._membership(g, st, progress, was_empty, now)
+        offsets, share_dates = _offsets(g, st, partitions, now)
+        membership, allowance = self._membership(g, st, offsets, was_empty, now)
         return _GroupCycle(
             g=g, st=st, partitions=partitions, spark=spark, exact_ts=exact_ts, now=now,
             owner_of={m_tp: m for m in g.members for m_tp in m.assignment},
@@ -468,7 +471,7 @@ class Evaluator:
             # its target assignment: owned, not stopped.
             incoming=frozenset(m_tp for m in g.members for m_tp in m.target),
             assignment_known=assignment_known, report_of=report_of,
-            report_by_member=report_by_member, progress=progress, share_dates=share_dates,
+            report_by_member=report_by_member, offsets=offsets, share_dates=share_dates,
             membership=membership, allowance=allowance,
             left=_unsubscribed_topics(g, assignment_known),
             tuning=Tuning(self.interval, self.th.lag_seconds, self.th.stall_after),
@@ -489,10 +492,10 @@ class Evaluator:
                          reasons=(reason_txt,), members=prev.members if prev else (),
                          partitions=prev.partitions if prev else (),
                          spark=prev.spark if prev else None, epoch=prev.epoch if prev else None,
-                         membership=prev.membership if prev else "none")
+                         membership=prev.membership if prev else Membership.NONE)
 
-    def _membership(self, g: GroupSample, st: GroupMemory, progress: Mapping[TP, tuple[int, int]],
-                    was_empty: bool, now: float) -> tuple[str, float]:
+    def _membership(self, g: GroupSample, st: GroupMemory, offsets: Mapping[TP, tuple[int, int]],
+                    was_empty: bool, now: float) -> tuple[Membership, float]:
         """(membership model, stall allowance of an outside committer or 0): ``members``,
         ``outside`` (no members, committed offsets seen moving: a client outside group
         membership consumes; :func:`_group` turns it to ``none`` once a partition's records
@@ -500,8 +503,8 @@ class Evaluator:
         if g.members or g.type in (GroupType.SPARK, GroupType.SHARE):
             remember_outside(st, False, False, was_empty, False, now)
             if not g.members:
-                return "none", 0.0
-            return "members", self._member_allowance(g, st, now)
+                return Membership.NONE, 0.0
+            return Membership.MEMBERS, self._member_allowance(g, st, now)
         prev = st.last_view
         # An empty group that appeared while lagwatch was watching was created by a commit
         # from outside group membership (a new assign()-mode job's first checkpoint): its
@@ -509,12 +512,12 @@ class Evaluator:
         # sampling errors: the group may have been there, unlisted.
         last = self.last_good
         created = prev is None and last is not None and not last.last_error
-        moved = created or _moved_forward(st.parts, progress)
+        moved = created or _moved_forward(st.parts, offsets)
         healthy = prev is None or prev.status in (Status.OK, Status.LAGGING)
         remember_outside(st, moved, True, was_empty or created, healthy, now)
         if st.outside_at is None:
-            return "none", 0.0
-        return "outside", outside_allowance(st, self.th.stall_after, self.interval)
+            return Membership.NONE, 0.0
+        return Membership.OUTSIDE, outside_allowance(st, self.th.stall_after, self.interval)
 
     def _member_allowance(self, g: GroupSample, st: GroupMemory, now: float) -> float:
         """The stall allowance of a group with members, from the commit cadence it has
@@ -582,18 +585,18 @@ class Evaluator:
             return _unread(tp, committed, position, owner, unread)
         owned = _spark_owns(g, spark) if g.type == GroupType.SPARK else _member_owns(c, tp)
         unsubscribed = tp[0] in c.left  # shown with a note: the full path
-        consumed, progress = c.progress[tp]
+        consumed, followed = c.offsets[tp]
         mem = st.parts.get(tp)
         if mem is None:
-            mem = PartitionMemory.first(progress, now)
-        elif g.type != GroupType.SHARE and not unsubscribed and at_rest(mem, progress, hw, owner_id):
+            mem = PartitionMemory.first(followed, now)
+        elif g.type != GroupType.SHARE and not unsubscribed and at_rest(mem, followed, hw, owner_id):
             st.parts[tp] = rest_step(mem, owned, owner_id, now)
             return (_kept(c.prev_views.get(tp), committed, position, owner)
                     or _caught_up(tp, committed, 0, 0.0, position, owner))
         lag_off = None if hw is None else max(0, hw - consumed)
         lag_s = None if lag_off is None else self._lag_seconds(tp, consumed, hw, lag_off, c.exact_ts, now)
-        sample = Sample(progress, hw, lag_off, lag_s, owned, now, owner_id,
-                        st.queue_progress_at if g.type == GroupType.SHARE else None)
+        sample = StepInput(followed, hw, lag_off, lag_s, owned, now, owner_id,
+                        st.acknowledged_at if g.type == GroupType.SHARE else None)
         obs = observe(mem, sample, c.tuning)
         if not lag_off and not unsubscribed:
             st.parts[tp] = remember(obs, Status.OK, c.share_dates.get(tp))
@@ -678,7 +681,7 @@ class Evaluator:
         for c, b, n in zip(cycles, batches, sizes, strict=True):
             c.st.parts.rows[:, b.rows] = after[:, lo:lo + n]
             b.ok, b.changed_at = ok[lo:lo + n], changed_at[lo:lo + n]
-            b.evidence = Evidence(*(col[lo:lo + n] for col in e))
+            b.step = RowStep(*(col[lo:lo + n] for col in e))
             lo += n
         self.judged_in_columns += len(ok)
 
@@ -687,7 +690,7 @@ class Evaluator:
         or classified from the evidence the columns give), the others one at a time
         (:meth:`_partition`)."""
         views: list[PartitionView | None] = [None] * len(tps)
-        e = b.evidence
+        e = b.step
         assert e is not None and b.ok is not None and b.changed_at is not None
         labels = {m.member_id: _member_label(m) for m in c.owner_of.values()}
         rows: _EvidenceRows | None = None
@@ -751,22 +754,22 @@ class Evaluator:
         """The groups :meth:`export_group` has memory of."""
         return list(self.groups)
 
-    def export_group(self, gid: str) -> GroupState | None:
+    def export_group(self, gid: str) -> SavedGroup | None:
         """What judging ``gid`` on needs, as plain data; None for a group not remembered."""
         return persist.export_group(self, gid)
 
-    def import_group(self, gid: str, state: GroupState) -> None:
+    def import_group(self, gid: str, state: SavedGroup) -> None:
         """``gid``'s memory from ``state`` (before the first cycle after a start); raises
         ValueError, changing nothing, when ``state`` does not fit."""
         if state.group != gid:
             raise ValueError(f"state of group {state.group!r} imported as {gid!r}")
         persist.import_group(self, state)
 
-    def export_topics(self) -> list[TopicState]:
+    def export_topics(self) -> list[SavedTopic]:
         """Each topic's last offsets and HW history (lag in seconds interpolates on it)."""
         return persist.export_topics(self)
 
-    def import_topic(self, state: TopicState, sampled_at: float) -> None:
+    def import_topic(self, state: SavedTopic, sampled_at: float) -> None:
         """A topic's offsets and HW history as read at ``sampled_at``."""
         persist.import_topic(self, state, sampled_at)
 
@@ -818,13 +821,13 @@ def _kept(prev: PartitionView | None, committed: int, position: int | None,
 # -- per group type: who owns a committed partition, what the group's status is ----------
 
 def _moved_forward(parts: MutableMapping[TP, PartitionMemory],
-                   progress: Mapping[TP, tuple[int, int]]) -> bool:
+                   offsets: Mapping[TP, tuple[int, int]]) -> bool:
     """Some partition's offset the memory follows is past the one remembered."""
     if isinstance(parts, PartitionTable):
-        return parts.any_beyond(progress.committed if isinstance(progress, _AsCommitted) else
-                                {tp: prog for tp, (_consumed, prog) in progress.items()})
-    return any((mem := parts.get(tp)) is not None and prog > mem.committed
-               for tp, (_consumed, prog) in progress.items())
+        return parts.any_beyond(offsets.committed if isinstance(offsets, _AsCommitted) else
+                                {tp: followed for tp, (_consumed, followed) in offsets.items()})
+    return any((mem := parts.get(tp)) is not None and followed > mem.followed
+               for tp, (_consumed, followed) in offsets.items())
 
 
 def _owners(c: _GroupCycle, table: PartitionTable, tps: list[TP]
@@ -867,15 +870,15 @@ def _report_for(c: _GroupCycle, tp: TP, owner: Member | None) -> ConsumerReport 
 
 
 def _group_status(g: GroupSample, parts: list[PartitionView], spark: SparkReport | None,
-                  membership: str) -> tuple[Status, str]:
+                  membership: Membership) -> tuple[Status, Membership]:
     """(the group's status: its worst partition's, a terminated Spark query's ``stopped``
     even with nothing left to read; the membership model, ``none`` once the client outside
     group membership is gone)."""
     worst = max((p.status for p in parts), key=SEVERITY.__getitem__, default=Status.OK)
     if g.type == GroupType.SPARK and spark is not None and spark.terminated:
         worst = Status.STOPPED
-    if membership == "outside" and worst == Status.STOPPED:
-        membership = "none"  # the client outside group membership is gone
+    if membership == Membership.OUTSIDE and worst == Status.STOPPED:
+        membership = Membership.NONE  # the client outside group membership is gone
     return worst, membership
 
 
@@ -915,7 +918,7 @@ def _reports_of(g: GroupSample, reports: list[ConsumerReport]
 
 
 class _AsCommitted(Mapping[TP, tuple[int, int]]):
-    """:func:`_progress` of a group with no reported lag: both offsets are the committed
+    """:func:`_offsets` of a group with no reported lag: both offsets are the committed
     one, read from the sample when asked instead of a pair built per partition."""
 
     __slots__ = ("committed",)
@@ -934,26 +937,26 @@ class _AsCommitted(Mapping[TP, tuple[int, int]]):
         return len(self.committed)
 
 
-def _progress(g: GroupSample, st: GroupMemory, partitions: dict[TP, PartitionOffsets], now: float
+def _offsets(g: GroupSample, st: GroupMemory, partitions: dict[TP, PartitionOffsets], now: float
               ) -> tuple[Mapping[TP, tuple[int, int]], dict[TP, tuple[float | None, float | None]]]:
-    """(where the lag starts, what the memory follows) per partition, computed once: a
+    """(consumed offset, followed offset) per partition, computed once: a
     share group's stall clock needs every partition's before any is judged; and for a
     share group, when each partition's certain progress happened (:func:`_share_dates`)."""
     if g.type != GroupType.SHARE and not g.reported_lag:  # only share groups have a reported lag
         return _AsCommitted(g.committed), {}
-    progress = {tp: _share_progress(c, po.hw if (po := partitions.get(tp)) else None,
-                                    g.reported_lag.get(tp), st.parts.get(tp))
-                for tp, c in g.committed.items()}
+    offsets = {tp: _share_offsets(c, po.hw if (po := partitions.get(tp)) else None,
+                                  g.reported_lag.get(tp), st.parts.get(tp))
+               for tp, c in g.committed.items()}
     if g.type != GroupType.SHARE:
-        return progress, {}
-    share_dates = {tp: _share_dates(mem, consumed, prog, now) for tp, (consumed, prog)
-                   in progress.items() if (mem := st.parts.get(tp)) is not None}
+        return offsets, {}
+    share_dates = {tp: _share_dates(mem, consumed, followed, now) for tp, (consumed, followed)
+                   in offsets.items() if (mem := st.parts.get(tp)) is not None}
     moved = [at for at, _above in share_dates.values() if at is not None]
-    if st.queue_progress_at is None:
-        st.queue_progress_at = now
+    if st.acknowledged_at is None:
+        st.acknowledged_at = now
     elif moved:
-        st.queue_progress_at = max(st.queue_progress_at, *moved)
-    return progress, share_dates
+        st.acknowledged_at = max(st.acknowledged_at, *moved)
+    return offsets, share_dates
 
 
 def _assignment_known(g: GroupSample) -> bool:
@@ -962,12 +965,12 @@ def _assignment_known(g: GroupSample) -> bool:
     reconciling a partition revoked from one member may be in nobody's current or target
     assignment for a heartbeat or two (librdkafka names both states unknown)."""
     if g.type == GroupType.CLASSIC:
-        return g.state == "stable" or not g.members
+        return g.state == KafkaGroupState.STABLE or not g.members
     return g.state not in IN_FLIGHT_STATES or not g.members
 
 
 def _group_reasons(g: GroupSample, st: GroupMemory, parts: list[PartitionView], spark: SparkReport | None,
-                   membership: str, now: float) -> list[str]:
+                   membership: Membership, now: float) -> list[str]:
     """The worst partitions' reasons first, then what the group as a whole has to say."""
     bad = sorted((p for p in parts if p.status != Status.OK),
                  key=lambda p: (-SEVERITY[p.status], -(p.lag_offsets or 0)))
@@ -1000,10 +1003,10 @@ def _unsubscribed_topics(g: GroupSample, assignment_known: bool) -> frozenset[st
     return frozenset(topics - held)
 
 
-def _outside_reason(st: GroupMemory, membership: str, now: float) -> str:
+def _outside_reason(st: GroupMemory, membership: Membership, now: float) -> str:
     """The membership model of a group consumed by a client outside group membership."""
     assert st.outside_at is not None
-    if membership != "outside":
+    if membership != Membership.OUTSIDE:
         return (f"no members; the client outside group membership that committed its offsets "
                 f"last committed {fmt_seconds(now - st.outside_at)} ago")
     cadence = outside_cadence(st)
@@ -1011,7 +1014,7 @@ def _outside_reason(st: GroupMemory, membership: str, now: float) -> str:
     return f"no members; offsets committed by a client outside group membership {every}"
 
 
-def _share_progress(start: int, hw: int | None, reported_lag: int | None,
+def _share_offsets(start: int, hw: int | None, reported_lag: int | None,
                     mem: PartitionMemory | None) -> tuple[int, int]:
     """(where the lag starts, what the partition's memory follows): the committed offset
     twice, except for share groups, whose coordinator reports the lag (KIP-1226) but
@@ -1035,22 +1038,22 @@ def _share_progress(start: int, hw: int | None, reported_lag: int | None,
     if mem is None:
         return consumed, consumed
     before = mem.freeze_hw if mem.freeze_hw is not None else hw  # the HW at the last sample
-    return consumed, consumed if max(start, before - lag) > mem.committed else mem.committed
+    return consumed, consumed if max(start, before - lag) > mem.followed else mem.followed
 
 
 def _share_dates(mem: PartitionMemory, consumed: int, progress: int, now: float
                  ) -> tuple[float | None, float | None]:
     """(when the progress certain this sample happened, the next ``above_from``).
 
-    Certainty can come many samples after the acknowledgements (:func:`_share_progress`
+    Certainty can come many samples after the acknowledgements (:func:`_share_offsets`
     waits for a sample whose HW did not move while the broker answered): dated then, the
     last records a consumer acknowledged before it wedged restart the stall clock late. What
-    is acknowledged never exceeds the estimate ``consumed``, so passing ``mem.committed``
+    is acknowledged never exceeds the estimate ``consumed``, so passing ``mem.followed``
     happened after the last sample whose estimate stood at or below it: the progress is
     dated to the first sample of the run whose estimates all stood above it."""
-    if progress > mem.committed:
+    if progress > mem.followed:
         return (mem.above_from if mem.above_from is not None else now), None
-    if consumed > mem.committed:
+    if consumed > mem.followed:
         return None, mem.above_from if mem.above_from is not None else now
     return None, None
 

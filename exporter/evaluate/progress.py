@@ -37,7 +37,7 @@ MAX_LOST_NOTES = 3
 
 
 @dataclass(slots=True)
-class GroupMemo:
+class RatesMemory:
     parts: RateTable = field(default_factory=RateTable)  # rate points per partition
     # exporter.evaluate.retention's ``counted_to``, only of the partitions that have one
     counted: dict[TP, int] = field(default_factory=dict)
@@ -84,7 +84,7 @@ class ProgressTracker:
         # A partition whose lag is what its consumer gets through in this long is caught
         # up: records between two commits (or two Spark triggers), not a backlog.
         self.settle = max(interval, window / 10)
-        self.groups: dict[str, GroupMemo] = {}
+        self.groups: dict[str, RatesMemory] = {}
         # One object per distinct PartitionProgress of a cycle (they are frozen).
         self._shared: dict[PartitionProgress, PartitionProgress] = {}
         # The same, by their figures (consume, produce, catch-up, lost, below the log start).
@@ -101,12 +101,12 @@ class ProgressTracker:
 
     def rested(self, gid: str, v: GroupView) -> None:
         """A group at rest: its view carries its figures already (exporter/evaluate/rest.py)."""
-        self.groups.setdefault(gid, GroupMemo()).last = v.progress
+        self.groups.setdefault(gid, RatesMemory()).last = v.progress
 
     def one(self, gid: str, v: GroupView, sample: GroupSample,
             partitions: dict[TP, PartitionOffsets], now: float) -> GroupView:
         """One group's view with its figures."""
-        memo = self.groups.setdefault(gid, GroupMemo())
+        memo = self.groups.setdefault(gid, RatesMemory())
         if sample.error is None:
             memo.last = self._group(memo, v, partitions, now)
         # An unreadable group keeps its last figures, like its last judgement.
@@ -118,7 +118,7 @@ class ProgressTracker:
             del self.groups[gid]  # deleted group: its series vanish with it
         self._shared, self._canon, self._by_figures = {}, {}, {}
 
-    def _group(self, memo: GroupMemo, v: GroupView, partitions: dict[TP, PartitionOffsets],
+    def _group(self, memo: RatesMemory, v: GroupView, partitions: dict[TP, PartitionOffsets],
                now: float) -> GroupProgress:
         if not isinstance(memo.parts, RateTable):  # restored from the state topic
             memo.parts = RateTable(memo.parts)
@@ -133,7 +133,7 @@ class ProgressTracker:
                              if (p.topic, p.partition) in memo.parts])
         return out
 
-    def _one_at_a_time(self, memo: GroupMemo, v: GroupView, partitions: dict[TP, PartitionOffsets],
+    def _one_at_a_time(self, memo: RatesMemory, v: GroupView, partitions: dict[TP, PartitionOffsets],
                        now: float) -> GroupProgress:
         """:meth:`_group` one partition at a time, the exact form."""
         rows: list[_Row] = []
@@ -149,7 +149,7 @@ class ProgressTracker:
             memo.counted.pop(tp, None)
         return summarize(rows, memo, self.settle, self.min_span, self._shared)
 
-    def _in_columns(self, memo: GroupMemo, o: _Observed, now: float) -> GroupProgress | None:
+    def _in_columns(self, memo: RatesMemory, o: _Observed, now: float) -> GroupProgress | None:
         """:meth:`_one_at_a_time`'s figures for a group whose partitions are sampled together
         (its points in columns, or none yet), a few array operations for all of them; None,
         nothing changed, for a group in any other shape."""
@@ -174,7 +174,7 @@ class ProgressTracker:
         return _progress(group, eta, losing, len(pools), memo, parts, _lost_notes(gone),
                          _retained(o, consumed, rows))
 
-    def _lost(self, memo: GroupMemo, o: _Observed, consumed: np.ndarray, first: bool) -> None:
+    def _lost(self, memo: RatesMemory, o: _Observed, consumed: np.ndarray, first: bool) -> None:
         """:func:`~exporter.evaluate.retention.lost_step` of the partitions it may count for:
         those below their log start, and those counted before."""
         known = ~np.isnan(o.log_start)
@@ -214,7 +214,7 @@ class ProgressTracker:
             out.append(_Pool(owner, tuple(o.tps[i] for i in idx), pr, eta))
         return out
 
-    def _partitions(self, memo: GroupMemo, o: _Observed, consumed: np.ndarray, rows: np.ndarray,
+    def _partitions(self, memo: RatesMemory, o: _Observed, consumed: np.ndarray, rows: np.ndarray,
                     span: float | None, eta_of: dict[str, float | None]) -> dict[TP, PartitionProgress]:
         """:func:`_partition` of every row: one object per distinct figures."""
         table, n = memo.parts, len(rows)
@@ -241,7 +241,7 @@ class ProgressTracker:
             out[tp] = pp
         return out
 
-    def _observe(self, memo: GroupMemo, tp: TP, p: PartitionView, po: PartitionOffsets | None,
+    def _observe(self, memo: RatesMemory, tp: TP, p: PartitionView, po: PartitionOffsets | None,
                  now: float) -> _Row | None:
         """Remember this cycle's consumed offset and HW of one partition; count losses."""
         if p.committed is None or p.lag_offsets is None or po is None or po.hw is None:
@@ -308,7 +308,7 @@ def _observed(v: GroupView, partitions: dict[TP, PartitionOffsets]) -> _Observed
                      np.array([f[4] for f in fields], bool), [f[5] for f in fields])
 
 
-def summarize(rows: list[_Row], memo: GroupMemo, settle: float, span_min: float,
+def summarize(rows: list[_Row], memo: RatesMemory, settle: float, span_min: float,
               shared: dict[PartitionProgress, PartitionProgress] | None = None) -> GroupProgress:
     """The group's rates, time to catch up and notes.
 
@@ -343,7 +343,7 @@ def _eta(pools: list[_Pool]) -> tuple[float | None, list[_Pool]]:
     return eta, losing
 
 
-def _progress(group: Rates | None, eta: float | None, losing: list[_Pool], pools: int, memo: GroupMemo,
+def _progress(group: Rates | None, eta: float | None, losing: list[_Pool], pools: int, memo: RatesMemory,
               parts: dict[TP, PartitionProgress], lost_notes: list[str],
               retained: float | None) -> GroupProgress:
     notes = _pace_notes(eta, group, losing, pools) + lost_notes
@@ -380,7 +380,7 @@ def _pools(rows: list[_Row], settle: float, span_min: float) -> list[_Pool]:
     return out
 
 
-def _partition(r: _Row, memo: GroupMemo, pool: _Pool | None,
+def _partition(r: _Row, memo: RatesMemory, pool: _Pool | None,
                before: PartitionProgress | None) -> PartitionProgress:
     """A partition's figures; its time to catch up is its owner's pool's (they share its
     time), ``pool`` None when the owner has no backlog. ``before``, last cycle's figures,

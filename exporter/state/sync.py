@@ -20,7 +20,7 @@ import zlib
 from collections.abc import Iterator
 
 from exporter.config import ClusterConfig
-from exporter.contracts.state import GroupState, TopicState
+from exporter.contracts.state import SavedGroup, SavedTopic
 from exporter.contracts.view import ClusterView, GroupView
 from exporter.contracts.worker import StateLoadReply, StateWriteReply
 from exporter.evaluate.evaluator import Evaluator
@@ -78,11 +78,11 @@ class StateSync:
         topics, groups, newest = 0, 0, None
         for d in sorted(self._decoded(reply, now), key=lambda d: d.kind != codec.TOPIC):
             try:
-                if isinstance(d.state, TopicState):
+                if isinstance(d.state, SavedTopic):
                     ev.import_topic(d.state, d.at)
                     topics += 1
                     self._topics.add(d.name)
-                elif isinstance(d.state, GroupState):
+                elif isinstance(d.state, SavedGroup):
                     ev.import_group(d.name, d.state)
                     groups += 1
                 newest = d.at if newest is None else max(newest, d.at)
