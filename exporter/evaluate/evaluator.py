@@ -128,6 +128,7 @@ class _GroupCycle:
 
     g: GroupSample
     st: GroupMemory
+    th: Thresholds  # the group's: the cluster's, or the first group override matching it
     partitions: dict[TP, PartitionOffsets]
     spark: SparkReport | None  # the query's last report (Spark queries only)
     exact_ts: dict[tuple[str, int, int], float]
@@ -204,9 +205,9 @@ class Evaluator:
         # hold the columns equal to.
         self.columns = columns
         self.judged_in_columns = 0  # partitions judged in columns in the last cycle
-        # ``th``: the thresholds of the group being judged (the cluster's, or the first
-        # group override matching it), set per group in :meth:`evaluate`.
-        self.th = self.cluster_th = thresholds
+        # A group's thresholds are the cluster's, or the first group override matching it
+        # (:meth:`_thresholds_of`); each group's travel with it (``_Pending.th``, ``_GroupCycle.th``).
+        self.cluster_th = thresholds
         self.group_thresholds = tuple(group_thresholds)
         self._th_of: dict[str, Thresholds] = {}
         self.commit_gaps: dict[str, Gaps] = {}  # groups with members: exporter/evaluate/cadence.py
@@ -255,7 +256,6 @@ class Evaluator:
         samples = self._samples(snap, spark_reports, now)
         self.progress.begin(snap.partitions)
         views = self._views(snap, samples, changed, consumer_reports, spark_reports, exact_ts or {}, now)
-        self.th = self.cluster_th
         for gid in list(self.groups):
             if gid not in samples:
                 del self.groups[gid]  # deleted group: its series vanish this cycle
@@ -299,14 +299,13 @@ class Evaluator:
         pending: list[_Pending] = []
         rows = 0
         for gid, g in samples.items():
-            self.th = self._thresholds_of(gid)
             reports = consumer_reports.get(gid, [])
             r = self.rest.pop(gid, None)
             if r is not None and still(r, g, changed, bool(reports), now):
                 self.rest[gid], views[gid] = r, served(r, self.progress.window, now)
                 self.progress.rested(gid, views[gid])
                 continue
-            pending.append(self._prepared(gid, g, r, snap.partitions, reports,
+            pending.append(self._prepared(gid, g, self._thresholds_of(gid), r, snap.partitions, reports,
                                           spark_reports.get(gid) if g.type == GroupType.SPARK else None,
                                           exact_ts, now))
             rows += len(pending[-1].tps)
@@ -321,10 +320,9 @@ class Evaluator:
         """Prepared groups judged: their column pass, then each group in turn."""
         self._judge_columns(pending, now)
         for p in pending:
-            self.th = p.th
             views[p.gid] = self._judged(p, partitions, now)
 
-    def _prepared(self, gid: str, g: GroupSample, r: Resting | None,
+    def _prepared(self, gid: str, g: GroupSample, th: Thresholds, r: Resting | None,
                   partitions: dict[TP, PartitionOffsets], reports: list[ConsumerReport],
                   spark: SparkReport | None, exact_ts: dict[tuple[str, int, int], float],
                   now: float) -> _Pending:
@@ -337,17 +335,17 @@ class Evaluator:
         if r is not None:
             settle(r, state, self.progress.groups[gid])
         if g.error is not None:
-            return _Pending(gid=gid, g=g, st=state, th=self.th, reports=reports)
+            return _Pending(gid=gid, g=g, st=state, th=th, reports=reports)
         state.unreadable_since = None
         was_empty = state.seen_once and not state.members
-        remember_members(state, {m.member_id for m in g.members}, now, self.th.window, g.epoch)
+        remember_members(state, {m.member_id for m in g.members}, now, th.window, g.epoch)
         if g.type != GroupType.SPARK:
             state.seen = remember_departures(state.seen, state.departed, g.members, now)
-        c = self._cycle_of(g, state, partitions, reports, spark, exact_ts, was_empty, now)
+        c = self._cycle_of(g, state, th, partitions, reports, spark, exact_ts, was_empty, now)
         for tp in [tp for tp in state.parts if tp not in g.committed]:
             del state.parts[tp]
         tps = sorted(g.committed)
-        return _Pending(gid=gid, g=g, st=state, th=self.th, reports=reports, cycle=c, tps=tps,
+        return _Pending(gid=gid, g=g, st=state, th=th, reports=reports, cycle=c, tps=tps,
                         columns=self._column_batch(c, tps) if self.columns else None)
 
     def _judged(self, p: _Pending, partitions: dict[TP, PartitionOffsets], now: float) -> GroupView:
@@ -359,7 +357,7 @@ class Evaluator:
         v = self.progress.one(p.gid, v, p.g, partitions, now)
         v = self.rebalances.one(p.gid, v, p.g, p.reports, now)
         if self.skip_at_rest and not p.reports:
-            th = self.th
+            th = p.th
             rest = enter(p.g, v, p.st, self.progress.groups.get(p.gid), self.rebalances.groups.get(p.gid),
                          partitions, (th.window, th.rebalance_window, self.progress.min_span), now)
             if rest is not None:
@@ -454,7 +452,8 @@ class Evaluator:
         st.last_view = view
         return view
 
-    def _cycle_of(self, g: GroupSample, st: GroupMemory, partitions: dict[TP, PartitionOffsets],
+    def _cycle_of(self, g: GroupSample, st: GroupMemory, th: Thresholds,
+                  partitions: dict[TP, PartitionOffsets],
                   reports: list[ConsumerReport], spark: SparkReport | None,
                   exact_ts: dict[tuple[str, int, int], float], was_empty: bool,
                   now: float) -> _GroupCycle:
@@ -462,9 +461,9 @@ class Evaluator:
         assignment_known = _assignment_known(g)
         report_of, report_by_member = _reports_of(g, reports)
         offsets, share_dates = _offsets(g, st, partitions, now)
-        membership, allowance = self._membership(g, st, offsets, was_empty, now)
+        membership, allowance = self._membership(g, st, th, offsets, was_empty, now)
         return _GroupCycle(
-            g=g, st=st, partitions=partitions, spark=spark, exact_ts=exact_ts, now=now,
+            g=g, st=st, th=th, partitions=partitions, spark=spark, exact_ts=exact_ts, now=now,
             owner_of={m_tp: m for m in g.members for m_tp in m.assignment},
             # A partition moving between members of a KIP-848 or streams group is in nobody's
             # current assignment until its new owner's next heartbeat (5 s by default), but in
@@ -474,7 +473,7 @@ class Evaluator:
             report_by_member=report_by_member, offsets=offsets, share_dates=share_dates,
             membership=membership, allowance=allowance,
             left=_unsubscribed_topics(g, assignment_known),
-            tuning=Tuning(self.interval, self.th.lag_seconds, self.th.stall_after),
+            tuning=Tuning(self.interval, th.lag_seconds, th.stall_after),
             prev_views=_LastViews(st.last_view))
 
     def _unreadable(self, g: GroupSample, st: GroupMemory, now: float) -> GroupView:
@@ -494,7 +493,8 @@ class Evaluator:
                          spark=prev.spark if prev else None, epoch=prev.epoch if prev else None,
                          membership=prev.membership if prev else Membership.NONE)
 
-    def _membership(self, g: GroupSample, st: GroupMemory, offsets: Mapping[TP, tuple[int, int]],
+    def _membership(self, g: GroupSample, st: GroupMemory, th: Thresholds,
+                    offsets: Mapping[TP, tuple[int, int]],
                     was_empty: bool, now: float) -> tuple[Membership, float]:
         """(membership model, stall allowance of an outside committer or 0): ``members``,
         ``outside`` (no members, committed offsets seen moving: a client outside group
@@ -504,7 +504,7 @@ class Evaluator:
             remember_outside(st, False, False, was_empty, False, now)
             if not g.members:
                 return Membership.NONE, 0.0
-            return Membership.MEMBERS, self._member_allowance(g, st, now)
+            return Membership.MEMBERS, self._member_allowance(g, st, th, now)
         prev = st.last_view
         # An empty group that appeared while lagwatch was watching was created by a commit
         # from outside group membership (a new assign()-mode job's first checkpoint): its
@@ -517,9 +517,9 @@ class Evaluator:
         remember_outside(st, moved, True, was_empty or created, healthy, now)
         if st.outside_at is None:
             return Membership.NONE, 0.0
-        return Membership.OUTSIDE, outside_allowance(st, self.th.stall_after, self.interval)
+        return Membership.OUTSIDE, outside_allowance(st, th.stall_after, self.interval)
 
-    def _member_allowance(self, g: GroupSample, st: GroupMemory, now: float) -> float:
+    def _member_allowance(self, g: GroupSample, st: GroupMemory, th: Thresholds, now: float) -> float:
         """The stall allowance of a group with members, from the commit cadence it has
         shown (exporter/evaluate/cadence.py). Not for share groups, whose progress is
         acknowledgements, nor Spark queries, which are never `stalled`."""
@@ -527,8 +527,8 @@ class Evaluator:
             return 0.0
         gaps = self.commit_gaps.setdefault(g.group_id, new_gaps())
         learn_commit_gaps(gaps, st.last_view, g.committed, self.hw_history, now, self.interval,
-                          self.th.stall_after)
-        return member_allowance(gaps, self.th.stall_after, self.interval)
+                          th.stall_after)
+        return member_allowance(gaps, th.stall_after, self.interval)
 
     def _uncommitted(self, c: _GroupCycle) -> list[PartitionView]:
         """Partitions a member owns without any committed offset, judged all the same: lag
@@ -561,12 +561,12 @@ class Evaluator:
             new_data_seconds=new_data_s, lagging=False, rewinding=False, owned=True,
             unowned_confirmed=False, owner=_member_label(owner), group_state=c.g.state,
             rejoins=joins_since(c.st, now - owned_s), never_committed=True,
-            **_report_facts(rep, now, self.th))
-        status, rule = classify(facts, self.th)
+            **_report_facts(rep, now, c.th))
+        status, rule = classify(facts, c.th)
         return PartitionView(topic=tp[0], partition=tp[1], committed=None, position=position,
                              lag_offsets=lag_off, lag_seconds=lag_s,
                              stalled_seconds=owned_s if new_data_s is not None else 0.0,
-                             status=status, reason=reason(rule, facts, self.th), owner=facts.owner)
+                             status=status, reason=reason(rule, facts, c.th), owner=facts.owner)
 
     def _partition(self, c: _GroupCycle, tp: TP) -> PartitionView:
         """One committed partition: observe, classify, remember. At rest
@@ -611,14 +611,14 @@ class Evaluator:
             departure="" if owned else departure_text(st.departed, tp, not g.members, now),
             group_state=g.state, rejoins=joins_since(st, obs.after.changed_at),
             outside=st.outside_at is not None, stall_allowance=c.allowance, unsubscribed=unsubscribed,
-            **_report_facts(rep, now, self.th),
+            **_report_facts(rep, now, c.th),
             **_spark_facts(spark, now))
-        status, rule = classify(facts, self.th)
+        status, rule = classify(facts, c.th)
         st.parts[tp] = remember(obs, status, c.share_dates.get(tp))
         return PartitionView(topic=tp[0], partition=tp[1], committed=committed, position=position,
                              lag_offsets=lag_off, lag_seconds=lag_s,
                              stalled_seconds=obs.stalled_seconds if lag_off else 0.0, status=status,
-                             reason=reason(rule, facts, self.th) or note(facts), owner=facts.owner,
+                             reason=reason(rule, facts, c.th) or note(facts), owner=facts.owner,
                              unsubscribed=unsubscribed)
 
     def _column_batch(self, c: _GroupCycle, tps: list[TP]) -> _Columns | None:
@@ -730,11 +730,11 @@ class Evaluator:
             owner=_member_label(owner), group_state=c.g.state, rejoins=joins_since(c.st, changed_at),
             departure="" if facts_owned else departure_text(c.st.departed, tp, not c.g.members, now),
             outside=c.st.outside_at is not None, stall_allowance=c.allowance)
-        status, rule = classify(facts, self.th)
+        status, rule = classify(facts, c.th)
         return PartitionView(topic=tp[0], partition=tp[1], committed=b.committed[i], position=None,
                              lag_offsets=lag_off, lag_seconds=lag_s,
                              stalled_seconds=stalled if lag_off else 0.0, status=status,
-                             reason=reason(rule, facts, self.th), owner=facts.owner)
+                             reason=reason(rule, facts, c.th), owner=facts.owner)
 
     def _lag_seconds(self, tp: TP, committed: int, hw: int, lag_off: int,
                      exact_ts: dict[tuple[str, int, int], float], now: float) -> float | None:
