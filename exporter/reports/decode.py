@@ -19,13 +19,20 @@ Format (JSON object, UTF-8, at most MAX_REPORT_BYTES), version 1::
                "latest_offsets": {topic: {partition: offset}},
                "exception"?: str|null,
                "running_batch"?: null|{"batch_id": int, "start_offsets": {topic: {partition: offset}},
-                                       "end_offsets": {topic: {partition: offset}}}}
+                                       "end_offsets": {topic: {partition: offset}}},
+               "connect"?: "client"|"server", "server_seen"?: epoch s|null,
+               "server_error"?: str|null}
 
 Fields marked ``?`` are optional, so that reports of older reporters keep decoding:
 ``commit_mode`` is the consumer's own configuration (``enable.auto.commit``, with
 ``auto.commit.interval.ms`` as ``auto_commit_interval`` in seconds); ``running_batch`` is
 the micro-batch Spark has planned (its offset log) but not committed (its commit log):
-null when none is, absent when the listener cannot tell.
+null when none is, absent when the listener cannot tell. ``connect`` says where the listener
+runs under Spark Connect (absent: a classic driver, which runs the query itself): in the
+``client`` (PySpark 4.x), apart from the server that runs the query, or in the ``server``'s
+Python (3.5). A client listener adds ``server_seen``, when the server last spoke about the
+query (an event or an answer to the listener's status probe, on the reporter's clock), and
+``server_error``, why its last probe failed.
 
 ``rebalances``: how many rebalances the client took part in, cumulative (the Python
 client counts the assignments librdkafka hands it; the JVM interceptor reports the
@@ -119,6 +126,9 @@ class SparkReport:
     # The batch planned but not committed: None when unknown (older listeners), else
     # RunningBatch (no batch running: empty offset maps, batch_id None).
     running: RunningBatch | None = None
+    connect: str | None = None  # "client" | "server": where the listener runs under Spark Connect
+    server_seen: float | None = None  # a client listener: the server's last word on the query
+    server_error: str | None = None
 
     @property
     def terminated(self) -> bool:
@@ -128,6 +138,13 @@ class SparkReport:
         if self.batch_started is None:
             return None
         return max(0.0, self.sent_at - self.batch_started) + max(0.0, now - self.received_at)
+
+    def server_silent(self, now: float) -> float | None:
+        """Seconds since the Connect server last spoke about the query, as its client listener
+        reports (None: not a Connect client, or an older listener)."""
+        if self.connect != "client" or self.server_seen is None:
+            return None
+        return max(0.0, self.sent_at - self.server_seen) + max(0.0, now - self.received_at)
 
     def progress_age(self, now: float) -> float | None:
         if self.last_progress is None:
@@ -327,4 +344,20 @@ def _spark(d: dict[str, Any], group: str, sent_at: float, interval: float,
         end_offsets=_offset_map(d.get("end_offsets"), "end_offsets"),
         latest_offsets=_offset_map(d.get("latest_offsets"), "latest_offsets"),
         exception=(exc[:2000] if exc else None), received_at=received_at,
-        running=_running_batch(d))
+        running=_running_batch(d), **_connect(d))
+
+
+CONNECT_SIDES = ("client", "server")
+
+
+def _connect(d: dict[str, Any]) -> dict[str, Any]:
+    """A Spark report's optional Spark Connect fields (absent from classic drivers' and older
+    listeners' reports)."""
+    side = d.get("connect")
+    if side is not None and side not in CONNECT_SIDES:
+        raise ReportError("wrong_type", f"connect must be one of {', '.join(CONNECT_SIDES)}")
+    err = d.get("server_error")
+    if err is not None and not isinstance(err, str):
+        raise ReportError("wrong_type", "server_error must be a string")
+    return {"connect": side, "server_seen": _num(d, "server_seen", required=False, lo=1e9, hi=1e11),
+            "server_error": err[:200] if err else None}
