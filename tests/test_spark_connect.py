@@ -24,7 +24,7 @@ from confluent_kafka import Consumer, TopicPartition
 from devenv.jars import SPARK35_VERSION, SPARK_NEWEST_VERSION, spark_connect_jars, spark_kafka_jars
 from devenv.kafka import KafkaCluster
 from devenv.pyenvs import spark_python
-from exporter.reports.decode import SparkReport, decode
+from exporter.reports.decode import ReportError, SparkReport, decode
 from lagwatch_client.wire import DEFAULT_REPORTS_TOPIC
 from tests.conftest import create_topic, produce, unique, wait_for
 from tests.dists import Dist, pip_install
@@ -39,6 +39,103 @@ REPORT_STALE_AFTER = 5.0
 # silence before a batch could count as hung, and never as hung after.
 LIVELOCK_AFTER = 20.0
 REPORT_EXPIRY = 120.0
+
+
+# --- the report's Spark Connect fields, and the client's probe, without Spark ---------------
+
+def _report(**extra: Any) -> bytes:
+    return json.dumps({"v": 1, "kind": "spark", "group": "q", "query_id": "qid", "run_id": "rid",
+                       "sent_at": 1795000100.0, "event": "heartbeat", "interval": 1.0,
+                       "end_offsets": {"t": {"0": 5}}, "latest_offsets": {}, **extra}).encode()
+
+
+def test_connect_fields_are_optional_and_checked() -> None:
+    old = decode(_report(), "default", 1795000100.0)  # a classic driver's, or an older listener's
+    assert isinstance(old, SparkReport)
+    assert old.connect is None and old.server_seen is None and old.server_silent(1795000200.0) is None
+    new = decode(_report(connect="client", server_seen=1795000070.0, server_error="E: down"),
+                 "default", 1795000101.0)
+    assert isinstance(new, SparkReport) and new.connect == "client" and new.server_error == "E: down"
+    # the reporter's own clock (sent_at - server_seen), plus the time since it was received
+    assert new.server_silent(1795000111.0) == pytest.approx(40.0)
+    server = decode(_report(connect="server"), "default", 1795000100.0)
+    assert isinstance(server, SparkReport) and server.server_silent(1795000200.0) is None
+    for bad in ({"connect": "driver"}, {"connect": 1}, {"server_error": 5},
+                {"connect": "client", "server_seen": "soon"}):
+        with pytest.raises(ReportError):
+            decode(_report(**bad), "default", 1795000100.0)
+
+
+class _Server:
+    """What a Spark Connect server answers about one query: "runs", "down" (every call fails,
+    as gRPC does), "unknown" (the session has no such query)."""
+
+    state = "runs"
+
+    def call(self) -> None:
+        if self.state == "down":
+            raise ConnectionError("UNAVAILABLE: connection refused")
+
+
+class _Handle:
+    def __init__(self, server: _Server) -> None:
+        self.server = server
+
+    @property
+    def isActive(self) -> bool:  # noqa: N802 - PySpark's name
+        self.server.call()
+        return self.server.state == "runs"
+
+    @property
+    def status(self) -> dict[str, Any]:
+        self.server.call()
+        return {"isTriggerActive": False}
+
+
+def _connect_session(server: _Server) -> Any:
+    class Streams:
+        def get(self, _query_id: str) -> Any:
+            server.call()
+            return _Handle(server) if server.state == "runs" else None
+
+    session = type("SparkSession", (), {"__module__": "pyspark.sql.connect.session"})()
+    session.streams = Streams()
+    return session
+
+
+def test_client_listener_reports_the_servers_answers() -> None:
+    """A listener in a Connect client, probed step by step: an answer dates server_seen, a
+    failure keeps its error and leaves server_seen, and a server that twice does not know
+    the query as active has ended it."""
+    from spark_metrics import LagListener
+
+    sent: list[dict[str, Any]] = []
+    lst = LagListener(bootstrap_servers="127.0.0.1:1", heartbeat_interval=3600, create_topic=False)
+    lst._sender.submit = lambda _key, report: sent.append(report) or True  # type: ignore[method-assign]
+    server = _Server()
+    lst.spark = _connect_session(server)
+    lst.onQueryStarted(type("E", (), {"id": "qid", "runId": "rid", "name": "q"})())
+    q = lst._queries["qid"]
+
+    def probe(state: str) -> dict[str, Any]:
+        server.state = state
+        time.sleep(0.01)  # the clock moves between probes (server_seen has ms resolution)
+        lst._probe_server(q)
+        lst._emit(q, "heartbeat", time.time())
+        return sent[-1]
+
+    started = sent[0]
+    assert started["connect"] == "client" and started["server_seen"] is not None
+    runs = probe("runs")
+    assert runs["server_seen"] > started["server_seen"] and runs["server_error"] is None
+    down = probe("down")
+    assert down["server_error"] == "ConnectionError: UNAVAILABLE: connection refused"
+    assert down["server_seen"] == runs["server_seen"]  # a failure dates nothing
+    assert probe("unknown")["event"] == "heartbeat"  # once may be a race with the start
+    lst._probe_server(q)
+    lst.close(1)
+    assert sent[-1]["event"] == "terminated" and not lst.active_queries()
+    assert sent[-1]["exception"] == "the Spark Connect server no longer runs this query"
 
 
 def _connect_python(version: str, dists: dict[str, Dist]) -> Path:
