@@ -138,16 +138,44 @@ def test_client_listener_reports_the_servers_answers() -> None:
     assert sent[-1]["exception"] == "the Spark Connect server no longer runs this query"
 
 
-def _connect_python(version: str, dists: dict[str, Dist]) -> Path:
-    """The pyspark[connect] virtualenv of ``version`` with the lagwatch-client wheel of this
-    checkout: the client's Python and the server's (3.5 runs listeners there)."""
-    python = spark_python(version, connect=True)
-    pip_install(python, "--no-deps", "--force-reinstall", dists["lagwatch-client"].wheel)
-    return python
+class Servers:
+    """A Connect server per PySpark version, started when a test first asks for it and again
+    after a test killed it; one at a time (two cores). Each runs in the pyspark[connect]
+    virtualenv of its version, with the lagwatch-client wheel of this checkout: the
+    clients' Python and the server's (3.5 runs listeners there)."""
+
+    def __init__(self, dists: dict[str, Dist]) -> None:
+        self.dists = dists
+        self.pythons: dict[str, Path] = {}
+        self.running: dict[str, ConnectServer] = {}
+
+    def python(self, version: str) -> Path:
+        if version not in self.pythons:
+            python = spark_python(version, connect=True)
+            pip_install(python, "--no-deps", "--force-reinstall", self.dists["lagwatch-client"].wheel)
+            self.pythons[version] = python
+        return self.pythons[version]
+
+    def get(self, version: str) -> ConnectServer:
+        for v in [v for v, srv in self.running.items() if v != version or srv.proc.poll() is not None]:
+            self.running.pop(v).close()
+        if version not in self.running:
+            jars = spark_kafka_jars(version) + spark_connect_jars(version)
+            self.running[version] = ConnectServer(self.python(version), jars)
+        return self.running[version]
+
+    def close(self) -> None:
+        for srv in self.running.values():
+            srv.close()
 
 
-def _server(version: str, python: Path) -> ConnectServer:
-    return ConnectServer(python, spark_kafka_jars(version) + spark_connect_jars(version))
+@pytest.fixture(scope="module")
+def servers(dists: dict[str, Dist]) -> Iterator[Servers]:
+    s = Servers(dists)
+    try:
+        yield s
+    finally:
+        s.close()
 
 
 @pytest.fixture(scope="module")
@@ -211,14 +239,13 @@ def _client(python: Path, kafka: KafkaCluster, server: ConnectServer,
 
 
 @pytest.mark.spark
-@pytest.mark.parametrize("version", [SPARK_NEWEST_VERSION, SPARK35_VERSION],
+@pytest.mark.parametrize("version", [SPARK35_VERSION, SPARK_NEWEST_VERSION],
                          ids=lambda v: f"pyspark-{v}")
 def test_connect_healthy_query_is_ok(version: str, kafka: KafkaCluster, exporter: ExporterProcess,
-                                     dists: dict[str, Dist]) -> None:
+                                     servers: Servers) -> None:
     """4.x runs the listener in the client, 3.5 in the server's Python: either way the query
     reads ``ok`` at the offsets the test produced, and its reports say where they come from."""
-    python = _connect_python(version, dists)
-    server = _server(version, python)
+    python, server = servers.python(version), servers.get(version)
     client = None
     try:
         client = _client(python, kafka, server)
@@ -248,10 +275,10 @@ def test_connect_healthy_query_is_ok(version: str, kafka: KafkaCluster, exporter
             assert rep.connect == "client" and rep.server_seen is not None, rep
             assert rep.sent_at - rep.server_seen < 3 * HEARTBEAT, rep
         assert client.call("query", name=name)["active"]
+        client.call("stop", name=name)
     finally:
         if client is not None:
             client.kill()
-        server.close()
 
 
 def _running(client: SparkDriverProcess, kafka: KafkaCluster, exp: ExporterProcess,
@@ -282,13 +309,12 @@ def _statuses_until(exp: ExporterProcess, name: str, done: Any, timeout: float,
 
 @pytest.mark.spark
 def test_connect_client_dies_query_may_still_run(kafka: KafkaCluster, exporter: ExporterProcess,
-                                                 dists: dict[str, Dist]) -> None:
+                                                 servers: Servers) -> None:
     """4.x: the client that added the listener is SIGKILLed while its query keeps running on
     the server. lagwatch reads what it knows ("no reports since ...; the query may still run
     on its Connect server"), never ``stopped``; a new client on the same session finds the
     query active, past the batch the dead client last reported."""
-    python = _connect_python(SPARK_NEWEST_VERSION, dists)
-    server = _server(SPARK_NEWEST_VERSION, python)
+    python, server = servers.python(SPARK_NEWEST_VERSION), servers.get(SPARK_NEWEST_VERSION)
     client = other = writer = None
     try:
         client = _client(python, kafka, server)
@@ -330,17 +356,15 @@ def test_connect_client_dies_query_may_still_run(kafka: KafkaCluster, exporter: 
         for proc in (client, other):
             if proc is not None:
                 proc.kill()
-        server.close()
 
 
 @pytest.mark.spark
 def test_connect_server_dies_reads_unreachable(kafka: KafkaCluster, exporter: ExporterProcess,
-                                               dists: dict[str, Dist]) -> None:
+                                               servers: Servers) -> None:
     """4.x: the Connect server is SIGKILLed while the client lives and heartbeats. The
     client's listener reports the server's silence; lagwatch says the server has not answered
     and that whether the query runs is unknown, never a batch running (``livelocked``)."""
-    python = _connect_python(SPARK_NEWEST_VERSION, dists)
-    server = _server(SPARK_NEWEST_VERSION, python)
+    python, server = servers.python(SPARK_NEWEST_VERSION), servers.get(SPARK_NEWEST_VERSION)
     client = writer = None
     try:
         client = _client(python, kafka, server)
@@ -369,4 +393,3 @@ def test_connect_server_dies_reads_unreachable(kafka: KafkaCluster, exporter: Ex
             writer.stop()
         if client is not None:
             client.kill()
-        server.close()
