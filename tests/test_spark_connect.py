@@ -266,6 +266,7 @@ def test_connect_healthy_query_is_ok(version: str, kafka: KafkaCluster, exporter
 
         g = wait_for(ok, 120, f"{name} ok at {want}", interval=INTERVAL / 2)
         assert g["type"] == "spark" and g["spark"]["query_id"] == qid
+        assert g["spark"]["connect"] == ("server" if version.startswith("3.") else "client"), g
         assert set(seen) == {"ok"}, seen
         rep = _latest_report(kafka, qid)
         assert rep is not None
@@ -381,6 +382,8 @@ def test_connect_server_dies_reads_unreachable(kafka: KafkaCluster, exporter: Ex
         assert f"the Spark Connect server of query {qid} has not answered its client" in text, text
         assert "the client is alive (heartbeat" in text and "whether the query runs is unknown" in text
         assert g["members"] and g["spark"]["active"], g  # the client still reports
+        assert g["spark"]["connect"] == "client", g["spark"]
+        assert g["spark"]["server_silent_seconds"] > REPORT_STALE_AFTER, g["spark"]
         _, later = _statuses_until(
             exporter, name, lambda _g: time.monotonic() - killed > LIVELOCK_AFTER + 3 * INTERVAL,
             LIVELOCK_AFTER + 30, "the livelock threshold to pass")

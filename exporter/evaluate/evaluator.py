@@ -1035,7 +1035,7 @@ def _spark_info(rep: SparkReport, now: float) -> SparkInfo:
         input_rows_per_second=rep.input_rows_per_second,
         processed_rows_per_second=rep.processed_rows_per_second,
         last_progress_age=rep.progress_age(now), batch_running_seconds=rep.batch_running(now),
-        active=not rep.terminated)
+        active=not rep.terminated, connect=rep.connect, server_silent_seconds=rep.server_silent(now))
 
 
 def _spark_terminated_reason(rep: SparkReport, now: float) -> str:
