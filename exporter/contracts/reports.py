@@ -23,6 +23,13 @@ class CommitMode(StrEnum):
 REPORTED_COMMIT_MODES = (CommitMode.AUTO, CommitMode.MANUAL)
 
 
+class ConnectSide(StrEnum):
+    """Where a Spark listener runs under Spark Connect (a classic driver: neither)."""
+
+    CLIENT = "client"  # PySpark 4.x: in the client, apart from the server that runs the query
+    SERVER = "server"  # PySpark 3.5: in the server's Python listener worker
+
+
 class SparkEvent(StrEnum):
     """What made a Spark listener send its report."""
 
@@ -85,10 +92,20 @@ class SparkReport:
     # The batch planned but not committed: None when unknown (older listeners), else
     # RunningBatch (no batch running: empty offset maps, batch_id None).
     running: RunningBatch | None = None
+    connect: ConnectSide | None = None  # under Spark Connect: where the listener runs
+    server_seen: float | None = None  # a client listener: the server's last word on the query
+    server_error: str | None = None  # a client listener: why its last probe of the server failed
 
     @property
     def terminated(self) -> bool:
         return self.event == SparkEvent.TERMINATED
+
+    def server_silent(self, now: float) -> float | None:
+        """Seconds since the Connect server last spoke about the query, as its client listener
+        reports (None: not a Connect client, or an older listener)."""
+        if self.connect != ConnectSide.CLIENT or self.server_seen is None:
+            return None
+        return max(0.0, self.sent_at - self.server_seen) + max(0.0, now - self.received_at)
 
     def batch_running(self, now: float) -> float | None:
         if self.batch_started is None:

@@ -77,6 +77,10 @@ class SparkInfo:
     last_progress_age: float | None
     batch_running_seconds: float | None
     active: bool
+    # Spark Connect: where the listener runs ("client" | "server"; None: a classic driver),
+    # and, from a client's reports, seconds since the server last spoke about the query
+    connect: str | None = None
+    server_silent_seconds: float | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -22,7 +22,7 @@ from typing import NamedTuple
 import numpy as np
 
 from exporter.config import Config, GroupThresholds, LagMode, Thresholds, default_of, thresholds_for
-from exporter.contracts.reports import ConsumerReport, SparkReport
+from exporter.contracts.reports import ConnectSide, ConsumerReport, SparkReport
 from exporter.contracts.snapshot import (
     COMMITTING_TYPES,
     TP,
@@ -85,7 +85,7 @@ from exporter.evaluate.memory import (
 from exporter.evaluate.progress import ProgressTracker
 from exporter.evaluate.rebalances import RebalanceTracker
 from exporter.evaluate.rest import Resting, changed_topics, enter, possible, served, settle, still
-from exporter.evaluate.rules import PartitionFacts, classify, fmt_seconds, note, reason
+from exporter.evaluate.rules import PartitionFacts, classify, client_gone, fmt_seconds, note, reason
 from exporter.evaluate.unread import UnreadOffsets
 from exporter.reports.match import match_reports
 
@@ -612,7 +612,7 @@ class Evaluator:
             group_state=g.state, rejoins=joins_since(st, obs.after.changed_at),
             outside=st.outside_at is not None, stall_allowance=c.allowance, unsubscribed=unsubscribed,
             **_report_facts(rep, now, c.th),
-            **_spark_facts(spark, now))
+            **_spark_facts(spark, now, c.th))
         status, rule = classify(facts, c.th)
         st.parts[tp] = remember(obs, status, c.share_dates.get(tp))
         return PartitionView(topic=tp[0], partition=tp[1], committed=committed, position=position,
@@ -977,8 +977,11 @@ def _group_reasons(g: GroupSample, st: GroupMemory, parts: list[PartitionView], 
     reasons = [p.reason for p in bad[:MAX_REASONS]]
     if len(bad) > MAX_REASONS:
         reasons.append(f"... and {len(bad) - MAX_REASONS} more partition(s)")
-    if g.type == GroupType.SPARK and spark is not None and spark.terminated and not bad:
-        reasons.append(_spark_terminated_reason(spark, now))
+    if g.type == GroupType.SPARK and spark is not None and not bad:
+        if spark.terminated:
+            reasons.append(_spark_terminated_reason(spark, now))
+        elif spark.connect == ConnectSide.CLIENT and not g.members:
+            reasons.append(client_gone(spark.query_id, spark.received_at, now - spark.received_at))
     if st.outside_at is not None:
         reasons.append(_outside_reason(st, membership, now))
     return reasons
@@ -1067,20 +1070,34 @@ def _report_facts(rep: ConsumerReport | None, now: float, th: Thresholds) -> dic
             "reporter": f"{rep.client_id}@{rep.host} ({rep.member_id})"}
 
 
-def _spark_facts(spark: SparkReport | None, now: float) -> dict:
+SPARK_REPORTERS = {None: "driver", ConnectSide.CLIENT: "Connect client",
+                   ConnectSide.SERVER: "listener on the Connect server"}
+
+
+def _spark_facts(spark: SparkReport | None, now: float, th: Thresholds) -> dict:
     if spark is None:
         return {}
+    server_silent = spark.server_silent(now)
     return {"spark": True, "spark_terminated": spark.terminated, "query_id": spark.query_id,
             "spark_silent_seconds": now - spark.received_at,
             "batch_running": spark.batch_running(now),
-            "running_batch_id": 0 if spark.batch_id is None else spark.batch_id + 1}
+            "running_batch_id": 0 if spark.batch_id is None else spark.batch_id + 1,
+            "spark_reporter": SPARK_REPORTERS.get(spark.connect, "driver"),
+            "spark_connect_client": spark.connect == ConnectSide.CLIENT,
+            "spark_server_silent": server_silent,
+            "spark_server_unreachable": server_silent is not None and server_silent > _stale_after(spark, th),
+            "spark_server_error": spark.server_error or "", "spark_last_report": spark.received_at}
+
+
+def _stale_after(rep: SparkReport, th: Thresholds) -> float:
+    """How long a Spark reporter (or, for its client, a Connect server) may stay silent."""
+    return max(th.report_stale_after, REPORT_STALE_INTERVALS * rep.interval)
 
 
 # -- Spark queries as groups ------------------------------------------------------
 
 def _spark_alive(rep: SparkReport, now: float, th: Thresholds) -> bool:
-    return (not rep.terminated and
-            now - rep.received_at <= max(th.report_stale_after, REPORT_STALE_INTERVALS * rep.interval))
+    return not rep.terminated and now - rep.received_at <= _stale_after(rep, th)
 
 
 def _spark_sample(rep: SparkReport, now: float, th: Thresholds) -> GroupSample:
@@ -1102,7 +1119,7 @@ def _spark_info(rep: SparkReport, now: float) -> SparkInfo:
         input_rows_per_second=rep.input_rows_per_second,
         processed_rows_per_second=rep.processed_rows_per_second,
         last_progress_age=rep.progress_age(now), batch_running_seconds=rep.batch_running(now),
-        active=not rep.terminated)
+        active=not rep.terminated, connect=rep.connect, server_silent_seconds=rep.server_silent(now))
 
 
 def _spark_terminated_reason(rep: SparkReport, now: float) -> str:

@@ -19,13 +19,20 @@ Format (JSON object, UTF-8, at most MAX_REPORT_BYTES), version 1::
                "latest_offsets": {topic: {partition: offset}},
                "exception"?: str|null,
                "running_batch"?: null|{"batch_id": int, "start_offsets": {topic: {partition: offset}},
-                                       "end_offsets": {topic: {partition: offset}}}}
+                                       "end_offsets": {topic: {partition: offset}}},
+               "connect"?: "client"|"server", "server_seen"?: epoch s|null,
+               "server_error"?: str|null}
 
 Fields marked ``?`` are optional, so that reports of older reporters keep decoding:
 ``commit_mode`` is the consumer's own configuration (``enable.auto.commit``, with
 ``auto.commit.interval.ms`` as ``auto_commit_interval`` in seconds); ``running_batch`` is
 the micro-batch Spark has planned (its offset log) but not committed (its commit log):
-null when none is, absent when the listener cannot tell.
+null when none is, absent when the listener cannot tell. ``connect`` says where the listener
+runs under Spark Connect (absent: a classic driver, which runs the query itself): in the
+``client`` (PySpark 4.x), apart from the server that runs the query, or in the ``server``'s
+Python (3.5). A client listener adds ``server_seen``, when the server last spoke about the
+query (an event or an answer to the listener's status probe, on the reporter's clock), and
+``server_error``, why its last probe failed.
 
 ``rebalances``: how many rebalances the client took part in, cumulative (the Python
 client counts the assignments librdkafka hands it; the JVM interceptor reports the
@@ -46,6 +53,7 @@ from typing import Any
 from exporter.contracts.reports import (
     REPORTED_COMMIT_MODES,
     CommitMode,
+    ConnectSide,
     ConsumerReport,
     Report,
     RunningBatch,
@@ -262,4 +270,21 @@ def _spark(d: dict[str, Any], group: str, sent_at: float, interval: float,
         end_offsets=_offset_map(d.get("end_offsets"), "end_offsets"),
         latest_offsets=_offset_map(d.get("latest_offsets"), "latest_offsets"),
         exception=(exc[:2000] if exc else None), received_at=received_at,
-        running=_running_batch(d))
+        running=_running_batch(d), **_connect(d))
+
+
+CONNECT_SIDES = tuple(ConnectSide)
+
+
+def _connect(d: dict[str, Any]) -> dict[str, Any]:
+    """A Spark report's optional Spark Connect fields (absent from classic drivers' and older
+    listeners' reports)."""
+    side = d.get("connect")
+    if side is not None and side not in CONNECT_SIDES:
+        raise ReportError("wrong_type", f"connect must be one of {', '.join(CONNECT_SIDES)}")
+    err = d.get("server_error")
+    if err is not None and not isinstance(err, str):
+        raise ReportError("wrong_type", "server_error must be a string")
+    return {"connect": None if side is None else ConnectSide(side),
+            "server_seen": _num(d, "server_seen", required=False, lo=1e9, hi=1e11),
+            "server_error": err[:200] if err else None}
