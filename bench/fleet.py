@@ -843,8 +843,8 @@ def _exporter_config(workdir: Path, bootstrap: str, opts: Options) -> Path:
 
 
 def run(opts: Options) -> RunResult:
-    from tests.exporter_proc import ExporterProcess
-    from tests.prometheus_proc import PrometheusProcess
+    from tests.support.exporter_proc import ExporterProcess
+    from tests.support.prometheus_proc import PrometheusProcess
 
     def log(msg: str) -> None:
         if not opts.quiet:

@@ -16,9 +16,9 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from devenv.kafka import KafkaCluster
 from devenv.kafka import commit_offsets as commit_offsets  # re-exported to the test modules
-from tests.dists import PROJECTS, Dist, build
-from tests.exporter_proc import ExporterProcess, parse_metrics
-from tests.recorded import record_dir
+from tests.support.dists import PROJECTS, Dist, build
+from tests.support.exporter_proc import ExporterProcess, parse_metrics
+from tests.support.recorded import record_dir
 
 ROOT_DIR = Path(__file__).resolve().parent.parent
 KAFKA_VERSION = os.environ.get("LAGWATCH_TEST_KAFKA_VERSION", "4.4.0")
@@ -71,7 +71,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     first = os.environ.get("PYTEST_XDIST_WORKER", "gw0") == "gw0"
     if (first and not session.config.option.collectonly
             and any(i.get_closest_marker("image") for i in session.items)):
-        from tests.image_build import prebuild
+        from tests.support.image_build import prebuild
 
         prebuild()
 
@@ -233,5 +233,5 @@ def exporter(kafka: KafkaCluster, tmp_path_factory: pytest.TempPathFactory) -> I
 
 @pytest.fixture(scope="session")
 def dists(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Dist]:
-    """sdist and wheel of `lagwatch` and `lagwatch-client`, built once (tests/dists.py)."""
+    """sdist and wheel of `lagwatch` and `lagwatch-client`, built once (tests/support/dists.py)."""
     return {name: build(path, tmp_path_factory.mktemp(name)) for name, path in PROJECTS.items()}

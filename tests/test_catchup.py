@@ -1,5 +1,5 @@
 """Time to catch up, on the real broker: a consumer throttled to a known rate
-(tests/paced_consumer.py) against a producer at a known rate.
+(tests/support/paced_consumer.py) against a producer at a known rate.
 
 * faster than production, from a backlog: the exporter's estimate
   (kafka_consumergroup_catchup_seconds, as of the sample it was computed from) is within
@@ -34,8 +34,8 @@ from tests.conftest import (
     unique,
     wait_for,
 )
-from tests.exporter_proc import ExporterProcess, value
-from tests.scenarios import Scenario, Workload
+from tests.support.exporter_proc import ExporterProcess, value
+from tests.support.scenarios import Scenario, Workload
 
 PRODUCE = 20.0  # records/s, both topics
 FAST, SLOW = 60.0, 10.0  # records/s the two consumers are throttled to
@@ -47,7 +47,7 @@ TOLERANCE = 0.25
 
 def _spawn(kafka: KafkaCluster, sc: Scenario, rate: float) -> None:
     sc.proc = subprocess.Popen(
-        [sys.executable, "-m", "tests.paced_consumer", kafka.bootstrap_servers, sc.topic, sc.group,
+        [sys.executable, "-m", "tests.support.paced_consumer", kafka.bootstrap_servers, sc.topic, sc.group,
          f"{rate:g}"], cwd=ROOT_DIR, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
 
     def pump() -> None:

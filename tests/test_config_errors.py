@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from devenv.kafka import free_port
-from tests.exporter_proc import ROOT, ExporterProcess, parse_metrics
+from tests.support.exporter_proc import ROOT, ExporterProcess, parse_metrics
 
 pytestmark = pytest.mark.unit  # no broker: runs with `make test-unit`
 

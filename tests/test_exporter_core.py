@@ -22,7 +22,7 @@ from tests.conftest import (
     unique,
     wait_for,
 )
-from tests.exporter_proc import ExporterProcess, group_offsets, select, value
+from tests.support.exporter_proc import ExporterProcess, group_offsets, select, value
 
 
 class PollingConsumer(threading.Thread):

@@ -31,7 +31,7 @@ from exporter.contracts.view import (
 from exporter.expose.render import render_cluster, scrape
 from exporter.state.codec import DropReason
 from exporter.store import ClusterRecord, SelfStats, StateStats, Store, frozen_counts, initial_record
-from tests.exporter_proc import parse_metrics, value
+from tests.support.exporter_proc import parse_metrics, value
 
 pytestmark = pytest.mark.unit  # no broker: runs with `make test-unit`
 

@@ -26,8 +26,8 @@ from tests.conftest import (
     unique,
     wait_for,
 )
-from tests.exporter_proc import ExporterProcess, group_offsets, value
-from tests.scenarios import Recorder
+from tests.support.exporter_proc import ExporterProcess, group_offsets, value
+from tests.support.scenarios import Recorder
 from tests.test_exporter_core import PollingConsumer
 
 

@@ -3,7 +3,7 @@
 lagwatch reads from the broker, and a client committing outside group membership
 (assign(), as Flink's Kafka source does at each checkpoint). Timing bounds are counted in
 exporter cycles; wall-clock waits are hang guards only. With ``LAGWATCH_RECORD`` set the
-module's run is recorded for the replay tests (tests/recorded.py, tests/test_replay.py)."""
+module's run is recorded for the replay tests (tests/support/recorded.py, tests/test_replay.py)."""
 
 from __future__ import annotations
 
@@ -31,8 +31,8 @@ from tests.conftest import (
     unique,
     wait_for,
 )
-from tests.exporter_proc import ExporterProcess, parse_metrics, select
-from tests.recorded import Fixture
+from tests.support.exporter_proc import ExporterProcess, parse_metrics, select
+from tests.support.recorded import Fixture
 from tests.test_exporter_core import PollingConsumer
 
 

@@ -36,8 +36,8 @@ from tests.conftest import (
     unique,
     wait_for,
 )
-from tests.exporter_proc import ExporterProcess, Samples, select, value
-from tests.scenarios import Scenario, Workload, spawn, stop_all
+from tests.support.exporter_proc import ExporterProcess, Samples, select, value
+from tests.support.scenarios import Scenario, Workload, spawn, stop_all
 
 TROUBLED = {"nocommit": "stalled", "killed": "stopped", "maxpoll": "livelocked"}
 # Cycles watched after each restart: past stall_after, when a reset clock would show again.

@@ -1,6 +1,6 @@
 """A PySpark driver with a LagListener, run as its own process and driven over stdin/stdout.
 
-    <python> tests/spark_driver.py --bootstrap HOST:PORT --jars a.jar,b.jar
+    <python> tests/support/spark_driver.py --bootstrap HOST:PORT --jars a.jar,b.jar
 
 The listener tests run it with the suite's interpreter (pyspark 4.0) and with the
 PySpark 3.5 virtualenv (devenv/pyenvs.py): two pyspark versions cannot share a

@@ -1,6 +1,6 @@
 """A consumer throttled to a known rate, for tests/test_catchup.py.
 
-    python -m tests.paced_consumer BOOTSTRAP TOPIC GROUP RATE
+    python -m tests.support.paced_consumer BOOTSTRAP TOPIC GROUP RATE
 
 Consumes record i at ``start + i / RATE`` (a schedule, so poll and commit latency do not
 change its rate as long as it keeps up with it) and commits each record asynchronously.
