@@ -128,9 +128,13 @@ def test_a_restart_keeps_every_status_and_continues_the_stall_clock(world: dict[
         os.kill(killed.proc.pid, signal.SIGKILL)
     with ExporterProcess(None, config=world["config"]) as first:
         first.wait_ready()
-        before = _troubled(first, groups)
-        time.sleep(1.5)  # the cycle after the scrape has written its state
-        before = first.metrics()
+        seen = value(_troubled(first, groups), "lagwatch_cycles_total", cluster="test") or 0
+
+        def next_cycle() -> Samples | None:
+            m = first.metrics()
+            return m if (value(m, "lagwatch_cycles_total", cluster="test") or 0) > seen else None
+        # the cycle after that scrape has written its state (counted, not slept)
+        before = wait_for(next_cycle, 10, "the cycle after the troubled statuses")
         assert _statuses(before)[groups["nocommit"]] == "stalled"
         down_at = time.time()
         first.proc.send_signal(sig)
