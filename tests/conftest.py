@@ -49,11 +49,31 @@ def wait_for(cond: Callable[[], Any], timeout: float, what: str, interval: float
 
 BROKER_FIXTURES = frozenset({"kafka", "kafka3", "exporter"})
 
+# The files that take a minute or more on a busy 2-core machine, longest first (from the
+# suite's --durations). `make test` gives each xdist worker a whole file at a time, the next
+# one in collection order when it is done (--dist loadfile --no-loadscope-reorder; xdist's
+# own order, by number of tests, runs these few-test files last, where one alone makes the
+# tail): so they start first, and the many short files fill in around them.
+LONG_FILES = (
+    "test_spark.py", "test_faults.py", "test_group_types.py", "test_membership.py",
+    "test_oauth.py", "test_jvm_interceptor.py", "test_state_restart.py", "test_rebalances_live.py",
+    "test_security.py", "test_prometheus_e2e.py", "test_demo.py", "test_hostile_names.py",
+    "test_catchup.py", "test_scenarios.py", "test_records_lost.py", "test_columns.py",
+    "test_rest.py", "test_broker_down.py",
+)
+
+
+def _run_order(item: pytest.Item) -> tuple[bool, int]:
+    name = item.path.name
+    return (item.get_closest_marker("image") is not None,
+            LONG_FILES.index(name) if name in LONG_FILES else len(LONG_FILES))
+
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """`make test-unit` must stay broker-free and fast: a unit test asking for a broker is
     a mistake in the test, reported at collection. Tests that need the container image run
-    last, so that its build (started in the background once collected) overlaps the rest.
+    last, so that its build (started in the background once collected) overlaps the rest;
+    before them the LONG_FILES, longest first, then the rest in collection order.
 
     `make test` runs three pytest-xdist workers on two cores with ``--dist loadfile``
     (most tests wait on thresholds, brokers and JVMs, not on the CPU: with two workers
@@ -63,7 +83,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if item.get_closest_marker("unit") and BROKER_FIXTURES & set(getattr(item, "fixturenames", ())):
             raise pytest.UsageError(f"{item.nodeid} is marked unit but uses a broker fixture")
-    items.sort(key=lambda item: item.get_closest_marker("image") is not None)  # stable
+    items.sort(key=_run_order)  # stable
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
