@@ -49,17 +49,18 @@ def wait_for(cond: Callable[[], Any], timeout: float, what: str, interval: float
 
 BROKER_FIXTURES = frozenset({"kafka", "kafka3", "exporter"})
 
-# The files that take a minute or more on a busy 2-core machine, longest first (from the
-# suite's --durations). `make test` gives each xdist worker a whole file at a time, the next
+# The files that take 40 s or more in `make test` on a busy 2-core machine, longest first
+# (from its --durations=0, per file). `make test` gives each xdist worker a whole file at a time, the next
 # one in collection order when it is done (--dist loadfile --no-loadscope-reorder; xdist's
 # own order, by number of tests, runs these few-test files last, where one alone makes the
 # tail): so they start first, and the many short files fill in around them.
 LONG_FILES = (
-    "test_spark.py", "test_faults.py", "test_group_types.py", "test_membership.py",
-    "test_oauth.py", "test_jvm_interceptor.py", "test_state_restart.py", "test_rebalances_live.py",
-    "test_security.py", "test_prometheus_e2e.py", "test_demo.py", "test_hostile_names.py",
-    "test_catchup.py", "test_scenarios.py", "test_records_lost.py", "test_columns.py",
-    "test_rest.py", "test_broker_down.py",
+    "test_group_types.py", "test_faults.py", "test_spark.py", "test_oauth.py",
+    "test_exporter_core.py", "test_rebalances_live.py", "test_membership.py",
+    "test_jvm_interceptor.py", "test_columns.py", "test_state_restart.py", "test_records_lost.py",
+    "test_worker.py", "test_state.py", "test_rest.py", "test_evaluator_simulated.py", "test_demo.py",
+    "test_broker_down.py", "test_catchup.py", "test_reports_fuzz.py", "test_security.py",
+    "test_hostile_names.py", "test_scenarios.py",
 )
 
 
