@@ -43,7 +43,7 @@ from devenv.fleet_workloads import Proc, ProducerProcess, TopicSpec, coordinator
 from devenv.kafka import KafkaCluster
 from devenv.procs import children
 from exporter.evaluate.constants import UNREADABLE_GRACE_CYCLES, UNREADABLE_GRACE_SECONDS
-from tests.exporter_proc import ExporterProcess, select, value
+from tests.support.exporter_proc import ExporterProcess, select, value
 
 ROOT = Path(__file__).resolve().parent.parent
 CLUSTER = "faults"

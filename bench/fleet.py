@@ -934,8 +934,8 @@ class _Run:
     def start(self) -> None:
         """Kafka, the Spark driver, the fleet's topics, the exporter, Prometheus, and each
         workload set up (nothing consumes yet)."""
-        from tests.exporter_proc import ExporterProcess
-        from tests.prometheus_proc import PrometheusProcess
+        from tests.support.exporter_proc import ExporterProcess
+        from tests.support.prometheus_proc import PrometheusProcess
 
         opts, cluster, driver = self.opts, self.cluster, self.driver
         self.log(f"starting {opts.brokers} Kafka broker(s); workdir {self.workdir}")

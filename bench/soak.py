@@ -29,7 +29,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from devenv.kafka import KafkaCluster, die_with_parent, free_port
 from devenv.procs import children, memory_mb, open_fds
-from tests.exporter_proc import parse_metrics, select
+from tests.support.exporter_proc import parse_metrics, select
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -783,7 +783,7 @@ SPARK_WARMUP = 60.0  # seconds after a query's start before the fleet judges it
 
 
 class SparkQuery(Workload):
-    """A Structured Streaming query in the fleet's one PySpark driver (tests/spark_driver.py);
+    """A Structured Streaming query in the fleet's one PySpark driver (tests/support/spark_driver.py);
     a bad one hangs its micro-batch in a Python UDF once its flag file exists."""
 
     gtype = "spark"
@@ -874,7 +874,7 @@ class SparkDriver:
         def run() -> None:
             try:
                 from devenv.jars import SPARK_VERSION, spark_kafka_jars
-                from tests.spark_proc import SparkDriverProcess
+                from tests.support.spark_proc import SparkDriverProcess
 
                 self.proc = SparkDriverProcess(Path(sys.executable), cluster.bootstrap_servers,
                                                spark_kafka_jars(SPARK_VERSION), SPARK_HEARTBEAT,

@@ -30,7 +30,7 @@ from exporter.expose.scrape import body_of, scrape
 from exporter.expose.server import make_server, serve_in_thread
 from exporter.expose.textformat import Packed
 from exporter.store import ClusterRecord, SelfStats, Store
-from tests.exporter_proc import parse_metrics
+from tests.support.exporter_proc import parse_metrics
 
 pytestmark = pytest.mark.unit  # no broker: runs with `make test-unit`
 

@@ -20,7 +20,7 @@ from exporter.evaluate.rates import (
 from exporter.evaluate.retention import lost_step
 from exporter.expose.render import render_cluster
 from exporter.expose.scrape import body_of
-from tests.exporter_proc import parse_metrics, value
+from tests.support.exporter_proc import parse_metrics, value
 
 pytestmark = pytest.mark.unit  # no broker: runs with `make test-unit`
 

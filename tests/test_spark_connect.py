@@ -2,9 +2,9 @@
 
 Under Spark Connect the query runs on the server. PySpark 4.x runs the listener in the
 client, apart from the query; 3.5 runs it in the server's Python, so lagwatch-client is
-installed there (docs/spark.md). Each server (tests/spark_proc.py: ``SparkConnectServer``
+installed there (docs/spark.md). Each server (tests/support/spark_proc.py: ``SparkConnectServer``
 through pyspark's spark-submit, in a virtualenv with ``pyspark[connect]``) and each client
-(tests/spark_driver.py with ``--remote``) is a process of its own, so that either can die
+(tests/support/spark_driver.py with ``--remote``) is a process of its own, so that either can die
 alone: a dead server must not read as a batch still running (``livelocked``), and a dead
 client must not read as a stopped query while the server still runs it.
 """
@@ -27,9 +27,9 @@ from devenv.pyenvs import spark_python
 from exporter.reports.decode import ReportError, SparkReport, decode
 from lagwatch_client.wire import DEFAULT_REPORTS_TOPIC
 from tests.conftest import create_topic, produce, unique, wait_for
-from tests.dists import Dist, pip_install
-from tests.exporter_proc import ExporterProcess, group_offsets
-from tests.spark_proc import ConnectServer, SparkDriverProcess
+from tests.support.dists import Dist, pip_install
+from tests.support.exporter_proc import ExporterProcess, group_offsets
+from tests.support.spark_proc import ConnectServer, SparkDriverProcess
 from tests.test_spark import BackgroundProducer
 
 INTERVAL = 1.0

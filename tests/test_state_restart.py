@@ -36,8 +36,8 @@ from tests.conftest import (
     unique,
     wait_for,
 )
-from tests.exporter_proc import ExporterProcess, Samples, select, value
-from tests.scenarios import Scenario, Workload, spawn, stop_all
+from tests.support.exporter_proc import ExporterProcess, Samples, select, value
+from tests.support.scenarios import Scenario, Workload, spawn, stop_all
 
 TROUBLED = {"nocommit": "stalled", "killed": "stopped", "maxpoll": "livelocked"}
 # Cycles watched after each restart: past stall_after, when a reset clock would show again.
@@ -128,9 +128,13 @@ def test_a_restart_keeps_every_status_and_continues_the_stall_clock(world: dict[
         os.kill(killed.proc.pid, signal.SIGKILL)
     with ExporterProcess(None, config=world["config"]) as first:
         first.wait_ready()
-        before = _troubled(first, groups)
-        time.sleep(1.5)  # the cycle after the scrape has written its state
-        before = first.metrics()
+        seen = value(_troubled(first, groups), "lagwatch_cycles_total", cluster="test") or 0
+
+        def next_cycle() -> Samples | None:
+            m = first.metrics()
+            return m if (value(m, "lagwatch_cycles_total", cluster="test") or 0) > seen else None
+        # the cycle after that scrape has written its state (counted, not slept)
+        before = wait_for(next_cycle, 10, "the cycle after the troubled statuses")
         assert _statuses(before)[groups["nocommit"]] == "stalled"
         down_at = time.time()
         first.proc.send_signal(sig)

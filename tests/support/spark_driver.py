@@ -1,7 +1,7 @@
 """A PySpark driver with a LagListener, run as its own process and driven over stdin/stdout.
 
-    <python> tests/spark_driver.py --bootstrap HOST:PORT --jars a.jar,b.jar
-    <python> tests/spark_driver.py --bootstrap HOST:PORT --remote sc://127.0.0.1:PORT
+    <python> tests/support/spark_driver.py --bootstrap HOST:PORT --jars a.jar,b.jar
+    <python> tests/support/spark_driver.py --bootstrap HOST:PORT --remote sc://127.0.0.1:PORT
 
 With ``--remote`` it is a Spark Connect client of that server (the connector jars are the
 server's), and queries run on the server.

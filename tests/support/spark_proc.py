@@ -1,4 +1,4 @@
-"""Run tests/spark_driver.py (a PySpark driver with a LagListener) under a given interpreter."""
+"""Run tests/support/spark_driver.py (a PySpark driver with a LagListener) under a given interpreter."""
 
 from __future__ import annotations
 
