@@ -11,13 +11,14 @@ KAFKA_LEGACY_VERSION := 3.9.2
 SPARK_VERSION := 4.0.0
 SPARK35_VERSION := 3.5.3
 SPARK_NEWEST_VERSION := 4.2.0
+SPARK35_CONNECT_VERSION := 3.5.4
 PYTEST_ARGS ?=
 
 .PHONY: test test-unit record demo runtime-setup setup prereqs jars pyenvs interceptor system-packages go-tools lint dashboards manifests clean
 
 test: setup
 	$(VENV)/bin/ruff check .
-	$(PY) -m pytest -n 3 --dist loadfile --durations=25 $(PYTEST_ARGS)
+	$(PY) -m pytest -n 3 --dist loadfile --no-loadscope-reorder --durations=25 $(PYTEST_ARGS)
 
 # Fast feedback: the tests that need no broker, Spark or image (seconds).
 test-unit: $(VENV)/.installed
@@ -55,6 +56,7 @@ jars:
 	@tools/fetch-jars spark $(SPARK_VERSION) .cache/spark-kafka-$(SPARK_VERSION)/libs
 	@tools/fetch-jars spark $(SPARK35_VERSION) .cache/spark-kafka-$(SPARK35_VERSION)/libs
 	@tools/fetch-jars spark $(SPARK_NEWEST_VERSION) .cache/spark-kafka-$(SPARK_NEWEST_VERSION)/libs
+	@tools/fetch-jars spark-connect $(SPARK35_CONNECT_VERSION) .cache/spark-connect-$(SPARK35_CONNECT_VERSION)/libs
 
 # PySpark 3.5 and newest driver virtualenvs and a wheelhouse (release and light-client tests), cached.
 pyenvs: $(VENV)/.installed

@@ -48,7 +48,7 @@ from bench.live import LiveFleet
 from bench.peers import measure_peer, stop
 from devenv.kafka import KafkaCluster, die_with_parent, free_port
 from devenv.procs import children, memory_mb
-from tests.exporter_proc import Samples, parse_metrics, value
+from tests.support.exporter_proc import Samples, parse_metrics, value
 
 ROOT = Path(__file__).resolve().parent.parent
 SETUP_HW = 100  # records setup writes to each partition

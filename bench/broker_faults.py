@@ -43,7 +43,7 @@ from devenv.fleet_workloads import Proc, ProducerProcess, TopicSpec, coordinator
 from devenv.kafka import KafkaCluster
 from devenv.procs import children
 from exporter.evaluate.constants import UNREADABLE_GRACE_CYCLES, UNREADABLE_GRACE_SECONDS
-from tests.exporter_proc import ExporterProcess, select, value
+from tests.support.exporter_proc import ExporterProcess, select, value
 
 ROOT = Path(__file__).resolve().parent.parent
 CLUSTER = "faults"
@@ -218,15 +218,7 @@ def run(workdir: Path, log: Any) -> Run:
         producer = ProducerProcess(cluster, [live, stall], time.time())
         lives = [f"{prefix}-live{i}" for i in range(3)]
         stalled = f"{prefix}-stalled"
-        for i, g in enumerate(lives):
-            procs.append(consumer(g, cluster.bootstrap_servers, g, live.name, workdir,
-                                  *(["--protocol", "consumer"] if i == 2 else [])))
-        procs.append(consumer(stalled, cluster.bootstrap_servers, stalled, stall.name, workdir,
-                              "--behaviour", "nocommit"))
-        for p in procs:
-            if p.wait_event("CAUGHT_UP", 120) is None:
-                raise RuntimeError(f"{p.name} never caught up: {p.log_path.read_text()[-2000:]}")
-        procs[-1].signal(signal.SIGUSR1)  # from now on it polls and never commits
+        _start_consumers(procs, cluster, workdir, lives, live.name, stalled, stall.name)
         exp = ExporterProcess(None, config=exporter_config(workdir, cluster.bootstrap_servers))
         exp.wait_ready(120)
         rec = Recorder(exp, stalled)
@@ -239,17 +231,7 @@ def run(workdir: Path, log: Any) -> Run:
         rec.wait_cycles(5)
         before = rec.last()
         coords = _coordinators(cluster, [*lives, stalled]) | _coordinators(cluster, list(commit_only))
-        victim = coords.get(stalled)
-        if victim is None:
-            raise RuntimeError("the stalled group's coordinator is unknown")
-        log("FAULT: broker restart")
-        faults = [restart_fault(cluster, coords, avoid=victim)]
-        log(f"  broker {faults[-1].node} back after {faults[-1].end - faults[-1].start:.0f} s")
-        rec.wait_cycles(5)
-        log(f"FAULT: SIGKILL of broker {victim}, the stalled group's coordinator")
-        faults.append(kill_fault(cluster, victim, list(coords), coords))
-        log(f"  broker {victim} back after {faults[-1].end - faults[-1].start:.0f} s ({faults[-1].detail})")
-        rec.wait_cycles(15)
+        faults = _faults(cluster, rec, coords, stalled, log)
         r = Run(faults, rec, healthy, stalled, faults[0].start, faults[-1].end,
                 (before["t"], before["stalled_seconds"] or 0.0))
         out = exp.output()
@@ -269,6 +251,39 @@ def run(workdir: Path, log: Any) -> Run:
         if exp is not None:
             exp.stop()
         cluster.stop()
+
+
+def _start_consumers(procs: list[Proc], cluster: KafkaCluster, workdir: Path, lives: list[str],
+                     live_topic: str, stalled: str, stall_topic: str) -> None:
+    """The live groups' consumers and the one that stalls, each caught up, into ``procs``
+    (so that the run stops them whatever happens); then the last one stops committing."""
+    for i, g in enumerate(lives):
+        procs.append(consumer(g, cluster.bootstrap_servers, g, live_topic, workdir,
+                              *(["--protocol", "consumer"] if i == 2 else [])))
+    procs.append(consumer(stalled, cluster.bootstrap_servers, stalled, stall_topic, workdir,
+                          "--behaviour", "nocommit"))
+    for p in procs:
+        if p.wait_event("CAUGHT_UP", 120) is None:
+            raise RuntimeError(f"{p.name} never caught up: {p.log_path.read_text()[-2000:]}")
+    procs[-1].signal(signal.SIGUSR1)  # from now on it polls and never commits
+
+
+def _faults(cluster: KafkaCluster, rec: Recorder, coords: dict[str, int], stalled: str, log: Any
+            ) -> list[Fault]:
+    """A broker restart, then SIGKILL of the stalled group's coordinator, each followed by
+    cycles to recover in."""
+    victim = coords.get(stalled)
+    if victim is None:
+        raise RuntimeError("the stalled group's coordinator is unknown")
+    log("FAULT: broker restart")
+    faults = [restart_fault(cluster, coords, avoid=victim)]
+    log(f"  broker {faults[-1].node} back after {faults[-1].end - faults[-1].start:.0f} s")
+    rec.wait_cycles(5)
+    log(f"FAULT: SIGKILL of broker {victim}, the stalled group's coordinator")
+    faults.append(kill_fault(cluster, victim, list(coords), coords))
+    log(f"  broker {victim} back after {faults[-1].end - faults[-1].start:.0f} s ({faults[-1].detail})")
+    rec.wait_cycles(15)
+    return faults
 
 
 def analyse(r: Run) -> tuple[list[str], list[str]]:

@@ -518,20 +518,42 @@ def _by_error(down: list[tuple[float, str]]) -> dict[str, list[float]]:
     return out
 
 
+@dataclass(frozen=True)
+class _Times:
+    """How the report writes a run's times (seconds after t0) and groups (without the prefix)."""
+
+    t0: float
+    t_end: float
+    prefix: str
+
+    def rel(self, t: float | None) -> str:
+        return "–" if t is None else f"{t - self.t0:.0f}"
+
+    def short(self, g: str) -> str:
+        return g[len(self.prefix) + 1:] if g.startswith(self.prefix + "-") else g
+
+
 def report(opts: Options, results: list[GroupResult], summary: dict[str, Any], faults: list[Fault],
            rules_note: str, alerts: list[dict[str, Any]], t0: float, t_end: float,
            rec: Recorder, harness_notes: list[str], prefix: str, code: str = "") -> str:
-    def rel(t: float | None) -> str:
-        return "–" if t is None else f"{t - t0:.0f}"
+    tm = _Times(t0, t_end, prefix)
+    lines = _report_head(opts, results, summary, faults, rules_note, tm, rec, code or code_state())
+    lines += _report_statuses(summary)
+    lines += _report_groups(results, tm)
+    lines += _report_alerts(results, alerts, tm)
+    lines += _report_episodes(results, faults, tm)
+    lines += _report_consumers(results, tm)
+    lines += [f"Harness: {n}" for n in harness_notes]
+    return "\n".join(lines) + "\n"
 
-    def short(g: str) -> str:
-        return g[len(prefix) + 1:] if g.startswith(prefix + "-") else g
 
-    p = opts.params
+def _report_head(opts: Options, results: list[GroupResult], summary: dict[str, Any], faults: list[Fault],
+                 rules_note: str, tm: _Times, rec: Recorder, code: str) -> list[str]:
+    """The run: its length and fleet, the code and settings, the sampling cycles, the faults."""
+    rel, p = tm.rel, opts.params
     lines: list[str] = []
-    code = code or code_state()
     types = Counter(r.gtype for r in results)
-    lines.append(f"### Fleet run: {(t_end - t0) / 60:.1f} min, {len(results)} groups "
+    lines.append(f"### Fleet run: {(tm.t_end - tm.t0) / 60:.1f} min, {len(results)} groups "
              f"({summary['healthy_groups']} healthy, {summary['bad_groups']} bad; "
              + ", ".join(f"{n} {t}" for t, n in sorted(types.items())) + f"), {opts.brokers} broker(s)")
     lines.append("")
@@ -551,10 +573,14 @@ def report(opts: Options, results: list[GroupResult], summary: dict[str, Any], f
         lines.append("Faults: " + "; ".join(f"{f.name} of broker {f.node} at {rel(f.start)} s, back at "
                                          f"{rel(f.end)} s ({f.detail})" for f in faults) + ".")
     lines.append("")
-    lines.append("| status | bad groups | detected (TP) | missed (FN) | late (> bound) | false positives: "
+    return lines
+
+
+def _report_statuses(summary: dict[str, Any]) -> list[str]:
+    """Per status: detections, misses, false positives, delays; then the healthy groups."""
+    lines = ["| status | bad groups | detected (TP) | missed (FN) | late (> bound) | false positives: "
              "healthy groups (s) | wrong status on bad groups (s) | detection delay p50 / p95 / max (s) | "
-             "bound (s) |")
-    lines.append("|---|---|---|---|---|---|---|---|---|")
+             "bound (s) |", "|---|---|---|---|---|---|---|---|---|"]
     for st, s in summary["per_status"].items():
         if not s["bad_groups"] and not s["fp_groups_healthy"] and not s["fp_groups_bad"]:
             continue
@@ -568,46 +594,63 @@ def report(opts: Options, results: list[GroupResult], summary: dict[str, Any], f
              f"{len(summary['healthy_wrong_groups'])} ({summary['healthy_wrong_seconds']:.0f} s in a wrong "
              f"status) | | | |")
     lines.append("")
-    # per group
-    lines.append("| group | type | truth | behaviour | turned at (s) | detected after (s) | bound (s) | "
-             "wrong statuses (s) | alerts (first firing, s after turn) |")
-    lines.append("|---|---|---|---|---|---|---|---|---|")
+    return lines
+
+
+def _report_groups(results: list[GroupResult], tm: _Times) -> list[str]:
+    """One row per group: its truth, when it turned, when lagwatch saw it, its alerts."""
+    rel = tm.rel
+    lines = ["| group | type | truth | behaviour | turned at (s) | detected after (s) | bound (s) | "
+             "wrong statuses (s) | alerts (first firing, s after turn) |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for r in sorted(results, key=lambda r: (not r.healthy, r.kind, r.group)):
         wrong = Counter()
         for e in r.wrong:
             wrong[e.status] += e.seconds
         wrong_txt = ", ".join(f"{s} {v:.0f}" for s, v in wrong.items()) or "–"
-        fired = []
-        for a, states in sorted(r.alerts.items()):
-            if "firing" in states:
-                ref = r.turn if r.turn is not None else t0
-                fired.append(f"{a.replace('KafkaConsumer', '')} {states['firing'] - ref:+.0f}")
-            elif "pending" in states:
-                fired.append(f"{a.replace('KafkaConsumer', '')} (pending only)")
-        if not r.healthy:
-            for t, a in r.alert_marks:
-                if "firing" in r.alerts.get(a, {}):
-                    short_a = a.replace("KafkaConsumer", "")
-                    fired.append(f"({short_a} {r.alerts[a]['firing'] - t:+.0f} after deletion)")
-            firing = {a for a, st in r.alerts.items() if "firing" in st}
-            due = [a for a in r.alerts_due if a in r.expected_alerts]
-            if due and not firing & set(due):
-                fired.append("MISSING " + "/".join(m.replace("KafkaConsumer", "") for m in due))
-            elif r.expected_alerts and not firing & set(r.expected_alerts):
-                fired.append("(run ended before " + "/".join(m.replace("KafkaConsumer", "")
-                                                              for m in r.expected_alerts) + " was due)")
-            for _t, a in r.alert_marks:
-                if a in r.alerts_due and a not in firing:
-                    fired.append(f"MISSING {a.replace('KafkaConsumer', '')}")
+        fired = _group_alerts(r, tm.t0)
         delay = "missed" if r.turn is not None and r.detected is None else _fmt(r.delay)
         if r.turn is None and not r.healthy:
             delay = "never turned"
         truth = "ok" if r.healthy else r.expect
-        lines.append(f"| {short(r.group)} | {r.gtype} | {truth} | {r.description} | "
+        lines.append(f"| {tm.short(r.group)} | {r.gtype} | {truth} | {r.description} | "
                  f"{rel(r.turn) if not r.healthy else '–'} | {delay if not r.healthy else '–'} | "
                  f"{_fmt(r.bound) if not r.healthy else '–'} | {wrong_txt} | {'; '.join(fired) or '–'} |")
     lines.append("")
-    # alerts
+    return lines
+
+
+def _group_alerts(r: GroupResult, t0: float) -> list[str]:
+    """A group's alerts: first firing after its turn, pending only, and for a bad group the
+    alerts due that are missing."""
+    fired = []
+    for a, states in sorted(r.alerts.items()):
+        if "firing" in states:
+            ref = r.turn if r.turn is not None else t0
+            fired.append(f"{a.replace('KafkaConsumer', '')} {states['firing'] - ref:+.0f}")
+        elif "pending" in states:
+            fired.append(f"{a.replace('KafkaConsumer', '')} (pending only)")
+    if not r.healthy:
+        for t, a in r.alert_marks:
+            if "firing" in r.alerts.get(a, {}):
+                short_a = a.replace("KafkaConsumer", "")
+                fired.append(f"({short_a} {r.alerts[a]['firing'] - t:+.0f} after deletion)")
+        firing = {a for a, st in r.alerts.items() if "firing" in st}
+        due = [a for a in r.alerts_due if a in r.expected_alerts]
+        if due and not firing & set(due):
+            fired.append("MISSING " + "/".join(m.replace("KafkaConsumer", "") for m in due))
+        elif r.expected_alerts and not firing & set(r.expected_alerts):
+            fired.append("(run ended before " + "/".join(m.replace("KafkaConsumer", "")
+                                                          for m in r.expected_alerts) + " was due)")
+        for _t, a in r.alert_marks:
+            if a in r.alerts_due and a not in firing:
+                fired.append(f"MISSING {a.replace('KafkaConsumer', '')}")
+    return fired
+
+
+def _report_alerts(results: list[GroupResult], alerts: list[dict[str, Any]], tm: _Times) -> list[str]:
+    """Per alert: the groups it fired for, bad, healthy, pending only, or without a group."""
+    short = tm.short
     healthy = {r.group for r in results if r.healthy}
     bad = {r.group for r in results if not r.healthy}
     by_alert: dict[str, dict[str, set[str]]] = {}
@@ -620,9 +663,8 @@ def report(opts: Options, results: list[GroupResult], summary: dict[str, Any], f
             d["healthy" if a["state"] == "firing" else "healthy_pending"].add(short(a["group"]))
         elif not a["group"] and a["state"] == "firing":
             d["other"].add(a["labels"].get("cluster") or a["labels"].get("instance") or "-")
-    lines.append("| alert | fired for bad groups | fired for HEALTHY groups | pending only, healthy groups | "
-             "fired without a group label |")
-    lines.append("|---|---|---|---|---|")
+    lines = ["| alert | fired for bad groups | fired for HEALTHY groups | pending only, healthy groups | "
+             "fired without a group label |", "|---|---|---|---|---|"]
     for name in sorted(by_alert):
         d = by_alert[name]
         lines.append(f"| {name} | {', '.join(sorted(d['bad'])) or '–'} | "
@@ -632,21 +674,33 @@ def report(opts: Options, results: list[GroupResult], summary: dict[str, Any], f
     if not by_alert:
         lines.append("| (none) | | | | |")
     lines.append("")
-    # episodes
+    return lines
+
+
+def _report_episodes(results: list[GroupResult], faults: list[Fault], tm: _Times) -> list[str]:
+    """Every wrong status seen, with the fault it came during or after."""
     eps = sorted((e for r in results for e in r.wrong), key=lambda e: e.start)
-    if eps:
-        lines.append("Wrong statuses seen (time after start, group, status for how long, lagwatch's reason):")
-        lines.append("")
-        for e in eps:
-            tag = ""
-            for f in faults:
-                if f.start - 5 <= e.start <= (f.end or t_end) + 60:
-                    tag = f" [during/after {f.name.split(' (')[0]}]"
-            r = next(r for r in results if r.group == e.group)
-            what = "healthy" if r.healthy else f"truth {r.expect}"
-            lines.append(f"* {rel(e.start)} s {short(e.group)} ({what}): `{e.status}` for {e.seconds:.0f} s"
-                     f"{tag}: {e.reason[:300]}{_spark_then(r, e.start)}")
-        lines.append("")
+    if not eps:
+        return []
+    lines = ["Wrong statuses seen (time after start, group, status for how long, lagwatch's reason):", ""]
+    for e in eps:
+        tag = ""
+        for f in faults:
+            if f.start - 5 <= e.start <= (f.end or tm.t_end) + 60:
+                tag = f" [during/after {f.name.split(' (')[0]}]"
+        r = next(r for r in results if r.group == e.group)
+        what = "healthy" if r.healthy else f"truth {r.expect}"
+        lines.append(f"* {tm.rel(e.start)} s {tm.short(e.group)} ({what}): `{e.status}` for {e.seconds:.0f} s"
+                 f"{tag}: {e.reason[:300]}{_spark_then(r, e.start)}")
+    lines.append("")
+    return lines
+
+
+def _report_consumers(results: list[GroupResult], tm: _Times) -> list[str]:
+    """What the consumers said themselves (commits going back, partitions lost), and the
+    groups absent from lagwatch's view."""
+    rel, short = tm.rel, tm.short
+    lines: list[str] = []
     backs = [(t, short(r.group), line) for r in results for t, line in r.commits_back]
     if backs:
         lines.append("The consumers' own view of their committed offsets going backwards (COMMIT_BACK "
@@ -674,9 +728,7 @@ def report(opts: Options, results: list[GroupResult], summary: dict[str, Any], f
     if absent:
         lines.append("Absent from the exporter's view while judged: "
                  + ", ".join(f"{g} {s:.0f} s" for g, s in absent) + ".")
-    for n in harness_notes:
-        lines.append(f"Harness: {n}")
-    return "\n".join(lines) + "\n"
+    return lines
 
 
 # -- checks -------------------------------------------------------------------------------------
@@ -843,188 +895,239 @@ def _exporter_config(workdir: Path, bootstrap: str, opts: Options) -> Path:
 
 
 def run(opts: Options) -> RunResult:
-    from tests.exporter_proc import ExporterProcess
-    from tests.prometheus_proc import PrometheusProcess
+    r = _Run(opts)
+    try:
+        r.start()
+        r.loop(r.begin())
+        return r.finish()
+    finally:
+        r.close()
 
-    def log(msg: str) -> None:
-        if not opts.quiet:
+
+Action = tuple[float, str, Any]  # (seconds after t0, label, fn(ctx))
+
+
+class _Run:
+    """One fleet run: its processes, the fleet, the recorder and what the harness noted."""
+
+    def __init__(self, opts: Options) -> None:
+        self.opts = opts
+        self.workdir = Path(tempfile.mkdtemp(prefix="lagwatch-fleet-"))
+        (self.workdir / "logs").mkdir()
+        self.prefix = f"f{uuid.uuid4().hex[:4]}"
+        self.harness_notes: list[str] = []
+        self.cluster = KafkaCluster(brokers_count=opts.brokers)
+        self.driver = SparkDriver() if opts.spark else None
+        self.exp: Any = None
+        self.prom: Any = None
+        self.ws: list[Workload] = []
+        self.producers: list[Any] = []
+        self.faults: list[Fault] = []
+        self.threads: list[threading.Thread] = []
+        self.run_over = threading.Event()
+        self.t0 = 0.0
+
+    def log(self, msg: str) -> None:
+        if not self.opts.quiet:
             print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
-    workdir = Path(tempfile.mkdtemp(prefix="lagwatch-fleet-"))
-    (workdir / "logs").mkdir()
-    prefix = f"f{uuid.uuid4().hex[:4]}"
-    harness_notes: list[str] = []
-    cluster = KafkaCluster(brokers_count=opts.brokers)
-    driver = SparkDriver() if opts.spark else None
-    exp = prom = None
-    ws: list[Workload] = []
-    producers: list[Any] = []
-    faults: list[Fault] = []
-    threads: list[threading.Thread] = []
-    run_over = threading.Event()
-    try:
-        log(f"starting {opts.brokers} Kafka broker(s); workdir {workdir}")
+    def start(self) -> None:
+        """Kafka, the Spark driver, the fleet's topics, the exporter, Prometheus, and each
+        workload set up (nothing consumes yet)."""
+        from tests.support.exporter_proc import ExporterProcess
+        from tests.support.prometheus_proc import PrometheusProcess
+
+        opts, cluster, driver = self.opts, self.cluster, self.driver
+        self.log(f"starting {opts.brokers} Kafka broker(s); workdir {self.workdir}")
         cluster.start()
         if driver is not None:
             driver.start(cluster)
-        ws = build_fleet(opts.profile, opts.duration, prefix, driver, jvm_bad=opts.jvm_bad)
+        self.ws = build_fleet(opts.profile, opts.duration, self.prefix, driver, jvm_bad=opts.jvm_bad)
         if not opts.jvm:
-            ws = [w for w in ws if not isinstance(w, JvmGroup)]
-        for w in ws:
-            w.faults = faults  # the same list: the faults as they happen
-        create_topics(cluster, topics_of(ws))
-        exp = ExporterProcess(None, config=str(_exporter_config(workdir, cluster.bootstrap_servers, opts)))
-        exp.wait_ready(90)
-        rules, rules_note = rules_file(workdir, opts.alert_for_divisor)
-        prom = PrometheusProcess(workdir / "prometheus", targets={"lagwatch": [f"127.0.0.1:{exp.port}"]},
-                                 rule_files=[rules], scrape_interval=f"{opts.interval:g}s",
-                                 evaluation_interval=f"{opts.interval:g}s")
-        prom.wait_ready(60)
-        ctx = Ctx(cluster=cluster, t0=0.0, log_dir=workdir / "logs", log=log)
-        for w in ws:
-            w.setup(ctx)
-        if driver is not None and any(isinstance(w, SparkQuery) for w in ws):
-            log("waiting for the PySpark driver")
+            self.ws = [w for w in self.ws if not isinstance(w, JvmGroup)]
+        for w in self.ws:
+            w.faults = self.faults  # the same list: the faults as they happen
+        create_topics(cluster, topics_of(self.ws))
+        self.exp = ExporterProcess(None, config=str(_exporter_config(self.workdir, cluster.bootstrap_servers,
+                                                                     opts)))
+        self.exp.wait_ready(90)
+        self.rules, self.rules_note = rules_file(self.workdir, opts.alert_for_divisor)
+        self.prom = PrometheusProcess(self.workdir / "prometheus",
+                                      targets={"lagwatch": [f"127.0.0.1:{self.exp.port}"]},
+                                      rule_files=[self.rules], scrape_interval=f"{opts.interval:g}s",
+                                      evaluation_interval=f"{opts.interval:g}s")
+        self.prom.wait_ready(60)
+        self.ctx = Ctx(cluster=cluster, t0=0.0, log_dir=self.workdir / "logs", log=self.log)
+        for w in self.ws:
+            w.setup(self.ctx)
+        if driver is not None and any(isinstance(w, SparkQuery) for w in self.ws):
+            self.log("waiting for the PySpark driver")
             if driver.get(300) is None:
-                harness_notes.append(f"Spark driver did not start: {driver.error}; Spark queries left out")
-                ws = [w for w in ws if not isinstance(w, SparkQuery)]
-        code = code_state()  # what the exporter process just loaded
-        rec = Recorder(exp, [w.group for w in ws])
-        rec.start()
-        t0 = time.time()
-        ctx.t0 = t0
-        producers.append(ProducerProcess(cluster, topics_of(ws), t0))
-        log(f"fleet of {len(ws)} groups starting (prefix {prefix}); run of {opts.duration:.0f} s")
-        schedule: list[tuple[float, str, Any]] = []
+                self.harness_notes.append(f"Spark driver did not start: {driver.error}; "
+                                          "Spark queries left out")
+                self.ws = [w for w in self.ws if not isinstance(w, SparkQuery)]
+        self.code = code_state()  # what the exporter process just loaded
+
+    def begin(self) -> list[Action]:
+        """t0: the recorder, the producers and the workloads that start at once; the other
+        starts, the workloads' actions and the broker faults, in time order."""
+        opts, ws = self.opts, self.ws
+        self.rec = Recorder(self.exp, [w.group for w in ws])
+        self.rec.start()
+        self.t0 = self.ctx.t0 = time.time()
+        self.producers.append(ProducerProcess(self.cluster, topics_of(ws), self.t0))
+        self.log(f"fleet of {len(ws)} groups starting (prefix {self.prefix}); run of {opts.duration:.0f} s")
+        schedule: list[Action] = []
         for w in ws:
             if w.start_at > 0:
                 schedule.append((w.start_at, f"{w.group}: start", lambda c, w=w: w.start(c)))
             else:
-                w.start(ctx)
+                w.start(self.ctx)
                 time.sleep(0.75)  # ~40 interpreters and JVMs starting at once overload 2 cores
             schedule += [(t, f"{w.group}: {label}", fn) for t, label, fn in w.actions]
         groups = [w.group for w in ws if w.gtype in ("classic", "consumer") and w.healthy]
+        cluster, faults, log = self.cluster, self.faults, self.log
         if opts.brokers >= 3 and opts.faults:
             schedule.append((0.45 * opts.duration, "broker restart",
                              lambda c: broker_restart(cluster, groups, faults, log)))
             schedule.append((0.70 * opts.duration, "coordinator failover",
                              lambda c: coordinator_failover(cluster, groups, faults, log)))
         schedule.sort(key=lambda s: s[0])
+        return schedule
 
-        def run_action(label: str, fn: Any) -> None:
-            try:
-                fn(ctx)
-            except Exception:  # noqa: BLE001 - the run goes on; the report says so
-                harness_notes.append(f"action {label} failed: {traceback.format_exc(limit=3)}")
-                log(f"action {label} FAILED")
-            # Children die with the *thread* that started them (PR_SET_PDEATHSIG): a thread that
-            # spawned consumers or restarted a broker lives until the run is over.
-            run_over.wait()
+    def run_action(self, label: str, fn: Any) -> None:
+        try:
+            fn(self.ctx)
+        except Exception:  # noqa: BLE001 - the run goes on; the report says so
+            self.harness_notes.append(f"action {label} failed: {traceback.format_exc(limit=3)}")
+            self.log(f"action {label} FAILED")
+        # Children die with the *thread* that started them (PR_SET_PDEATHSIG): a thread that
+        # spawned consumers or restarted a broker lives until the run is over.
+        self.run_over.wait()
 
-        next_progress = t0 + 30
-        next_checkpoint = t0 + 60
-        deadline = t0 + opts.duration
+    def checkpoint(self) -> None:
+        """What was recorded so far, in case the harness dies (--json PATH.partial)."""
+        if not self.opts.json_out:
+            return
+        rec = self.rec
+        with contextlib.suppress(Exception):
+            Path(self.opts.json_out + ".partial").write_text(json.dumps(
+                {"t0": self.t0, "now": time.time(), "faults": [asdict(f) for f in self.faults],
+                 "events": {w.group: w.events for w in self.ws}, "timeline": rec.timeline, "down": rec.down,
+                 "lags": rec.lags, "notes": self.harness_notes}, default=str))
 
-        def checkpoint() -> None:
-            """What was recorded so far, in case the harness dies (--json PATH.partial)."""
-            if not opts.json_out:
-                return
-            with contextlib.suppress(Exception):
-                Path(opts.json_out + ".partial").write_text(json.dumps(
-                    {"t0": t0, "now": time.time(), "faults": [asdict(f) for f in faults],
-                     "events": {w.group: w.events for w in ws}, "timeline": rec.timeline, "down": rec.down,
-                     "lags": rec.lags, "notes": harness_notes}, default=str))
+    def loop(self, schedule: list[Action]) -> None:
+        """Run the schedule to the run's end, then until every bad group that turned has been
+        seen or its bound has passed (at most 120 s more)."""
+        t0 = self.t0
+        next_progress, next_checkpoint, deadline = t0 + 30, t0 + 60, t0 + self.opts.duration
         while True:
             now = time.time()
             while schedule and schedule[0][0] <= now - t0:
                 _t, label, fn = schedule.pop(0)
-                th = threading.Thread(target=run_action, args=(label, fn), daemon=True)
+                th = threading.Thread(target=self.run_action, args=(label, fn), daemon=True)
                 th.start()
-                threads.append(th)
-            for w in ws:
+                self.threads.append(th)
+            for w in self.ws:
                 for msg in w.check():
-                    harness_notes.append(msg)
-                    log("HARNESS: " + msg)
+                    self.harness_notes.append(msg)
+                    self.log("HARNESS: " + msg)
             if now >= next_checkpoint:
                 next_checkpoint += 60
-                checkpoint()
+                self.checkpoint()
             if now >= next_progress:
                 next_progress += 30
-                cur = rec.current()
-                counts = Counter(cur.values())
-                off = [f"{w.group[len(prefix) + 1:]}={cur.get(w.group, '?')}" for w in ws
-                       if w.healthy and cur.get(w.group, "ok") != "ok" and w.start_at <= now - t0 - 10]
-                log(f"t={now - t0:.0f}s " + " ".join(f"{k}:{v}" for k, v in sorted(counts.items()))
-                    + (f" | healthy not ok: {' '.join(off)}" if off else ""))
-            if now >= deadline and not schedule:
-                # every bad group that turned gets until its deadline (bounded) to be seen
-                pending = []
-                cur_t = time.time()
-                for w in ws:
-                    ch = [c for c in w.truth(opts.params) if c.bound is not None]
-                    for c in ch:
-                        seen = any(t >= c.t and st == c.expect for t, st, _r in rec.timeline[w.group])
-                        if not seen and cur_t < c.t + c.bound + 2 * opts.interval:
-                            pending.append(w.group)
-                if not pending or now > deadline + 120:
-                    break
+                self.progress(now)
+            if now >= deadline and not schedule and (not self.pending() or now > deadline + 120):
+                break
             time.sleep(0.5)
+
+    def progress(self, now: float) -> None:
+        """A log line: statuses counted, and the healthy groups that are not ok."""
+        cur = self.rec.current()
+        counts = Counter(cur.values())
+        off = [f"{w.group[len(self.prefix) + 1:]}={cur.get(w.group, '?')}" for w in self.ws
+               if w.healthy and cur.get(w.group, "ok") != "ok" and w.start_at <= now - self.t0 - 10]
+        self.log(f"t={now - self.t0:.0f}s " + " ".join(f"{k}:{v}" for k, v in sorted(counts.items()))
+                 + (f" | healthy not ok: {' '.join(off)}" if off else ""))
+
+    def pending(self) -> list[str]:
+        """The bad groups that turned and still have time (bounded) to be seen."""
+        pending = []
+        cur_t = time.time()
+        for w in self.ws:
+            ch = [c for c in w.truth(self.opts.params) if c.bound is not None]
+            for c in ch:
+                seen = any(t >= c.t and st == c.expect for t, st, _r in self.rec.timeline[w.group])
+                if not seen and cur_t < c.t + c.bound + 2 * self.opts.interval:
+                    pending.append(w.group)
+        return pending
+
+    def finish(self) -> RunResult:
+        """The run judged: alerts read, results, the recording, the report and its checks."""
+        opts, rec, t0, notes = self.opts, self.rec, self.t0, self.harness_notes
         t_end = time.time()
         rec.stop_flag.set()
         rec.join(5)
         alerts = []
         try:
-            alerts = alert_timeline(prom, t0, t_end, opts.interval)
+            alerts = alert_timeline(self.prom, t0, t_end, opts.interval)
         except Exception as e:  # noqa: BLE001
-            harness_notes.append(f"reading ALERTS from Prometheus failed: {e}")
-        results = evaluate(ws, rec, opts.params, t_end, alerts, rule_for_seconds(rules))
+            notes.append(f"reading ALERTS from Prometheus failed: {e}")
+        results = evaluate(self.ws, rec, opts.params, t_end, alerts, rule_for_seconds(self.rules))
         if opts.record:
             try:
-                log(f"recording {opts.record}: " + write_recording(
-                    opts.record, workdir / f"{CLUSTER}.jsonl", ws, opts.params, t0, t_end, prefix))
+                self.log(f"recording {opts.record}: " + write_recording(
+                    opts.record, self.workdir / f"{CLUSTER}.jsonl", self.ws, opts.params, t0, t_end,
+                    self.prefix))
             except Exception:  # noqa: BLE001 - the run's report stands; its checks say so
-                harness_notes.append(f"writing the recording failed: {traceback.format_exc(limit=3)}")
+                notes.append(f"writing the recording failed: {traceback.format_exc(limit=3)}")
         summary = summarize(results)
-        failures = checks(opts, results, harness_notes, alerts)
-        text = report(opts, results, summary, faults, rules_note, alerts, t0, t_end, rec,
-                      harness_notes, prefix, code) + checks_text(failures)
-        res = RunResult(opts, results, summary, faults, alerts, text, rules_note, t0, t_end, harness_notes,
-                        failures)
+        failures = checks(opts, results, notes, alerts)
+        text = report(opts, results, summary, self.faults, self.rules_note, alerts, t0, t_end, rec,
+                      notes, self.prefix, self.code) + checks_text(failures)
         if opts.out:
             Path(opts.out).write_text(text)
         if opts.json_out:
             Path(opts.json_out).write_text(json.dumps(
                 {"summary": summary, "results": [asdict(r) for r in results],
-                 "faults": [asdict(f) for f in faults], "alerts": alerts, "t0": t0, "t_end": t_end,
-                 "notes": harness_notes, "options": asdict(opts), "timeline": rec.timeline, "down": rec.down,
+                 "faults": [asdict(f) for f in self.faults], "alerts": alerts, "t0": t0, "t_end": t_end,
+                 "notes": notes, "options": asdict(opts), "timeline": rec.timeline, "down": rec.down,
                  "lags": rec.lags}, default=str))
-        return res
-    finally:
-        for w in ws:
+        return RunResult(opts, results, summary, self.faults, alerts, text, self.rules_note, t0, t_end,
+                         notes, failures)
+
+    def close(self) -> None:
+        """Every process of the run stopped, whatever state it got to."""
+        for w in self.ws:
             with contextlib.suppress(Exception):
                 w.stop()
-        for pr in producers:
+        for pr in self.producers:
             pr.stop()
-        if driver is not None:
-            driver.close()
-        if prom is not None:
-            prom.stop()
-        if exp is not None:
-            exp.stop()
-            with contextlib.suppress(OSError):
-                if opts.keep_workdir:
-                    shutil.copy(exp.log.name, workdir / "logs" / "exporter.log")
-                if opts.json_out:  # the worker's crash stacks (faulthandler) are in it
-                    shutil.copy(exp.log.name, opts.json_out + ".exporter.log")
-                Path(exp.log.name).unlink()
-        cluster.stop()
-        run_over.set()
-        for th in threads:
+        if self.driver is not None:
+            self.driver.close()
+        if self.prom is not None:
+            self.prom.stop()
+        if self.exp is not None:
+            self._stop_exporter()
+        self.cluster.stop()
+        self.run_over.set()
+        for th in self.threads:
             th.join(1)
-        if not opts.keep_workdir:
-            shutil.rmtree(workdir, ignore_errors=True)
+        if not self.opts.keep_workdir:
+            shutil.rmtree(self.workdir, ignore_errors=True)
         else:
-            log(f"kept {workdir}")
+            self.log(f"kept {self.workdir}")
+
+    def _stop_exporter(self) -> None:
+        exp, opts = self.exp, self.opts
+        exp.stop()
+        with contextlib.suppress(OSError):
+            if opts.keep_workdir:
+                shutil.copy(exp.log.name, self.workdir / "logs" / "exporter.log")
+            if opts.json_out:  # the worker's crash stacks (faulthandler) are in it
+                shutil.copy(exp.log.name, opts.json_out + ".exporter.log")
+            Path(exp.log.name).unlink()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -52,8 +52,8 @@ from confluent_kafka import Consumer, TopicPartition
 
 from devenv.kafka import KafkaCluster
 from exporter import recording
-from tests.exporter_proc import ExporterProcess, parse_metrics
-from tests.prometheus_proc import PrometheusProcess, promtool
+from tests.support.exporter_proc import ExporterProcess, parse_metrics
+from tests.support.prometheus_proc import PrometheusProcess, promtool
 from tests.test_membership import SlowCommitter, SteadyProducer
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -26,7 +26,7 @@ from tests.conftest import (
     produce,
     unique,
 )
-from tests.exporter_proc import ExporterProcess, group_offsets, value
+from tests.support.exporter_proc import ExporterProcess, group_offsets, value
 
 Read = tuple[float, float, float, float | None]  # (time, cycles completed, lagwatch_up, committed)
 

@@ -32,7 +32,7 @@ rss = lambda: int(open("/proc/self/statm").read().split()[1]) * resource.getpage
 before = rss()
 t = time.perf_counter()
 if which == "kafka-python":
-    from exporter.kafka.broker_requests import BrokerRequests
+    from exporter.kafka.broker_requests import DEBUGGING_REPLICA_ID, BrokerRequests
 else:
     from old_leo import LeoReader
 imported = time.perf_counter() - t
@@ -40,7 +40,7 @@ host, port = bootstrap.split(":")
 out = {"import_s": imported, "import_mb": rss() - before}
 if which == "kafka-python":
     client = BrokerRequests({}, bootstrap, 10.0, "bench")
-    fetch = lambda tps: client.log_end_offsets({1: tps})[0]
+    fetch = lambda tps: client.list_offsets({1: tps}, replica_id=DEBUGGING_REPLICA_ID)[0]
 else:
     client = LeoReader({}, 10.0)
     fetch = lambda tps: client.fetch(host, int(port), tps)

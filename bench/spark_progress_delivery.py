@@ -17,6 +17,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -29,7 +30,6 @@ def _batch_end(progress: dict[str, Any]) -> float:
 
 def driver(adapter: str, seconds: float) -> dict[str, Any]:
     """One driver run (in a child process: one SparkContext per process)."""
-    from pyspark.sql import SparkSession
     from pyspark.sql.streaming import StreamingQueryListener
     from pyspark.sql.streaming.listener import JStreamingQueryListener
 
@@ -70,16 +70,25 @@ def driver(adapter: str, seconds: float) -> dict[str, Any]:
                 costs.append(time.perf_counter() - t)
                 self.pylistener.onQueryProgress(event)
 
+    rec = Recorder()
+    _run_queries(rec, lambda: Timed(rec), seconds)
+    return {"delays": delays, "costs": costs}
+
+
+def _run_queries(rec: Any, adapter: Callable[[], Any], seconds: float) -> None:
+    """Three rate-source queries for ``seconds``, whose events reach the listener ``rec``
+    through the JVM-side wrapper of ``adapter()`` (made once the callback server runs)."""
+    from py4j.java_gateway import java_import
+    from pyspark.java_gateway import ensure_callback_server_started
+    from pyspark.sql import SparkSession
+
     spark = (SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false")
              .config("spark.sql.shuffle.partitions", "2").getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
-    rec = Recorder()
     jvm: Any = spark.sparkContext._jvm
-    from py4j.java_gateway import java_import
-    from pyspark.java_gateway import ensure_callback_server_started
     java_import(jvm, "org.apache.spark.sql.streaming.*")
     ensure_callback_server_started(spark.sparkContext._gateway)
-    rec._jlistenerobj = jvm.PythonStreamingQueryListenerWrapper(Timed(rec))
+    rec._jlistenerobj = jvm.PythonStreamingQueryListenerWrapper(adapter())
     spark.streams.addListener(rec)
     queries = [spark.readStream.format("rate").option("rowsPerSecond", 20).load()
                .writeStream.format("noop").trigger(processingTime="500 milliseconds").start()
@@ -89,7 +98,6 @@ def driver(adapter: str, seconds: float) -> dict[str, Any]:
         q.stop()
     spark.streams.removeListener(rec)
     spark.stop()
-    return {"delays": delays, "costs": costs}
 
 
 def _pct(xs: list[float], q: float) -> float:

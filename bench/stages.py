@@ -24,6 +24,7 @@ from exporter.config import Thresholds
 from exporter.evaluate import evaluator as ev_mod
 from exporter.evaluate import progress, rebalances
 from exporter.expose.render import render_cluster
+from exporter.runtime import collect_less
 
 # (label, owner of the function, its name); indented labels are parts of the one above.
 STAGES: tuple[tuple[str, object, str], ...] = (
@@ -70,6 +71,7 @@ def main() -> int:
     spent: collections.Counter = collections.Counter()
     for label, owner, name in STAGES:
         _wrap(spent, label, owner, name)
+    collect_less()  # as the exporter's process does
     ev = ev_mod.Evaluator("bench", Thresholds(), 15.0, columns=not args.one_at_a_time)
     total: collections.Counter = collections.Counter()
     measured = 0

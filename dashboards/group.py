@@ -43,7 +43,7 @@ from dashboards.progress import (
 def build() -> g.Dashboard:
     state = stat(
         "Group state and type",
-        "Kafka's group state (stable, empty, preparingrebalance, ...) and the group type: classic, "
+        "Kafka's group state (stable, empty, preparing_rebalance, ...) and the group type: classic, "
         "consumer (KIP-848) or spark.",
         [(per_group("kafka_consumergroup_info", labels="cluster, group, state, type"),
           "{{group}}: {{state}} ({{type}})")], "none",

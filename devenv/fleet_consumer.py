@@ -119,7 +119,7 @@ class CommitWatch:
             self.replaying.discard(key)
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parse(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="python -m devenv.fleet_consumer")
     ap.add_argument("--bootstrap", required=True)
     ap.add_argument("--group", required=True)
@@ -140,8 +140,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--delay", type=float, default=0.5, help="seconds per record once slow")
     ap.add_argument("--instrument", action="store_true", help="lagwatch InstrumentedConsumer")
     ap.add_argument("--report-interval", type=float, default=5.0)
-    args = ap.parse_args(argv)
+    return ap.parse_args(argv)
 
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parse(argv)
     conf = build_conf(args)
     watch = CommitWatch()
     conf["on_commit"] = watch.on_commit
@@ -150,85 +153,99 @@ def main(argv: list[str] | None = None) -> int:
         consumer: Consumer = InstrumentedConsumer(conf, report_interval=args.report_interval)
     else:
         consumer = Consumer(conf)
-    running = True
-    turn_requested = False
+    run = _Loop(args, consumer, watch)
+    signal.signal(signal.SIGTERM, run.stop)
+    signal.signal(signal.SIGINT, run.stop)
+    signal.signal(signal.SIGUSR1, run.turn)
+    consumer.subscribe(args.topic.split(","), on_lost=run.lost)
+    run.loop()
+    with contextlib.suppress(Exception):
+        consumer.close()
+    say("EXIT", time.time())
+    return 0
 
-    def stop(*_: object) -> None:
-        nonlocal running
-        running = False
 
-    def turn(*_: object) -> None:
-        nonlocal turn_requested
-        turn_requested = True
+class _Loop:
+    """The consumer's poll loop, healthy until SIGUSR1 turns it to its ``--behaviour``."""
 
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
-    signal.signal(signal.SIGUSR1, turn)
-    ready = False
-    caught_up = False
+    def __init__(self, args: argparse.Namespace, consumer: Consumer, watch: CommitWatch) -> None:
+        self.args, self.consumer, self.watch = args, consumer, watch
+        self.running = True
+        self.turn_requested = False
+        self.ready = False  # it got an assignment
+        self.caught_up = False  # it read a fresh record or reached a partition's end
+        self.bad = False
+        self.pending = 0  # records not committed yet (batch mode)
+        self.last_commit = time.monotonic()
 
-    def lost(_consumer: Any, _partitions: Any) -> None:
-        nonlocal caught_up
-        caught_up = False
+    def stop(self, *_: object) -> None:
+        self.running = False
+
+    def turn(self, *_: object) -> None:
+        self.turn_requested = True
+
+    def lost(self, _consumer: Any, _partitions: Any) -> None:
+        self.caught_up = False
         say("LOST", time.time())
 
-    consumer.subscribe(args.topic.split(","), on_lost=lost)
-    bad = False
-    pending = 0  # records not committed yet (batch mode)
-    last_commit = time.monotonic()
-    while running:
-        if turn_requested and not bad and args.behaviour != "healthy":
-            bad = True
-            say("TURNED", time.time())
-            if args.behaviour == "wedge":
-                while running:  # the handler is wedged; librdkafka's threads still heartbeat
-                    time.sleep(0.2)
-                break
-        msg = consumer.poll(0.5)
-        if not ready and consumer.assignment():
-            ready = True
-            say("READY", time.time())
-        if msg is not None and msg.error() is not None and msg.error().code() == KafkaError._PARTITION_EOF:
-            if ready and not caught_up:
-                caught_up = True
-                say("CAUGHT_UP", time.time())
-            continue
-        if msg is None or msg.error():
-            continue
-        watch.consumed(msg.topic(), msg.partition(), msg.offset())
-        if not caught_up:
+    def loop(self) -> None:
+        args, consumer = self.args, self.consumer
+        while self.running:
+            if self.turn_requested and not self.bad and args.behaviour != "healthy":
+                self.bad = True
+                say("TURNED", time.time())
+                if args.behaviour == "wedge":
+                    while self.running:  # the handler is wedged; librdkafka's threads still heartbeat
+                        time.sleep(0.2)
+                    break
+            msg = consumer.poll(0.5)
+            if not self.ready and consumer.assignment():
+                self.ready = True
+                say("READY", time.time())
+            err = msg.error() if msg is not None else None
+            if err is not None and err.code() == KafkaError._PARTITION_EOF:
+                if self.ready and not self.caught_up:
+                    self.caught_up = True
+                    say("CAUGHT_UP", time.time())
+                continue
+            if msg is None or msg.error():
+                continue
+            self.handle(msg)
+
+    def handle(self, msg: Any) -> None:
+        """One record: noted, then committed as the behaviour says."""
+        args, consumer = self.args, self.consumer
+        self.watch.consumed(msg.topic(), msg.partition(), msg.offset())
+        if not self.caught_up:
             _kind, ts_ms = msg.timestamp()
             if ts_ms > 0 and time.time() - ts_ms / 1000 < CAUGHT_UP_AGE:
-                caught_up = True
+                self.caught_up = True
                 say("CAUGHT_UP", time.time())
-        if bad and args.behaviour == "slow":
+        if self.bad and args.behaviour == "slow":
             time.sleep(args.delay)
             with contextlib.suppress(KafkaException):
                 consumer.commit(msg, asynchronous=False)
-            continue
-        if bad and args.behaviour == "nocommit":
-            continue
-        if bad and args.behaviour == "maxpoll":
+            return
+        if self.bad and args.behaviour == "nocommit":
+            return
+        if self.bad and args.behaviour == "maxpoll":
             time.sleep(args.max_poll_ms / 1000 + 2)  # longer than max.poll.interval.ms
             # Kicked out meanwhile: the commit is refused (classic) or commits the position
             # the new assignment restarted from (KIP-848); either way nothing moves.
             with contextlib.suppress(KafkaException):
                 consumer.commit(asynchronous=False)
-            continue
+            return
         if args.commit == "record":
             with contextlib.suppress(KafkaException):
                 consumer.commit(msg, asynchronous=True)
         elif args.commit == "batch":
-            pending += 1
-            if pending >= args.batch_records or time.monotonic() - last_commit >= args.batch_seconds:
+            self.pending += 1
+            due = time.monotonic() - self.last_commit >= args.batch_seconds
+            if self.pending >= args.batch_records or due:
                 with contextlib.suppress(KafkaException):
                     consumer.commit(asynchronous=False)
-                pending = 0
-                last_commit = time.monotonic()
-    with contextlib.suppress(Exception):
-        consumer.close()
-    say("EXIT", time.time())
-    return 0
+                self.pending = 0
+                self.last_commit = time.monotonic()
 
 
 if __name__ == "__main__":

@@ -38,13 +38,13 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from devenv.kafka import KafkaCluster, die_with_parent
+from exporter.evaluate.constants import REWIND_HOLD_CYCLES  # cycles a rewind is shown
 
 ROOT = Path(__file__).resolve().parent.parent
 KIP848_SESSION_TIMEOUT = 45.0  # broker default group.consumer.session.timeout.ms (not set by devenv)
 CLASSIC_SESSION_TIMEOUT = 10.0  # what the fleet's classic consumers use (session.timeout.ms)
 REPORT_INTERVAL = 5.0  # lagwatch_client's default
 SPARK_HEARTBEAT = 5.0  # spark_metrics.LagListener's default heartbeat_interval
-REWIND_HOLD_CYCLES = 5  # exporter/evaluate/constants.py: a rewind is shown for 5 cycles
 
 # The alerts a correct detection should eventually raise (alerts/lagwatch.rules.yml).
 EXPECTED_ALERTS: dict[str, tuple[str, ...]] = {
@@ -783,7 +783,7 @@ SPARK_WARMUP = 60.0  # seconds after a query's start before the fleet judges it
 
 
 class SparkQuery(Workload):
-    """A Structured Streaming query in the fleet's one PySpark driver (tests/spark_driver.py);
+    """A Structured Streaming query in the fleet's one PySpark driver (tests/support/spark_driver.py);
     a bad one hangs its micro-batch in a Python UDF once its flag file exists."""
 
     gtype = "spark"
@@ -874,7 +874,7 @@ class SparkDriver:
         def run() -> None:
             try:
                 from devenv.jars import SPARK_VERSION, spark_kafka_jars
-                from tests.spark_proc import SparkDriverProcess
+                from tests.support.spark_proc import SparkDriverProcess
 
                 self.proc = SparkDriverProcess(Path(sys.executable), cluster.bootstrap_servers,
                                                spark_kafka_jars(SPARK_VERSION), SPARK_HEARTBEAT,
@@ -910,29 +910,62 @@ def _bursts(first: float, every: float, length: float, until: float) -> tuple[tu
     return tuple(out)
 
 
+BATCH_COMMITS = ("--commit", "batch", "--batch-records", "100", "--batch-seconds", "5")
+
+
+@dataclass
+class _Fleet:
+    """A fleet being built: the profile's settings and the workloads so far, in order."""
+
+    full: bool  # the ``full`` profile (else ``small``)
+    end: float  # the run's duration, seconds
+    prefix: str  # the run's prefix of every topic and group name
+    driver: SparkDriver | None
+    ws: list[Workload] = field(default_factory=list)
+
+    @property
+    def bursts(self) -> tuple[tuple[float, float], ...]:
+        return _bursts(40, 180.0 if self.full else 150.0, 30, self.end - 20)
+
+    def topic(self, name: str, **kw: Any) -> TopicSpec:
+        return TopicSpec(f"{self.prefix}-{name}", **kw)
+
+    def group(self, name: str) -> str:
+        return f"{self.prefix}-{name}"
+
+    def cg(self, kind: str, name: str, t: TopicSpec, **kw: Any) -> ConsumerGroup:
+        w = ConsumerGroup(kind, self.group(name), t, **kw)
+        self.ws.append(w)
+        return w
+
+    def turns(self, first: float) -> list[tuple[str, float]]:
+        """(name suffix, turn time) of each copy of a bad kind: two in the full profile."""
+        out = [("", first)]
+        if self.full:
+            out.append(("-b", max(first + 120, 0.33 * self.end)))
+        return out
+
+
 def build_fleet(profile: str, duration: float, prefix: str, driver: SparkDriver | None,
                 jvm_bad: bool | None = None) -> list[Workload]:
     """The fleet: ``small`` (one group per kind, for a 5-minute run, ~30 groups) or ``full``
     (about 40 groups, several of the bad kinds twice, for 15 minutes and more)."""
-    full = profile == "full"
-    end = duration
-    ws: list[Workload] = []
-    burst_every = 180.0 if full else 150.0
-    bursts = _bursts(40, burst_every, 30, end - 20)
+    f = _Fleet(full=profile == "full", end=duration, prefix=prefix, driver=driver)
+    # Healthy, never to be paged
+    _steady(f)
+    _scaling(f)
+    _transactional_and_compacted(f)
+    _rolling_jvm_and_spark(f)
+    # Bad, to be detected
+    t1 = 150.0 if f.full else 80.0
+    _turning(f, t1)
+    _bad_more(f, t1, f.full if jvm_bad is None else jvm_bad)
+    return f.ws
 
-    def topic(name: str, **kw: Any) -> TopicSpec:
-        return TopicSpec(f"{prefix}-{name}", **kw)
 
-    def group(name: str) -> str:
-        return f"{prefix}-{name}"
-
-    def cg(kind: str, name: str, t: TopicSpec, **kw: Any) -> ConsumerGroup:
-        w = ConsumerGroup(kind, group(name), t, **kw)
-        ws.append(w)
-        return w
-
-    batch = ("--commit", "batch", "--batch-records", "100", "--batch-seconds", "5")
-    # Healthy, never to be paged ------------------------------------------------------------
+def _steady(f: _Fleet) -> None:
+    """Healthy groups of steady, bursty, idle and auto-committing consumers."""
+    full, topic, cg, bursts = f.full, f.topic, f.cg, f.bursts
     cg("steady", "steady", topic("steady", rate=10), healthy=True,
        description="classic, 3 partitions, 10 rec/s, commit per record")
     cg("steady", "steady-848", topic("steady-848", rate=10), healthy=True, protocol="consumer",
@@ -941,9 +974,9 @@ def build_fleet(profile: str, duration: float, prefix: str, driver: SparkDriver 
         cg("steady", "steady-instrumented", topic("steady-instr", rate=10), healthy=True,
            args=("--instrument",), description="classic, instrumented (reports every 5 s)")
     cg("bursty", "bursty", topic("bursty", rate=2, burst_rate=20, bursts=bursts), healthy=True,
-       args=batch, description="2 rec/s with 10x bursts for 30 s; commits every 100 records or 5 s")
+       args=BATCH_COMMITS, description="2 rec/s with 10x bursts for 30 s; commits every 100 records or 5 s")
     cg("bursty", "bursty-tail", topic("bursty-quiet", rate=0, burst_rate=20, bursts=bursts), healthy=True,
-       args=batch, description="quiet topic with 30 s bursts; commits every 100 records or 5 s "
+       args=BATCH_COMMITS, description="quiet topic with 30 s bursts; commits every 100 records or 5 s "
        "(the burst's tail stays uncommitted until the next burst)")
     cg("idle", "idle", topic("idle", rate=0, prefill=300), healthy=True, args=("--instrument",),
        description="topic idle after 300 records; instrumented")
@@ -957,7 +990,12 @@ def build_fleet(profile: str, duration: float, prefix: str, driver: SparkDriver 
         cg("autocommit", "autocommit-848", topic("autocommit-848", rate=10), healthy=True,
            protocol="consumer", args=("--commit", "auto", "--auto-commit-ms", "5000"),
            description="KIP-848, auto-commit every 5 s")
-    scale_every = 360.0 if full else 1e9
+
+
+def _scaling(f: _Fleet) -> None:
+    """Healthy groups scaled from 1 to 4 members and back, classic and KIP-848."""
+    bursts, batch = f.bursts, BATCH_COMMITS
+    scale_every = 360.0 if f.full else 1e9
     for name, proto, tname, extra, off, tkw in (
             ("coop-scale", "classic", "coop", ("--assignor", "cooperative-sticky"), 0.0,
              {"rate": 10}),
@@ -966,16 +1004,21 @@ def build_fleet(profile: str, duration: float, prefix: str, driver: SparkDriver 
             ("kip848-scale", "consumer", "k848", (), 10.0, {"rate": 10}),
             ("kip848-scale-tail", "consumer", "k848-tail", batch, 15.0,
              {"rate": 0, "burst_rate": 20, "bursts": bursts})):
-        if not full and name == "kip848-scale-tail":
+        if not f.full and name == "kip848-scale-tail":
             continue
         what = "cooperative-sticky classic" if proto == "classic" else "KIP-848"
         tail = " on a quiet topic with bursts, batched commits" if "tail" in name else ""
-        w = cg("scaling", name, topic(tname, partitions=4, **tkw), healthy=True, protocol=proto,
-               args=extra, description=f"{what}, 1->4->1 members{tail}")
+        w = f.cg("scaling", name, f.topic(tname, partitions=4, **tkw), healthy=True, protocol=proto,
+                 args=extra, description=f"{what}, 1->4->1 members{tail}")
         t = 50.0 + off
-        while t < end - 60:
+        while t < f.end - 60:
             w.actions += [(t, "scale to 4", w.scale(4)), (t + 80, "scale to 1", w.scale(1))]
             t += scale_every
+
+
+def _transactional_and_compacted(f: _Fleet) -> None:
+    """Healthy groups on a transactional topic and on a compacted one."""
+    full, topic, cg, end = f.full, f.topic, f.cg, f.end
     txn = topic("txn", rate=0, transactional=True)
     cg("transactional", "txn", txn, healthy=True, args=("--isolation", "read_committed"),
        description="read_committed, transactions of 6 records every 0.5 s, 1 in 4 aborted")
@@ -990,38 +1033,40 @@ def build_fleet(profile: str, duration: float, prefix: str, driver: SparkDriver 
         cg("compacted", "compacted", compact, healthy=True, description="compacted topic, 40 keys, 20 rec/s")
     cg("compacted", "compacted-late", compact, healthy=True, start_at=0.25 * end if full else 100.0,
        description="starts late on the compacted topic: reads across the offset gaps")
-    roll_every = 240.0 if full else 150.0
+
+
+def _rolling_jvm_and_spark(f: _Fleet) -> None:
+    """Healthy rolling deploys, Kafka Streams and share groups, and Spark queries."""
+    topic, group, driver = f.topic, f.group, f.driver
+    roll_every = 240.0 if f.full else 150.0
     for name, static, off in (("rolling-static", True, 100.0), ("rolling-surge", False, 115.0)):
-        w = cg("rolling deploy", name, topic(name, partitions=4, rate=10), healthy=True, members=2,
-               static=static, description="2 members restarted one by one, "
-               + ("static membership, 5 s away (within session.timeout.ms)" if static
-                  else "surge: replacement joins before the old one leaves"))
+        w = f.cg("rolling deploy", name, topic(name, partitions=4, rate=10), healthy=True, members=2,
+                 static=static, description="2 members restarted one by one, "
+                 + ("static membership, 5 s away (within session.timeout.ms)" if static
+                    else "surge: replacement joins before the old one leaves"))
         t = off
-        while t < end - 60:
+        while t < f.end - 60:
             w.actions.append((t, "rolling deploy", w.roll()))
             t += roll_every
-    ws.append(JvmGroup("streams", group("streams"), topic("streams", rate=5), app="StreamsApp",
-                       healthy=True, description="Kafka Streams, group.protocol=streams"))
-    ws.append(JvmGroup("share", group("share"), topic("share", rate=5), app="ShareApp", healthy=True,
-                       description="share group (KafkaShareConsumer)"))
+    f.ws.append(JvmGroup("streams", group("streams"), topic("streams", rate=5), app="StreamsApp",
+                         healthy=True, description="Kafka Streams, group.protocol=streams"))
+    f.ws.append(JvmGroup("share", group("share"), topic("share", rate=5), app="ShareApp", healthy=True,
+                         description="share group (KafkaShareConsumer)"))
     if driver is not None:
-        ws.append(SparkQuery("spark", group("spark"), topic("spark", partitions=1, rate=5),
-                             healthy=True, driver=driver,
-                             description="Spark Structured Streaming query, 500 ms trigger"))
+        f.ws.append(SparkQuery("spark", group("spark"), topic("spark", partitions=1, rate=5),
+                               healthy=True, driver=driver,
+                               description="Spark Structured Streaming query, 500 ms trigger"))
         # Records wait up to a minute between its micro-batches, by design: not `stalled`.
-        ws.append(SparkQuery("spark", group("spark-60s"), topic("spark-60s", partitions=1, rate=5),
-                             healthy=True, driver=driver, trigger_ms=60_000,
-                             description="Spark query with a 60 s trigger: records wait between batches"))
+        f.ws.append(SparkQuery("spark", group("spark-60s"), topic("spark-60s", partitions=1, rate=5),
+                               healthy=True, driver=driver, trigger_ms=60_000,
+                               description="Spark query with a 60 s trigger: records wait between batches"))
 
-    # Bad, to be detected ----------------------------------------------------------------
-    def turns(first: float) -> list[tuple[str, float]]:
-        out = [("", first)]
-        if full:
-            out.append(("-b", max(first + 120, 0.33 * end)))
-        return out
 
-    t1 = 150.0 if full else 80.0
-    for sfx, t in turns(t1):
+def _turning(f: _Fleet, t1: float) -> None:
+    """The bad kinds that turn at ``t1`` (twice in the full profile): slow, not committing,
+    wedged, killed, rewound."""
+    topic, cg = f.topic, f.cg
+    for sfx, t in f.turns(t1):
         w = cg("slow", f"slow{sfx}", topic(f"slow{sfx}", partitions=1, rate=10), healthy=False,
                expect="lagging", behaviour="slow", args=("--delay", "0.5"),
                description="consumes 2 rec/s of 10 from the turn on")
@@ -1039,7 +1084,7 @@ def build_fleet(profile: str, duration: float, prefix: str, driver: SparkDriver 
         w = cg("rewind", f"rewind{sfx}", topic(f"rewind{sfx}", rate=10), healthy=False, expect="rewind",
                description="stopped, offsets reset 600 records back, restarted 10 s later")
         w.actions.append((t + 25, "reset offsets", w.rewind(600)))
-    if full:
+    if f.full:
         w = cg("nocommit", "nocommit-848", topic("nocommit-848", partitions=2, rate=10), healthy=False,
                expect="stalled", behaviour="nocommit", protocol="consumer",
                description="KIP-848, polls, never commits")
@@ -1052,6 +1097,12 @@ def build_fleet(profile: str, duration: float, prefix: str, driver: SparkDriver 
                behaviour="wedge", protocol="consumer", args=("--instrument",),
                description="KIP-848, instrumented, poll loop wedges")
         w.actions.append((t1 + 25, "turn wedge", w.turn()))
+
+
+def _bad_more(f: _Fleet, t1: float, jvm_bad: bool) -> None:
+    """The other bad kinds: max.poll loops, a KIP-848 kill, records lost to retention, a
+    hung Spark batch, and (``jvm_bad``) wedged Kafka Streams and share consumers."""
+    topic, group, cg = f.topic, f.group, f.cg
     for name, proto, off in (("maxpoll", "classic", 0.0), ("maxpoll-848", "consumer", 5.0)):
         w = cg("max.poll loop", name, topic(name, partitions=1, rate=5), healthy=False, expect="livelocked",
                behaviour="maxpoll", protocol=proto, args=("--max-poll-ms", "6000"),
@@ -1064,23 +1115,22 @@ def build_fleet(profile: str, duration: float, prefix: str, driver: SparkDriver 
     w = cg("retention", "retention", topic("retention", partitions=1, rate=10), healthy=False,
            expect="lagging", behaviour="slow", args=("--delay", "0.5"),
            description="slow from the turn, then records it has not read are deleted (delete_records)")
-    w.actions += [(t1 - 10, "turn slow", w.turn()), (t1 + (110 if full else 50), "delete records",
+    w.actions += [(t1 - 10, "turn slow", w.turn()), (t1 + (110 if f.full else 50), "delete records",
                                                       w.delete_records())]
-    if driver is not None:
+    if f.driver is not None:
         sq = SparkQuery("spark", group("spark-hung"), topic("spark-hung", partitions=1, rate=5),
-                        healthy=False, expect="livelocked", driver=driver,
+                        healthy=False, expect="livelocked", driver=f.driver,
                         description="Spark query whose micro-batch hangs in a UDF")
         sq.actions.append((t1 + 30, "hang batch", sq.hang()))
-        ws.append(sq)
-    if full if jvm_bad is None else jvm_bad:
+        f.ws.append(sq)
+    if jvm_bad:
         tw = t1 + 30
-        ws.append(JvmGroup("streams", group("streams-wedged"), topic("streams-wedged", rate=5),
-                           app="StreamsApp", healthy=False, expect="stalled", after=int(5 * tw),
-                           description="Kafka Streams processor wedges (no interceptor)"))
-        ws.append(JvmGroup("share", group("share-wedged"), topic("share-wedged", rate=5), app="ShareApp",
-                           healthy=False, expect="stalled", after=int(5 * tw),
-                           description="share consumer wedges"))
-    return ws
+        f.ws.append(JvmGroup("streams", group("streams-wedged"), topic("streams-wedged", rate=5),
+                             app="StreamsApp", healthy=False, expect="stalled", after=int(5 * tw),
+                             description="Kafka Streams processor wedges (no interceptor)"))
+        f.ws.append(JvmGroup("share", group("share-wedged"), topic("share-wedged", rate=5), app="ShareApp",
+                             healthy=False, expect="stalled", after=int(5 * tw),
+                             description="share consumer wedges"))
 
 
 def topics_of(ws: list[Workload]) -> list[TopicSpec]:

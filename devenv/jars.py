@@ -25,6 +25,10 @@ SPARK35_VERSION = "3.5.3"
 # Central as reachable here: 4.2.1's and 4.3.0's are not served. Its driver runs in its own
 # virtualenv too (devenv/pyenvs.py), like 3.5's.
 SPARK_NEWEST_VERSION = "4.2.0"
+# Spark Connect's server for PySpark 3.5 is not in pyspark (4.x bundles it). 3.5.3's
+# spark-connect_2.12 is not served by the Maven Central mirror reachable here; 3.5.4's is, and
+# runs on pyspark 3.5.3 (a patch release of the same line: tests/test_spark_connect.py).
+SPARK35_CONNECT_VERSION = "3.5.4"
 
 
 class JarsMissing(RuntimeError):
@@ -32,7 +36,7 @@ class JarsMissing(RuntimeError):
 
 
 def _fetch(profile: str, version: str, dest: Path) -> None:
-    prop = "spark.version" if profile == "spark" else "kafka.version"
+    prop = "spark.version" if profile.startswith("spark") else "kafka.version"
     subprocess.run(
         [str(ROOT / "tools" / "fetch-jars"), profile, version, str(dest)],
         check=True,
@@ -53,12 +57,25 @@ def kafka_libs(version: str = DEFAULT_KAFKA_VERSION, fetch: bool = True) -> Path
 
 def spark_kafka_jars(version: str = SPARK_VERSION, fetch: bool = True) -> list[Path]:
     """The spark-sql-kafka connector and the dependencies pyspark does not ship."""
-    dest = CACHE / f"spark-kafka-{version}" / "libs"
+    return _spark_jars("spark", version, "spark-kafka", fetch)
+
+
+def _spark_jars(profile: str, version: str, name: str, fetch: bool) -> list[Path]:
+    """The jars ``tools/fetch-jars profile version`` resolves, cached in .cache/name-version."""
+    dest = CACHE / f"{name}-{version}" / "libs"
     if not (dest / ".complete").exists():
         if not fetch:
-            raise JarsMissing(f"Spark Kafka connector {version} not in {dest}")
-        _fetch("spark", version, dest)
+            raise JarsMissing(f"{profile} {version} jars not in {dest}; run tools/fetch-jars")
+        _fetch(profile, version, dest)
     return sorted(dest.glob("*.jar"))
+
+
+def spark_connect_jars(version: str, fetch: bool = True) -> list[Path]:
+    """The Spark Connect server's jar that pyspark ``version`` lacks: none for 4.x (bundled),
+    the shaded ``spark-connect_2.12`` of :data:`SPARK35_CONNECT_VERSION` for 3.5."""
+    if not version.startswith("3."):
+        return []
+    return _spark_jars("spark-connect", SPARK35_CONNECT_VERSION, "spark-connect", fetch)
 
 
 def kafka_streams_libs(version: str = CLIENTS_KAFKA_VERSION, fetch: bool = True) -> Path:

@@ -214,65 +214,75 @@ class KafkaCluster:
         for b in self.brokers:
             b.dir.mkdir(parents=True)
             b.ports = {ln.name: free_port() for ln in self.listeners}
-            extra = "".join(f",{ln.name}://127.0.0.1:{b.ports[ln.name]}" for ln in self.listeners)
-            props = {
-                "process.roles": "broker,controller",
-                "node.id": str(b.node_id),
-                "controller.quorum.voters": voters,
-                "listeners": f"PLAINTEXT://127.0.0.1:{b.port},CONTROLLER://127.0.0.1:{b.controller_port}"
-                             + extra,
-                "advertised.listeners": f"PLAINTEXT://127.0.0.1:{b.port}" + extra,
-                "controller.listener.names": "CONTROLLER",
-                "inter.broker.listener.name": "PLAINTEXT",
-                "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT" + "".join(
-                    f",{ln.name}:{ln.security_protocol}" for ln in self.listeners),
-                "log.dirs": str(b.dir / "data"),
-                "num.partitions": "1",
-                "default.replication.factor": str(rf),
-                "offsets.topic.replication.factor": str(rf),
-                "offsets.topic.num.partitions": "10",
-                "transaction.state.log.replication.factor": str(rf),
-                "transaction.state.log.min.isr": "1",
-                "share.coordinator.state.topic.replication.factor": str(rf),
-                "share.coordinator.state.topic.min.isr": "1",
-                "group.initial.rebalance.delay.ms": "0",
-                "group.min.session.timeout.ms": "1000",
-                "group.consumer.min.session.timeout.ms": "1000",
-                "group.consumer.min.heartbeat.interval.ms": "500",
-                # Streams (KIP-1071) and share (KIP-932) groups: a killed member leaves within
-                # seconds, not Kafka's 45 s default (Kafka 3.9 ignores these).
-                "group.streams.min.session.timeout.ms": "1000",
-                "group.streams.session.timeout.ms": "6000",
-                "group.streams.min.heartbeat.interval.ms": "500",
-                "group.streams.heartbeat.interval.ms": "1000",
-                "group.share.min.session.timeout.ms": "1000",
-                "group.share.session.timeout.ms": "6000",
-                "group.share.min.heartbeat.interval.ms": "500",
-                "group.share.heartbeat.interval.ms": "1000",
-                "replica.lag.time.max.ms": "30000",  # Kafka's default; LEO > HW lasts until the ISR shrinks
-                "log.segment.bytes": str(16 * 1024 * 1024),
-            }
-            for ln in self.listeners:
-                props.update({f"listener.name.{ln.name.lower()}.{k}": v for k, v in ln.config.items()})
-            props.update(self.extra_config)
+            props = self._server_properties(b, voters, rf)
             (b.dir / "server.properties").write_text(
                 "".join(f"{k}={v}\n" for k, v in props.items())
             )
             (b.dir / "log4j2.properties").write_text(_LOG4J2.format(log=b.log_file))
             (b.dir / "log4j.properties").write_text(_LOG4J1.format(log=b.log_file))
-            fmt = subprocess.run(
-                [java, "-cp", f"{libs}/*", *self._log_opts(b), "kafka.tools.StorageTool",
-                 # "--cluster-id=" because a random id may start with "-"
-                 "format", f"--cluster-id={self.cluster_id}", "-c", str(b.dir / "server.properties")],
-                capture_output=True, text=True,
-            )
-            if fmt.returncode != 0:
-                self.stop()
-                raise BrokerStartError(f"kafka-storage format failed:\n{fmt.stdout}\n{fmt.stderr}")
+            self._format_storage(java, libs, b)
         for b in self.brokers:
             self._spawn(b)
         self.wait_ready(timeout)
         return self
+
+    def _server_properties(self, b: Broker, voters: str, rf: int) -> dict[str, str]:
+        """Broker ``b``'s server.properties: KRaft, loopback listeners, the quick group
+        timeouts the tests need, then the listeners' and the cluster's own settings."""
+        extra = "".join(f",{ln.name}://127.0.0.1:{b.ports[ln.name]}" for ln in self.listeners)
+        props = {
+            "process.roles": "broker,controller",
+            "node.id": str(b.node_id),
+            "controller.quorum.voters": voters,
+            "listeners": f"PLAINTEXT://127.0.0.1:{b.port},CONTROLLER://127.0.0.1:{b.controller_port}"
+                         + extra,
+            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{b.port}" + extra,
+            "controller.listener.names": "CONTROLLER",
+            "inter.broker.listener.name": "PLAINTEXT",
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT" + "".join(
+                f",{ln.name}:{ln.security_protocol}" for ln in self.listeners),
+            "log.dirs": str(b.dir / "data"),
+            "num.partitions": "1",
+            "default.replication.factor": str(rf),
+            "offsets.topic.replication.factor": str(rf),
+            "offsets.topic.num.partitions": "10",
+            "transaction.state.log.replication.factor": str(rf),
+            "transaction.state.log.min.isr": "1",
+            "share.coordinator.state.topic.replication.factor": str(rf),
+            "share.coordinator.state.topic.min.isr": "1",
+            "group.initial.rebalance.delay.ms": "0",
+            "group.min.session.timeout.ms": "1000",
+            "group.consumer.min.session.timeout.ms": "1000",
+            "group.consumer.min.heartbeat.interval.ms": "500",
+            # Streams (KIP-1071) and share (KIP-932) groups: a killed member leaves within
+            # seconds, not Kafka's 45 s default (Kafka 3.9 ignores these).
+            "group.streams.min.session.timeout.ms": "1000",
+            "group.streams.session.timeout.ms": "6000",
+            "group.streams.min.heartbeat.interval.ms": "500",
+            "group.streams.heartbeat.interval.ms": "1000",
+            "group.share.min.session.timeout.ms": "1000",
+            "group.share.session.timeout.ms": "6000",
+            "group.share.min.heartbeat.interval.ms": "500",
+            "group.share.heartbeat.interval.ms": "1000",
+            "replica.lag.time.max.ms": "30000",  # Kafka's default; LEO > HW lasts until the ISR shrinks
+            "log.segment.bytes": str(16 * 1024 * 1024),
+        }
+        for ln in self.listeners:
+            props.update({f"listener.name.{ln.name.lower()}.{k}": v for k, v in ln.config.items()})
+        props.update(self.extra_config)
+        return props
+
+    def _format_storage(self, java: str, libs: Path, b: Broker) -> None:
+        """kafka-storage format of broker ``b``'s log directory; a failure stops the cluster."""
+        fmt = subprocess.run(
+            [java, "-cp", f"{libs}/*", *self._log_opts(b), "kafka.tools.StorageTool",
+             # "--cluster-id=" because a random id may start with "-"
+             "format", f"--cluster-id={self.cluster_id}", "-c", str(b.dir / "server.properties")],
+            capture_output=True, text=True,
+        )
+        if fmt.returncode != 0:
+            self.stop()
+            raise BrokerStartError(f"kafka-storage format failed:\n{fmt.stdout}\n{fmt.stderr}")
 
     def _log_opts(self, b: Broker) -> list[str]:
         # Kafka 4 logs with log4j2, Kafka 3 with reload4j (log4j 1): configure both.

@@ -22,6 +22,7 @@ import contextlib
 import signal
 import sys
 import time
+from types import SimpleNamespace
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaException
@@ -33,7 +34,7 @@ def say(*words: object) -> None:
     print(*words, flush=True)
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parse(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser()
     ap.add_argument("--mode", required=True,
                     choices=["healthy", "slow", "nocommit", "blocked", "maxpoll", "hung"])
@@ -48,8 +49,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--session-timeout-ms", type=int, default=6000)
     ap.add_argument("--protocol", choices=["classic", "consumer"], default="classic",
                     help="group.protocol: consumer is KIP-848 (session and heartbeat are the broker's)")
-    args = ap.parse_args(argv)
+    return ap.parse_args(argv)
 
+
+def _conf(args: argparse.Namespace) -> dict[str, Any]:
     conf: dict[str, Any] = {
         "bootstrap.servers": args.bootstrap, "group.id": args.group,
         "client.id": args.client_id or f"{args.mode}-consumer",
@@ -64,53 +67,61 @@ def main(argv: list[str] | None = None) -> int:
         del conf["session.timeout.ms"], conf["heartbeat.interval.ms"]
     elif args.mode in ("blocked", "hung"):
         conf["max.poll.interval.ms"] = 600_000
+    return conf
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parse(argv)
+    conf = _conf(args)
     instrument = args.instrument or args.mode == "blocked"
     consumer: Consumer = (InstrumentedConsumer(conf, report_interval=args.report_interval)
                           if instrument else Consumer(conf))
-    running = True
+    state = SimpleNamespace(running=True, seen=0, initial_commit=args.mode == "nocommit")
 
     def stop(*_: object) -> None:
-        nonlocal running
-        running = False
+        state.running = False
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
     consumer.subscribe([args.topic])
     ready = False
-    seen = 0
-    initial_commit = args.mode == "nocommit"
-    while running:
+    while state.running:
         msg = consumer.poll(0.2)
         if not ready and consumer.assignment():
             ready = True
             say("READY", time.time())
         if msg is None or msg.error():
             continue
-        seen += 1
-        if args.mode == "healthy":
-            consumer.commit(msg, asynchronous=True)
-        elif args.mode == "slow":
-            time.sleep(args.delay)
-            consumer.commit(msg, asynchronous=False)
-        elif args.mode == "nocommit":
-            if initial_commit:
-                consumer.commit(msg, asynchronous=False)
-                initial_commit = False
-        elif args.mode in ("blocked", "hung"):
-            consumer.commit(msg, asynchronous=False)
-            if seen >= args.after:
-                say("BLOCKED", time.time())
-                while running:  # the handler is wedged; librdkafka still heartbeats
-                    time.sleep(0.2)
-        elif args.mode == "maxpoll":
-            time.sleep(3.0)  # longer than max.poll.interval.ms
-            # Kicked out of the group meanwhile, the partition was revoked: whether the
-            # commit is refused (classic: old generation) or, rejoined already (KIP-848),
-            # commits the position the new assignment restarted from, nothing moves.
-            with contextlib.suppress(KafkaException):
-                consumer.commit(asynchronous=False)
+        state.seen += 1
+        _handle(args, consumer, msg, state)
     consumer.close()
     return 0
+
+
+def _handle(args: argparse.Namespace, consumer: Consumer, msg: Any, state: SimpleNamespace) -> None:
+    """One record, committed (or not) as the mode says."""
+    if args.mode == "healthy":
+        consumer.commit(msg, asynchronous=True)
+    elif args.mode == "slow":
+        time.sleep(args.delay)
+        consumer.commit(msg, asynchronous=False)
+    elif args.mode == "nocommit":
+        if state.initial_commit:
+            consumer.commit(msg, asynchronous=False)
+            state.initial_commit = False
+    elif args.mode in ("blocked", "hung"):
+        consumer.commit(msg, asynchronous=False)
+        if state.seen >= args.after:
+            say("BLOCKED", time.time())
+            while state.running:  # the handler is wedged; librdkafka still heartbeats
+                time.sleep(0.2)
+    elif args.mode == "maxpoll":
+        time.sleep(3.0)  # longer than max.poll.interval.ms
+        # Kicked out of the group meanwhile, the partition was revoked: whether the
+        # commit is refused (classic: old generation) or, rejoined already (KIP-848),
+        # commits the position the new assignment restarted from, nothing moves.
+        with contextlib.suppress(KafkaException):
+            consumer.commit(asynchronous=False)
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ from exporter.config import _NAME_RE, Config, ConfigError, _bootstrap, build_con
 from exporter.config_docs import CLI_ONLY, cli_flags, cli_help
 from exporter.expose.server import WebConfig, make_server, serve_in_thread
 from exporter.runner import Exporter
+from exporter.runtime import collect_less
 
 log = logging.getLogger("lagwatch")
 # Seconds a thread holds the interpreter lock while another waits for it (see
@@ -112,6 +113,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"lagwatch: configuration error: {e}", file=sys.stderr)
         return 2
     logs.setup(config.log_level)
+    collect_less()
     exporter = Exporter(config)
     try:
         server = make_server(exporter.store, config.listen, web)

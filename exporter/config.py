@@ -16,6 +16,7 @@ import os
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import MISSING, dataclass, field, fields, replace
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -26,11 +27,26 @@ from lagwatch_client.wire import DEFAULT_REPORTS_TOPIC
 
 DEFAULT_LISTEN = ("0.0.0.0", 9308)
 DEFAULT_CLUSTER_NAME = "default"
-LAG_MODES = ("interpolate", "exact")
+
+
+class LagMode(StrEnum):
+    """How lag seconds are computed."""
+
+    INTERPOLATE = "interpolate"  # on the HW history: when the committed offset was the HW
+    EXACT = "exact"  # from the timestamp of the record at the committed offset
+
+
+class MetricsDetail(StrEnum):
+    """Which group series /metrics serves."""
+
+    FULL = "full"  # every series of every group
+    BOUNDED = "bounded"  # per-group series only where an alert reads them (exporter/expose/detail.py)
+
+
+LAG_MODES = tuple(m.value for m in LagMode)  # plain strings: argparse prints its choices
 COMPAT_MODES = ("kafka_exporter",)
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
-# /metrics: every group-partition's series, or only those of groups that are not `ok`.
-METRICS_DETAIL = ("full", "bounded")
+METRICS_DETAIL = tuple(m.value for m in MetricsDetail)
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 _ENV_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 # librdkafka properties whose values must never be printed.
@@ -160,9 +176,9 @@ class ClusterConfig:
     interval: float = setting("seconds between sampling cycles", 30.0, flag="--interval",
                               metavar="SECONDS", cluster_default=True)
     request_timeout: float = setting("seconds per Kafka request", 10.0, cluster_default=True)
-    lag_mode: str = setting(
+    lag_mode: LagMode = setting(
         "how lag seconds are computed: interpolated from the HW history, or read from the "
-        "record's timestamp", "interpolate", flag="--lag-mode", choices=LAG_MODES,
+        "record's timestamp", LagMode.INTERPOLATE.value, flag="--lag-mode", choices=LAG_MODES,
         cluster_default=True, see="statuses.md#lag-in-seconds")
     filters: Filters = setting("which groups and topics are watched", factory=Filters)
     reports_topic: str = setting(
@@ -248,12 +264,13 @@ class Config:
         "cardinality cap on group partitions (a group without partitions counts 1); the worst "
         "groups are kept", 500_000)
     history_points: int = setting("(time, HW) points kept per partition for lag in seconds", 120)
-    metrics_detail: str = setting(
+    metrics_detail: MetricsDetail = setting(
         "/metrics group series: every series of every group (`full`), or every group's status "
         "and max lag, and the other series only of the groups an alert reads them for: not "
         "`ok`, near retention, rebalancing, Spark (`bounded`; every group and partition in the "
         "JSON API)",
-        "full", flag="--metrics-detail", choices=METRICS_DETAIL, see="metrics.md#bounded-metrics")
+        MetricsDetail.FULL.value, flag="--metrics-detail", choices=METRICS_DETAIL,
+        see="metrics.md#bounded-metrics")
     log_level: str = setting(f"how much to log: {', '.join(LOG_LEVELS[:-1])} or {LOG_LEVELS[-1]}", "INFO",
                              flag="--log-level", metavar="LEVEL")
     web_config: str | None = setting(
@@ -465,7 +482,7 @@ def _cluster(raw: Any, where: str, defaults: dict[str, Any]) -> ClusterConfig:
         client=client_s,
         interval=_positive(_inherited(raw, defaults, "interval"), f"{where}.interval", minimum=0.05),
         request_timeout=_positive(_inherited(raw, defaults, "request_timeout"), f"{where}.request_timeout"),
-        lag_mode=lag_mode,
+        lag_mode=LagMode(lag_mode),
         filters=_filters(raw.get("groups"), raw.get("topics"), where),
         reports_topic=topic,
         reports_enabled=enabled,
@@ -597,11 +614,11 @@ def build_config(file_data: dict[str, Any], overrides: dict[str, Any]) -> Config
     )
 
 
-def _metrics_detail(data: dict[str, Any]) -> str:
+def _metrics_detail(data: dict[str, Any]) -> MetricsDetail:
     detail = _top(data, "metrics_detail")
     if detail not in METRICS_DETAIL:
         raise ConfigError("metrics_detail", f"expected one of {', '.join(METRICS_DETAIL)}, got {detail!r}")
-    return detail
+    return MetricsDetail(detail)
 
 
 def _top_thresholds(data: dict[str, Any], overrides: dict[str, Any]) -> Thresholds:

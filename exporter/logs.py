@@ -4,12 +4,12 @@ librdkafka logs the same failure once per connection attempt, from every client
 (sampler, record-timestamp reader, report reader) and broker thread, with
 different prefixes: ``FAIL [lagwatch-prod#producer-1] [thrd:sasl_ssl://b1:9093/1]:
 sasl_ssl://b1:9093/1: SASL authentication error: ... (after 312ms in state
-AUTH_REQ)``. Against a broker refusing the password that was about 70 lines in
+AUTH_REQ)``. Against a broker refusing the password that is about 70 lines in
 one millisecond (they are queued until the client is polled). The filter
 below sits on the handler, so it sees the records of every logger (a filter on
-a logger does not see its children's records, which is why the earlier one on
-``lagwatch.librdkafka`` never fired), and keys each warning or error by its
-text without client names, threads, broker addresses and numbers.
+a logger does not see its children's records: one on ``lagwatch.librdkafka`` would
+never fire), and keys each warning or error by its text without client names,
+threads, broker addresses and numbers.
 """
 
 from __future__ import annotations

@@ -37,9 +37,9 @@ from typing import IO, Any
 
 from exporter.config import GroupThresholds, Thresholds
 from exporter.contracts.errors import ErrorRecord
+from exporter.contracts.reports import ConsumerReport, SparkReport
 from exporter.contracts.snapshot import Snapshot
 from exporter.evaluate.evaluator import Evaluator
-from exporter.reports.decode import ConsumerReport, SparkReport
 
 FORMAT = "lagwatch-recording"
 VERSION = 1

@@ -17,8 +17,9 @@ import time
 from collections.abc import Mapping
 from dataclasses import replace
 
-from exporter.config import ClusterConfig, Config
+from exporter.config import ClusterConfig, Config, LagMode, MetricsDetail
 from exporter.contracts.errors import ErrorRecord, ErrorStage
+from exporter.contracts.reports import SparkReport
 from exporter.contracts.sampling import SamplerMemory
 from exporter.contracts.snapshot import Snapshot
 from exporter.contracts.view import ClusterView
@@ -28,7 +29,6 @@ from exporter.expose.render import render_cluster
 from exporter.kafka.worker import KafkaWorker, SampleReply, WorkerCrashed
 from exporter.logs import TRANSITION
 from exporter.recording import Writer, header
-from exporter.reports.decode import SparkReport
 from exporter.state.placement import shard_of
 from exporter.state.sync import StateSync
 from exporter.store import ClusterRecord, SelfStats, StateStats, Store, frozen_counts, initial_record
@@ -42,7 +42,7 @@ class ClusterRunner:
         self.cfg = cfg
         self.store = store
         self.compat = config.compat
-        self.bounded = config.metrics_detail == "bounded"
+        self.bounded = config.metrics_detail == MetricsDetail.BOUNDED
         self.evaluator = Evaluator(cfg.name, config.cluster_thresholds(cfg), cfg.interval,
                                    config.history_points, config.max_group_partitions,
                                    cfg.group_thresholds)
@@ -51,7 +51,7 @@ class ClusterRunner:
         # lagwatch_errors_total: every error is counted here and only here, whether it
         # comes in the worker's snapshot (Kafka requests, sample_exception) or from the
         # runner itself (worker_crash, exact_lag, cycle).
-        self.errors: collections.Counter[str] = collections.Counter()
+        self.errors: collections.Counter[ErrorStage] = collections.Counter()
         self.requests = 0  # Kafka requests over all worker lifetimes
         self._worker_requests = 0  # the current worker's own (cumulative) count
         self.reports_requests = 0  # the reports tail's, over all worker lifetimes
@@ -161,7 +161,7 @@ class ClusterRunner:
                 self._write_state(view)
             return ok
         except Exception:  # noqa: BLE001 - the thread must survive anything
-            self.errors["cycle"] += 1
+            self.errors[ErrorStage.CYCLE] += 1
             log.exception("cluster %s: sampling cycle failed", self.cfg.name)
             with contextlib.suppress(Exception):  # serve the count with the last record
                 self.store.publish(replace(self.store.record(self.cfg.name), stats=self._stats(t0)))
@@ -171,17 +171,17 @@ class ClusterRunner:
                           ) -> dict[tuple[str, int, int], float]:
         want = self.evaluator.lag_inputs(snap, self.cfg.lag_mode)
         want += [(tp, off) for r in spark_reports.values() for tp, off in r.end_offsets.items()
-                 if self.cfg.lag_mode == "exact"]
+                 if self.cfg.lag_mode == LagMode.EXACT]
         if not want:
             return {}
         try:
             return self.worker.timestamps(want)
         except WorkerCrashed as e:  # the next cycle starts a new worker
             if not self._stop.is_set():
-                self.errors["worker_crash"] += 1
+                self.errors[ErrorStage.WORKER_CRASH] += 1
                 log.error("cluster %s: %s", self.cfg.name, e)
         except Exception as e:  # noqa: BLE001 - lag seconds fall back to interpolation
-            self.errors["exact_lag"] += 1
+            self.errors[ErrorStage.EXACT_LAG] += 1
             log.warning("cluster %s: reading record timestamps failed: %s", self.cfg.name, e)
         return {}
 
@@ -203,7 +203,7 @@ class ClusterRunner:
             self.state.restore(self.evaluator, self.worker.load_state(), now)
         except WorkerCrashed as e:  # the next cycle starts a new worker and tries again
             if not self._stop.is_set():
-                self.errors["worker_crash"] += 1
+                self.errors[ErrorStage.WORKER_CRASH] += 1
                 log.error("cluster %s: %s", self.cfg.name, e)
 
     def _adopt(self, res: SampleReply) -> None:
@@ -238,12 +238,12 @@ class ClusterRunner:
             reply = self.worker.write_state(records, release)
         except WorkerCrashed as e:
             if not self._stop.is_set():
-                self.errors["worker_crash"] += 1
+                self.errors[ErrorStage.WORKER_CRASH] += 1
                 log.error("cluster %s: %s", self.cfg.name, e)
             return
         if reply.denied is None and (reply.error is not None or reply.failed):
             # a refusal is said once and served as lagwatch_state_writable 0, not counted
-            self.errors["state_write"] += 1
+            self.errors[ErrorStage.STATE_WRITE] += 1
         self.state.wrote(reply)
 
     def _leave(self) -> None:
@@ -277,12 +277,13 @@ class ClusterRunner:
         if self._worker_gen != self.worker.restarts:  # a new worker process
             self._worker_gen, self._worker_requests = self.worker.restarts, 0
             self._worker_reports_requests = 0
-        self.requests += res.requests_total - self._worker_requests
-        self._worker_requests = res.requests_total
-        self.reports_requests += max(0, res.reports_requests - self._worker_reports_requests)
-        self._worker_reports_requests = res.reports_requests
-        self.reports_received = frozen_counts(res.reports_received)
-        self.reports_dropped = frozen_counts(res.reports_dropped)
+        c = res.counters
+        self.requests += c.requests_total - self._worker_requests
+        self._worker_requests = c.requests_total
+        self.reports_requests += max(0, c.reports_requests - self._worker_reports_requests)
+        self._worker_reports_requests = c.reports_requests
+        self.reports_received = frozen_counts(c.reports_received)
+        self.reports_dropped = frozen_counts(c.reports_dropped)
 
 
 class Exporter:

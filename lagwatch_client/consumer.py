@@ -210,7 +210,7 @@ class InstrumentedConsumer(Consumer):
             return
         with self._stats_lock:
             self._member_id, self._positions = member_id, positions
-            # forget commits of partitions no longer assigned: another member commits them now
+            # forget commits of partitions not assigned any more: another member commits them now
             self._committed = {tp: off for tp, off in self._committed.items() if tp in positions}
 
     def commit(self, *args: Any, **kwargs: Any) -> Any:

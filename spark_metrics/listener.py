@@ -7,6 +7,13 @@ lifecycle events. Spark emits nothing while a batch hangs, so a heartbeat
 thread per active query keeps reporting whether a batch is running and since
 when; lagwatch then tells "alive but stuck" (livelocked) from "gone" (stopped).
 
+A heartbeat proves the process that sends it alive, not the query. In a classic
+driver the two are one process. Under Spark Connect they are apart: PySpark 4.x
+runs the listener in the client while the query runs on the server (3.5 runs it
+in the server's Python). A listener in a Connect client therefore also asks the
+server about the query at each heartbeat and reports when the server last
+answered (``server_seen``): a dead server does not read as a batch still running.
+
 When does the current batch start? Spark starts the next trigger right after
 the previous one finished, i.e. right after the last progress (or idle) event,
 or at query start. That is the conservative estimate. When the listener can
@@ -33,6 +40,7 @@ from __future__ import annotations
 
 import atexit
 import logging
+import os
 import threading
 import time
 import weakref
@@ -83,6 +91,11 @@ class _Query:
     running_read_at: float = 0.0
     handle: Any = None
     handle_misses: int = 0
+    # Spark Connect, listener in the client: when the server last spoke about the query (an
+    # event, or an answer to the status probe), and why the last probe failed
+    server_seen: float | None = None
+    server_error: str | None = None
+    server_misses: int = 0  # probes in a row the server answered without knowing the query
     probe_thread: threading.Thread | None = None
     stop: threading.Event = field(default_factory=threading.Event)
     heartbeat: threading.Thread | None = None
@@ -299,7 +312,7 @@ class LagListener(StreamingQueryListener):
         name = getattr(event, "name", None) or None
         with self._lock:
             q = self._query(qid, rid, name, now)
-            q.started_at = q.last_event_at = now
+            q.started_at = q.last_event_at = q.server_seen = now
             if q.kafka is False:  # a restart of a query known to read no Kafka source
                 return
             self._emit(q, "started", now)
@@ -323,7 +336,7 @@ class LagListener(StreamingQueryListener):
                 q.stop.set()
                 return
             q.kafka = True
-            q.last_event_at = q.last_progress = now
+            q.last_event_at = q.last_progress = q.server_seen = now
             q.batch_id = info.batch_id
             q.batch_duration_ms = info.batch_duration_ms
             q.input_rows_per_second = info.input_rows_per_second
@@ -345,7 +358,7 @@ class LagListener(StreamingQueryListener):
             q = self._queries.get(str(event.id))
             if q is None or q.run_id != str(event.runId) or q.kafka is False:
                 return
-            q.last_event_at = now
+            q.last_event_at = q.server_seen = now
             self._emit(q, "idle", now)
 
     def _terminated(self, event: Any) -> None:
@@ -358,7 +371,7 @@ class LagListener(StreamingQueryListener):
             if q.kafka is False:
                 return
             q.terminated = True
-            q.last_event_at = now
+            q.last_event_at = q.server_seen = now
             exc = getattr(event, "exception", None)
             q.exception = str(exc)[:2000] if exc else None
             self._emit(q, "terminated", now)
@@ -374,6 +387,17 @@ class LagListener(StreamingQueryListener):
         if fresh_probe and q.inactive_seen_at is not None:
             since = max(since, q.inactive_seen_at)
         return since
+
+    def _connect(self) -> str | None:
+        """Where this listener runs under Spark Connect: ``"server"`` (PySpark 3.5 runs client
+        listeners in the server's Python, which sets ``SPARK_CONNECT_LOCAL_URL``), ``"client"``
+        (4.x: the session that added it is a Connect session), None in a classic driver."""
+        if os.environ.get("SPARK_CONNECT_LOCAL_URL"):
+            return "server"
+        session = getattr(self, "spark", None)
+        if session is not None and type(session).__module__.startswith("pyspark.sql.connect"):
+            return "client"
+        return None
 
     def _emit(self, q: _Query, event: str, now: float) -> None:
         """Queue the full current state of ``q`` (the exporter keeps only the latest)."""
@@ -395,6 +419,12 @@ class LagListener(StreamingQueryListener):
             if running is not None and q.batch_id is not None and running["batch_id"] <= q.batch_id:
                 running = None  # completed since it was read: its progress event came first
             report["running_batch"] = running
+        connect = self._connect()
+        if connect is not None:
+            report["connect"] = connect
+        if connect == "client":
+            report["server_seen"] = _r(q.server_seen)
+            report["server_error"] = q.server_error
         if self.cluster:
             report["cluster"] = self.cluster
         self._sender.submit(report_key("spark", q.group, q.query_id), report)
@@ -425,14 +455,17 @@ class LagListener(StreamingQueryListener):
     def _probe(self, q: _Query) -> None:
         """Ask ``query.status`` in a throwaway daemon thread, waiting at most 1 s.
 
-        A JVM or Spark Connect server that does not answer must not stop heartbeats.
+        A JVM or Spark Connect server that does not answer must not stop heartbeats: a
+        probe still waiting is left to finish, and the next heartbeat does not start another.
         """
-        if q.handle_misses >= 3:
+        connect_client = self._connect() == "client"
+        if q.handle_misses >= 3 and not connect_client:
             return  # this query is not reachable from here (another session); events only
         if q.probe_thread is not None and q.probe_thread.is_alive():
             self._counters.inc("probe_timeouts")
             return
-        t = threading.Thread(target=self._probe_once, args=(q,), daemon=True,
+        target = self._probe_server if connect_client else self._probe_once
+        t = threading.Thread(target=target, args=(q,), daemon=True,
                              name=f"lagwatch-probe-{q.query_id[:8]}")
         q.probe_thread = t
         t.start()
@@ -445,19 +478,55 @@ class LagListener(StreamingQueryListener):
                 if q.handle is None:
                     q.handle_misses += 1
                     return
-            status = q.handle.status
-            active = bool(status.get("isTriggerActive"))
-            now = time.time()
-            with self._lock:
-                q.trigger_active = active
-                q.probed_at = now
-                if not active:
-                    q.inactive_seen_at = now
+            self._trigger_seen(q, bool(q.handle.status.get("isTriggerActive")))
             self._read_running(q)
         except Exception:  # noqa: BLE001
             self._counters.inc("probe_errors")
             q.handle = None
             q.handle_misses += 1
+
+    def _trigger_seen(self, q: _Query, active: bool) -> None:
+        now = time.time()
+        with self._lock:
+            q.trigger_active = active
+            q.probed_at = now
+            if not active:
+                q.inactive_seen_at = now
+
+    def _probe_server(self, q: _Query) -> None:
+        """A listener in a Spark Connect client: ask the server, over the session that added
+        the listener, whether it still runs the query. An answer dates ``server_seen``; a
+        failure (server down, session gone) is kept as ``server_error``; a server that twice
+        in a row does not know the query as active has ended it: reported as terminated."""
+        try:
+            handle = q.handle or self.spark.streams.get(q.query_id)
+            active = handle is not None and handle.isActive
+            trigger = handle is not None and active and bool(handle.status.get("isTriggerActive"))
+        except Exception as e:  # noqa: BLE001 - the server's failure is what is reported
+            self._counters.inc("probe_errors")
+            with self._lock:
+                q.handle = None
+                q.server_error = _first_line(e)
+            return
+        with self._lock:
+            q.handle = handle if active else None
+            q.server_seen, q.server_error = time.time(), None
+            q.server_misses = 0 if active else q.server_misses + 1
+            gone = q.server_misses >= 2 and not q.terminated
+        if active:
+            self._trigger_seen(q, trigger)
+        elif gone:
+            self._server_ended(q)
+
+    def _server_ended(self, q: _Query) -> None:
+        """The Connect server does not run the query any more and no termination event came."""
+        now = time.time()
+        with self._lock:
+            q.stop.set()
+            q.terminated = True
+            q.last_event_at = now
+            q.exception = q.exception or "the Spark Connect server does not run this query any more"
+            self._emit(q, "terminated", now)
 
     def _read_running(self, q: _Query) -> None:
         """The batch planned and not committed, from the query's own offset and commit logs;
@@ -491,6 +560,11 @@ class LagListener(StreamingQueryListener):
             if sq is not None:
                 return sq
         return None
+
+
+def _first_line(e: BaseException) -> str:
+    text = (str(e).strip().splitlines() or [""])[0]
+    return f"{type(e).__name__}: {text}"[:200]
 
 
 def _r(v: float | None) -> float | None:

@@ -16,9 +16,9 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from devenv.kafka import KafkaCluster
 from devenv.kafka import commit_offsets as commit_offsets  # re-exported to the test modules
-from tests.dists import PROJECTS, Dist, build
-from tests.exporter_proc import ExporterProcess, parse_metrics
-from tests.recorded import record_dir
+from tests.support.dists import PROJECTS, Dist, build
+from tests.support.exporter_proc import ExporterProcess, parse_metrics
+from tests.support.recorded import record_dir
 
 ROOT_DIR = Path(__file__).resolve().parent.parent
 KAFKA_VERSION = os.environ.get("LAGWATCH_TEST_KAFKA_VERSION", "4.4.0")
@@ -49,11 +49,32 @@ def wait_for(cond: Callable[[], Any], timeout: float, what: str, interval: float
 
 BROKER_FIXTURES = frozenset({"kafka", "kafka3", "exporter"})
 
+# The files that take 40 s or more in `make test` on a busy 2-core machine, longest first
+# (from its --durations=0, per file). `make test` gives each xdist worker a whole file at a time, the next
+# one in collection order when it is done (--dist loadfile --no-loadscope-reorder; xdist's
+# own order, by number of tests, runs these few-test files last, where one alone makes the
+# tail): so they start first, and the many short files fill in around them.
+LONG_FILES = (
+    "test_group_types.py", "test_faults.py", "test_spark.py", "test_spark_connect.py", "test_oauth.py",
+    "test_exporter_core.py", "test_rebalances_live.py", "test_membership.py",
+    "test_jvm_interceptor.py", "test_columns.py", "test_state_restart.py", "test_records_lost.py",
+    "test_worker.py", "test_state.py", "test_rest.py", "test_evaluator_simulated.py", "test_demo.py",
+    "test_broker_down.py", "test_catchup.py", "test_reports_fuzz.py", "test_security.py",
+    "test_hostile_names.py", "test_scenarios.py",
+)
+
+
+def _run_order(item: pytest.Item) -> tuple[bool, int]:
+    name = item.path.name
+    return (item.get_closest_marker("image") is not None,
+            LONG_FILES.index(name) if name in LONG_FILES else len(LONG_FILES))
+
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """`make test-unit` must stay broker-free and fast: a unit test asking for a broker is
     a mistake in the test, reported at collection. Tests that need the container image run
-    last, so that its build (started in the background once collected) overlaps the rest.
+    last, so that its build (started in the background once collected) overlaps the rest;
+    before them the LONG_FILES, longest first, then the rest in collection order.
 
     `make test` runs three pytest-xdist workers on two cores with ``--dist loadfile``
     (most tests wait on thresholds, brokers and JVMs, not on the CPU: with two workers
@@ -63,7 +84,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if item.get_closest_marker("unit") and BROKER_FIXTURES & set(getattr(item, "fixturenames", ())):
             raise pytest.UsageError(f"{item.nodeid} is marked unit but uses a broker fixture")
-    items.sort(key=lambda item: item.get_closest_marker("image") is not None)  # stable
+    items.sort(key=_run_order)  # stable
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
@@ -71,7 +92,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     first = os.environ.get("PYTEST_XDIST_WORKER", "gw0") == "gw0"
     if (first and not session.config.option.collectonly
             and any(i.get_closest_marker("image") for i in session.items)):
-        from tests.image_build import prebuild
+        from tests.support.image_build import prebuild
 
         prebuild()
 
@@ -233,5 +254,5 @@ def exporter(kafka: KafkaCluster, tmp_path_factory: pytest.TempPathFactory) -> I
 
 @pytest.fixture(scope="session")
 def dists(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Dist]:
-    """sdist and wheel of `lagwatch` and `lagwatch-client`, built once (tests/dists.py)."""
+    """sdist and wheel of `lagwatch` and `lagwatch-client`, built once (tests/support/dists.py)."""
     return {name: build(path, tmp_path_factory.mktemp(name)) for name, path in PROJECTS.items()}

@@ -35,8 +35,8 @@ import yaml
 from devenv.kafka import KafkaCluster, free_port
 from exporter.config import build_config
 from tests.conftest import commit_offsets, create_topic, produce, unique, wait_for
-from tests.exporter_proc import group_offsets, parse_metrics, value
-from tests.image_build import (
+from tests.support.exporter_proc import group_offsets, parse_metrics, value
+from tests.support.image_build import (
     BUILDAH,
     RUN,
     TAGS,

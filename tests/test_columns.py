@@ -187,7 +187,7 @@ def test_the_benchmark_shapes_are_judged_in_columns(live: bool) -> None:
 def test_a_partition_memory_is_kept_whole_in_its_row() -> None:
     table = PartitionTable()
     full = PartitionMemory(
-        committed=41, changed_at=12.5, data=NewData(40, 11.0, 12.0, None, 10.5, 12.25),
+        followed=41, changed_at=12.5, data=NewData(40, 11.0, 12.0, None, 10.5, 12.25),
         floor=Floor(-1, 41, 3.0), rewind=Rewind(19.0, 44), lag_since=None,
         trend=Trend(Run(1.0, None, 3, 2.5, 12.0, 41, 7.5, 50), True),
         ownership=Ownership("member-1", 2), above_from=8.0)

@@ -1,11 +1,12 @@
 """Bad configuration never starts the exporter: one line naming the field, exit code 2.
 
 Table-driven over YAML files, web config files and CLI flags. Every case runs the
-real CLI (``python -m exporter ...``) as a subprocess and checks the whole
+real CLI (``python -m exporter ...``) in a process of its own and checks the whole
 contract: exit code 2, nothing on stdout, exactly one line on stderr of the form
 ``lagwatch: configuration error: <field>: <problem>`` with the expected field,
-and no traceback. The subprocesses run a few at a time in one module fixture
-(each is a fresh interpreter, ~0.3 s), the assertions are one test per case.
+and no traceback. The processes are forked, one after another, from one interpreter that
+imported the CLI once (tests/support/cli_forks.py: the import is most of what a fresh
+interpreter costs); the assertions are one test per case.
 """
 
 from __future__ import annotations
@@ -13,14 +14,14 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
 from devenv.kafka import free_port
-from tests.exporter_proc import ROOT, ExporterProcess, parse_metrics
+from tests.support.cli_forks import CliForks
+from tests.support.exporter_proc import ROOT, ExporterProcess, parse_metrics
 
 pytestmark = pytest.mark.unit  # no broker: runs with `make test-unit`
 
@@ -240,7 +241,7 @@ def _materialize(case: Case, d: Path) -> list[str]:
     return argv
 
 
-def _run(case: Case, d: Path) -> Result:
+def _run(forks: CliForks, case: Case, d: Path) -> Result:
     d.mkdir()
     argv = _materialize(case, d)
     env = {k: v for k, v in os.environ.items() if not k.startswith("LAGWATCH_TEST_UNSET")}
@@ -249,20 +250,20 @@ def _run(case: Case, d: Path) -> Result:
     listen = [] if has_listen or "--listen" in argv else ["--listen", f"127.0.0.1:{free_port()}"]
     # A bad config exits at once; the timeout is only a hang guard (a config that should
     # fail started and serves instead), so it is generous: a starved machine is not a failure.
-    try:
-        p = subprocess.run([sys.executable, "-m", "exporter", *listen, *argv], cwd=ROOT,
-                           capture_output=True, text=True, timeout=120, env=env)
-    except subprocess.TimeoutExpired as e:
-        return Result(None, str(e.stdout or ""), str(e.stderr or ""), d)
-    return Result(p.returncode, p.stdout, p.stderr, d)
+    r = forks.run([*listen, *argv], env, d, timeout=120)
+    return Result(r.rc, r.stdout, r.stderr, d)
 
 
 @pytest.fixture(scope="module")
 def results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Result]:
+    """Every case's run, forked from one interpreter that imported the CLI once
+    (tests/support/cli_forks.py); test_secret_value_never_echoed runs a fresh one."""
     base = tmp_path_factory.mktemp("config-errors")
-    with ThreadPoolExecutor(max_workers=3) as pool:
-        futs = {c.id: pool.submit(_run, c, base / c.id) for c in CASES}
-        return {k: f.result() for k, f in futs.items()}
+    forks = CliForks()
+    try:
+        return {c.id: _run(forks, c, base / c.id) for c in CASES}
+    finally:
+        forks.close()
 
 
 def test_case_ids_are_unique() -> None:
@@ -285,14 +286,20 @@ def test_bad_config_one_line_exit_2(case: Case, results: dict[str, Result]) -> N
     assert len(lines[0]) > len(want) + 5, f"no problem stated\n{detail}"
 
 
+def test_a_bad_choice_lists_the_label_values(results: dict[str, Result]) -> None:
+    """The closed sets are StrEnums; the CLI names their values, not the members' reprs."""
+    assert "(choose from 'interpolate', 'exact')" in results["flag-lag-mode"].stderr
+
+
 def test_secret_value_never_echoed(tmp_path: Path) -> None:
     """A bad secret-bearing setting names the field, never the secret's value."""
     cfg = tmp_path / "c.yml"
     cfg.write_text(cl("    client: {sasl.password: [s3cr3t-value]}\n"))
     p = subprocess.run([sys.executable, "-m", "exporter", "--config", str(cfg)], cwd=ROOT,
                        capture_output=True, text=True, timeout=30)
-    assert p.returncode == 2
-    assert "clusters[0].client.sasl.password" in p.stderr
+    # a fresh interpreter, unlike the forked cases: nothing else on stdout or stderr either
+    assert p.returncode == 2 and p.stdout == "", p.stdout + p.stderr
+    assert p.stderr.startswith(f"{PREFIX}clusters[0].client.sasl.password: ") and p.stderr.count("\n") == 1
     assert "s3cr3t" not in p.stderr + p.stdout
 
 

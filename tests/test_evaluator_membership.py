@@ -12,13 +12,13 @@ import pytest
 
 from exporter.config import Thresholds
 from exporter.contracts.errors import ErrorRecord
+from exporter.contracts.reports import ConsumerReport
 from exporter.contracts.snapshot import TP, GroupSample, Member, PartitionOffsets, Snapshot
 from exporter.contracts.status import Status
 from exporter.contracts.view import GroupView
 from exporter.evaluate.evaluator import Evaluator
 from exporter.evaluate.memory import OUTSIDE_CADENCE_BOUND
 from exporter.expose.api import group_doc
-from exporter.reports.decode import ConsumerReport
 
 pytestmark = pytest.mark.unit
 

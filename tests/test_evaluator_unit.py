@@ -7,10 +7,10 @@ import dataclasses
 import pytest
 
 from exporter.config import Thresholds
+from exporter.contracts.reports import ConsumerReport, SparkReport
 from exporter.contracts.snapshot import GroupSample, Member, PartitionOffsets, Snapshot
 from exporter.evaluate.evaluator import Evaluator
 from exporter.evaluate.lag import HwHistory, lag_seconds
-from exporter.reports.decode import ConsumerReport, SparkReport
 
 pytestmark = pytest.mark.unit  # no broker: runs with `make test-unit`
 

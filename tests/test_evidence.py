@@ -27,9 +27,9 @@ import pytest
 from devenv.kafka import KafkaCluster
 from devenv.poll_timeout_consumer import MAX_POLL_INTERVAL_MS
 from tests.conftest import STALL_AFTER, create_topic, cycles, unique, wait_for
-from tests.exporter_proc import ExporterProcess
-from tests.recorded import Fixture
-from tests.scenarios import Recorder, Scenario, Workload, spawn, stop_all
+from tests.support.exporter_proc import ExporterProcess
+from tests.support.recorded import Fixture
+from tests.support.scenarios import Recorder, Scenario, Workload, spawn, stop_all
 
 HUNG_CLIENT = "hung-handler"
 LEFT_CLIENT = "poll-timeout-consumer"

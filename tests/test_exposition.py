@@ -28,10 +28,11 @@ from exporter.contracts.view import (
     PartitionView,
     SparkInfo,
 )
-from exporter.expose.render import render_cluster, scrape
+from exporter.expose.render import render_cluster
+from exporter.expose.scrape import scrape
 from exporter.state.codec import DropReason
 from exporter.store import ClusterRecord, SelfStats, StateStats, Store, frozen_counts, initial_record
-from tests.exporter_proc import parse_metrics, value
+from tests.support.exporter_proc import parse_metrics, value
 
 pytestmark = pytest.mark.unit  # no broker: runs with `make test-unit`
 

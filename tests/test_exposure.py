@@ -12,12 +12,13 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.config import Thresholds
+from exporter.contracts.reports import ConsumerReport, SparkReport
 from exporter.contracts.snapshot import GroupSample, Member, PartitionOffsets, Snapshot
 from exporter.evaluate.evaluator import Evaluator
 from exporter.expose.api import group_doc, group_summary
 from exporter.expose.render import render_cluster
 from exporter.expose.statuspage import render
-from exporter.reports.decode import ConsumerReport, SparkReport, decode
+from exporter.reports.decode import decode
 
 pytestmark = pytest.mark.unit  # no broker: runs with `make test-unit`
 

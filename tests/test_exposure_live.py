@@ -22,7 +22,7 @@ from devenv.jvm_apps import INTERCEPTOR, JvmApp
 from devenv.kafka import KafkaCluster
 from lagwatch_client import InstrumentedConsumer
 from tests.conftest import create_topic, cycles_until, produce, unique, wait_for
-from tests.exporter_proc import ExporterProcess
+from tests.support.exporter_proc import ExporterProcess
 
 # Cycles for a report to reach the served view: the consumer's next report (0.5-1 s, as
 # long as a cycle), the reports tail, the cycle under way, the next one and its publication.

@@ -25,11 +25,12 @@ from exporter.contracts.status import Status
 from exporter.contracts.view import ClusterView, GroupProgress, GroupRebalances, GroupView, PartitionView
 from exporter.evaluate.rates import Points, add_point, common_rates, rates
 from exporter.expose import textformat
-from exporter.expose.render import body_of, render_cluster, scrape
+from exporter.expose.render import render_cluster
+from exporter.expose.scrape import body_of, scrape
 from exporter.expose.server import make_server, serve_in_thread
 from exporter.expose.textformat import Packed
 from exporter.store import ClusterRecord, SelfStats, Store
-from tests.exporter_proc import parse_metrics
+from tests.support.exporter_proc import parse_metrics
 
 pytestmark = pytest.mark.unit  # no broker: runs with `make test-unit`
 

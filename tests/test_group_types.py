@@ -28,9 +28,9 @@ from devenv.groups_tool import (
 from devenv.jvm_apps import JvmApp
 from devenv.kafka import KafkaCluster
 from tests.conftest import INTERVAL, STALL_AFTER, commit_offsets, create_topic, cycles, unique, wait_for
-from tests.exporter_proc import ExporterProcess
-from tests.recorded import Fixture
-from tests.scenarios import Recorder, Scenario, Workload, spawn, stop_all
+from tests.support.exporter_proc import ExporterProcess
+from tests.support.recorded import Fixture
+from tests.support.scenarios import Recorder, Scenario, Workload, spawn, stop_all
 
 
 @pytest.fixture(scope="module")

@@ -27,7 +27,7 @@ from prometheus_client.parser import text_string_to_metric_families as prom_fami
 from devenv.kafka import KafkaCluster
 from lagwatch_client import InstrumentedConsumer
 from tests.conftest import commit_offsets, create_topic, exporter_config, produce, unique, wait_for
-from tests.exporter_proc import ExporterProcess, parse_metrics, select, value
+from tests.support.exporter_proc import ExporterProcess, parse_metrics, select, value
 
 HOSTILE_SUFFIXES = {
     "dquote": 'say "hi"',

@@ -22,8 +22,8 @@ import pytest
 import lagwatch_client
 from devenv.kafka import KafkaCluster, free_port
 from tests.conftest import commit_offsets, create_topic, produce, unique, wait_for
-from tests.exporter_proc import group_offsets, parse_metrics, select, value
-from tests.image_build import (
+from tests.support.exporter_proc import group_offsets, parse_metrics, select, value
+from tests.support.image_build import (
     BASES,
     BUILDAH,
     RUN,

@@ -22,9 +22,9 @@ from confluent_kafka import Producer
 from devenv.jvm_apps import INTERCEPTOR, JvmApp
 from devenv.kafka import KafkaCluster, free_port
 from tests.conftest import LIVELOCK_AFTER, create_topic, cycles, unique, wait_for
-from tests.exporter_proc import ExporterProcess
-from tests.recorded import Fixture
-from tests.scenarios import Recorder
+from tests.support.exporter_proc import ExporterProcess
+from tests.support.recorded import Fixture
+from tests.support.scenarios import Recorder
 
 REPORTING = (f"prop.interceptor.classes={INTERCEPTOR}", "prop.lagwatch.report.interval.ms=1000")
 # livelocked within the threshold + 2 cycles, + 2 for the report's own interval

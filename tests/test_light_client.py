@@ -10,10 +10,10 @@ from typing import Any
 
 from devenv.kafka import KafkaCluster, die_with_parent
 from tests.conftest import create_topic, produce, unique, wait_for
-from tests.dists import Dist, distributions, fresh_venv, pip_install, run
-from tests.exporter_proc import ExporterProcess
+from tests.support.dists import Dist, distributions, fresh_venv, pip_install, run
+from tests.support.exporter_proc import ExporterProcess
 
-APP = Path(__file__).resolve().parent / "client_app.py"
+APP = Path(__file__).resolve().parent / "support" / "client_app.py"
 
 
 def test_light_client_alone_reports_to_the_exporter(dists: dict[str, Dist], kafka: KafkaCluster,

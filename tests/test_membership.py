@@ -2,15 +2,19 @@
 "Membership models"): a group that moved to a new topic, whose members' subscriptions
 lagwatch reads from the broker, and a client committing outside group membership
 (assign(), as Flink's Kafka source does at each checkpoint). Timing bounds are counted in
-exporter cycles; wall-clock waits are hang guards only. With ``LAGWATCH_RECORD`` set the
-module's run is recorded for the replay tests (tests/recorded.py, tests/test_replay.py)."""
+exporter cycles; wall-clock waits are hang guards only, and "ok at every look" spans the
+group's own threshold or cadence. The workloads that need a learnt cadence or a trend
+start before the first test (``early``), so that their learning overlaps the other
+tests. With ``LAGWATCH_RECORD`` set the module's run is recorded for the replay tests
+(tests/support/recorded.py, tests/test_replay.py)."""
 
 from __future__ import annotations
 
 import re
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -31,8 +35,9 @@ from tests.conftest import (
     unique,
     wait_for,
 )
-from tests.exporter_proc import ExporterProcess, parse_metrics, select
-from tests.recorded import Fixture
+from tests.support.exporter_proc import ExporterProcess, parse_metrics, select
+from tests.support.recorded import Fixture
+from tests.support.scenarios import Recorder
 from tests.test_exporter_core import PollingConsumer
 
 
@@ -76,7 +81,7 @@ class CheckpointingClient(threading.Thread):
         self.c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False,
                            "auto.offset.reset": "earliest"})
         self.topic, self.every, self.stop_flag = topic, every, threading.Event()
-        self.commits = 0
+        self.commits: list[float] = []  # the time of each checkpoint
 
     def run(self) -> None:
         self.c.assign([TopicPartition(self.topic, 0)])
@@ -88,7 +93,7 @@ class CheckpointingClient(threading.Thread):
                 pos = self.c.position([TopicPartition(self.topic, 0)])
                 if pos[0].offset >= 0:
                     self.c.commit(offsets=pos, asynchronous=False)
-                    self.commits += 1
+                    self.commits.append(time.time())
                 last = time.monotonic()
         self.c.close()  # killed: no final commit, no group to leave
 
@@ -109,7 +114,8 @@ class SlowCommitter(threading.Thread):
                            "session.timeout.ms": 6000})
         self.topic, self.every = topic, every
         self.stop_flag, self.halt_flag = threading.Event(), threading.Event()
-        self.commits, self.halted_at = 0, 0.0
+        self.commits: list[float] = []  # the time of each commit
+        self.halted_at = 0.0
 
     def run(self) -> None:
         self.c.subscribe([self.topic])
@@ -121,7 +127,7 @@ class SlowCommitter(threading.Thread):
             pos = self.c.position(self.c.assignment())
             if all(tp.offset >= 0 for tp in pos):
                 self.c.commit(offsets=pos, asynchronous=False)
-                self.commits += 1
+                self.commits.append(time.time())
                 if self.halt_flag.is_set():
                     self.halted_at = time.time()
             last = time.monotonic()
@@ -204,85 +210,6 @@ def _watch(exporter: ExporterProcess, gid: str, seconds: float) -> tuple[set[str
     return seen, doc
 
 
-def test_client_committing_outside_group_membership(kafka: KafkaCluster, exporter: ExporterProcess,
-                                                    fx: Fixture) -> None:
-    """Two assign()-mode clients committing at each checkpoint, records arriving: one every
-    3 s (shorter than stall_after), one every 12 s (longer: ok by its learnt cadence). The
-    first killed: stopped within stall_after + 3 cycles; the second stays ok throughout."""
-    clients, producers = {}, []
-    for role, every in (("outside", 3.0), ("outside-slow", 12.0)):
-        topic, gid = unique("flink-src"), unique("flink-job")
-        create_topic(kafka, topic, partitions=1)
-        producers.append(SteadyProducer(kafka.bootstrap_servers, topic))
-        producers[-1].start()
-        clients[role] = (gid, CheckpointingClient(kafka.bootstrap_servers, gid, topic, every=every))
-        clients[role][1].start()
-        fx.watch(role, gid)
-    (gid, client), (slow_gid, slow) = clients["outside"], clients["outside-slow"]
-    try:
-        def outside() -> bool:
-            doc = _group(exporter, gid)
-            return bool(doc and doc["membership"] == "outside"
-                        and any("every ~" in r for r in doc["reasons"]))
-        wait_for(outside, 20, "the group read as committed outside group membership, cadence learnt")
-        seen, doc = _watch(exporter, gid, STALL_AFTER + 4)
-        assert seen == {"ok"}, doc
-        client.stop()  # killed; records keep arriving
-        fx.mark("outside", gid, "KILLED")
-        n = cycles_until(exporter, lambda: (_group(exporter, gid) or {}).get("status") == "stopped",
-                         STALL_AFTER + 10, "stopped once its commits stopped")
-        # its allowance is stall_after (its cadence, 3 s, is shorter), plus two cycles
-        assert n <= cycles(STALL_AFTER) + 3, n
-        doc = _group(exporter, gid)
-        assert doc["membership"] == "none" and any("last committed" in r for r in doc["reasons"]), doc
-        fx.end("outside")
-        # the slow one: three of its commits learnt, then ok at every look over two more
-        wait_for(lambda: slow.commits >= 4, 60, "four checkpoints of the slow client")
-        seen, doc = _watch(exporter, slow_gid, 26)
-        assert seen == {"ok"}, doc
-        assert doc["membership"] == "outside", doc
-        assert any(re.search(r"every ~1[23] s", r) for r in doc["reasons"]), doc
-        fx.end("outside-slow")
-    finally:
-        client.stop()
-        slow.stop()
-        for p in producers:
-            p.stop()
-
-
-def test_slow_client_committing_outside_group_membership_is_lagging(
-        kafka: KafkaCluster, exporter: ExporterProcess, fx: Fixture) -> None:
-    """An assign()-mode client checkpointing every 3 s but reading 5 records a second while
-    about 20 arrive: its lag grows at every checkpoint, so it reads `lagging` (not `stopped`:
-    it commits), and nothing worse on the way."""
-    topic, gid = unique("flink-src"), unique("flink-slow")
-    create_topic(kafka, topic, partitions=1)
-    producer = SteadyProducer(kafka.bootstrap_servers, topic)
-    producer.start()
-    client = CheckpointingClient(kafka.bootstrap_servers, gid, topic, every=3.0, rate=5.0)
-    client.start()
-    fx.watch("outside-lagging", gid)
-    seen: set[str] = set()
-
-    def lagging() -> bool:
-        doc = _group(exporter, gid)
-        if doc:
-            seen.add(doc["status"])
-        return bool(doc and doc["status"] == "lagging")
-    try:
-        wait_for(lambda: client.commits >= 1, 30, "the slow client's first checkpoint")
-        # the trend needs a few checkpoints whose lag grew beyond the noise; the client runs
-        # in this process, so its pace is not bounded in exporter cycles: eventual status only
-        wait_for(lagging, 120, "lagging while it checkpoints")
-        assert seen <= {"ok", "lagging"}, seen
-        doc = _group(exporter, gid)
-        assert doc["membership"] == "outside" and doc["lag_offsets"] > 0, doc
-        fx.end("outside-lagging")
-    finally:
-        client.stop()
-        producer.stop()
-
-
 def test_consumer_wedged_before_its_first_commit_is_stalled(kafka: KafkaCluster,
                                                             exporter: ExporterProcess,
                                                             fx: Fixture) -> None:
@@ -323,35 +250,6 @@ def test_consumer_wedged_before_its_first_commit_is_stalled(kafka: KafkaCluster,
         c.close()
 
 
-def test_member_committing_slower_than_stall_after(kafka: KafkaCluster, exporter: ExporterProcess,
-                                                   fx: Fixture) -> None:
-    """A member committing every 12 s (stall_after 8) while records arrive: once its cadence
-    is shown (its first gaps), ok at every look over two more cadences; its commits stopped
-    (it keeps polling), stalled within its cadence + 1 cycle + 3 cycles of its last commit."""
-    topic, gid = unique("batchy"), unique("slow-commits")
-    create_topic(kafka, topic, partitions=1)
-    fx.watch("slow-commits", gid)
-    producer = SteadyProducer(kafka.bootstrap_servers, topic)
-    producer.start()
-    member = SlowCommitter(kafka.bootstrap_servers, gid, topic, every=12)
-    member.start()
-    try:
-        wait_for(lambda: member.commits >= 3, 60, "three commits of the slow committer")
-        fx.mark("slow-commits", gid, "LEARNT")
-        seen, doc = _watch(exporter, gid, 26)
-        assert seen == {"ok"}, doc
-        last = member.halt()
-        fx.mark("slow-commits", gid, "HALTED", at=last)
-        n = cycles_until(exporter, lambda: (_group(exporter, gid) or {}).get("status") == "stalled",
-                         40, "stalled once its commits stopped")
-        assert time.time() - last >= 12 - 2, "stalled before its cadence passed"
-        assert n <= cycles(12 + 1) + 3, n
-        fx.end("slow-commits")
-    finally:
-        member.stop()
-        producer.stop()
-
-
 def test_instrumented_consumer_wedged_before_its_first_commit_is_livelocked(
         kafka: KafkaCluster, exporter: ExporterProcess, fx: Fixture) -> None:
     """An instrumented consumer that commits by hand, wedged on its very first record (it
@@ -388,3 +286,125 @@ def test_instrumented_consumer_wedged_before_its_first_commit_is_livelocked(
         if producer is not None:
             producer.stop()
         c.close()
+
+
+@dataclass
+class Early:
+    """The workloads whose verdicts need a learnt cadence (commits 12 s apart) or a trend,
+    started before the module's first test so that their learning overlaps the others."""
+
+    outside: tuple[str, CheckpointingClient]  # checkpoints every 3 s
+    outside_slow: tuple[str, CheckpointingClient]  # every 12 s
+    lagging: tuple[str, CheckpointingClient]  # every 3 s, reading 5 of the 20 records a second
+    slow_commits: tuple[str, SlowCommitter]  # a member committing every 12 s
+    looks: Recorder  # every group's status at every scrape (every half second)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def early(kafka: KafkaCluster, exporter: ExporterProcess, fx: Fixture) -> Iterator[Early]:
+    bootstrap = kafka.bootstrap_servers
+    looks = Recorder(exporter)
+    looks.start()
+    kinds: dict[str, tuple[str, Callable[[str, str], CheckpointingClient | SlowCommitter]]] = {
+        "outside": ("flink-job", lambda g, t: CheckpointingClient(bootstrap, g, t, every=3.0)),
+        "outside-slow": ("flink-job", lambda g, t: CheckpointingClient(bootstrap, g, t, every=12.0)),
+        "outside-lagging": ("flink-slow",
+                            lambda g, t: CheckpointingClient(bootstrap, g, t, every=3.0, rate=5.0)),
+        "slow-commits": ("slow-commits", lambda g, t: SlowCommitter(bootstrap, g, t, every=12)),
+    }
+    # The checkpoints are plain commits, not retried: the broker's group coordinators must
+    # be loaded first (a session broker started a moment ago may still be loading them).
+    commit_offsets(bootstrap, unique("warm-up"), create_topic(kafka, unique("warm-up"), partitions=1), {0: 0})
+    producers, started = [], {}
+    for role, (prefix, make) in kinds.items():
+        topic, gid = create_topic(kafka, unique("flink-src"), partitions=1), unique(prefix)
+        producers.append(SteadyProducer(bootstrap, topic))
+        producers[-1].start()
+        started[role] = (gid, make(gid, topic))
+        started[role][1].start()
+        fx.watch(role, gid)
+    try:
+        yield Early(started["outside"], started["outside-slow"], started["outside-lagging"],
+                    started["slow-commits"], looks)
+    finally:
+        for _gid, member in started.values():
+            member.stop()
+        for p in producers:
+            p.stop()
+        looks.stop_flag.set()
+
+
+def _ok_over(looks: Recorder, gid: str, since: float, seconds: float) -> None:
+    """The group's status was ok at every look from ``since`` for ``seconds`` (waiting for
+    the looks to pass its end)."""
+    wait_for(lambda: looks.statuses(gid, since + seconds), seconds + 10, f"{gid} watched {seconds} s")
+    seen = [(round(t - since, 1), st) for t, st in looks.statuses(gid, since) if t <= since + seconds]
+    assert seen and {st for _t, st in seen} == {"ok"}, seen
+
+
+def test_client_committing_outside_group_membership(exporter: ExporterProcess, fx: Fixture,
+                                                    early: Early) -> None:
+    """Two assign()-mode clients committing at each checkpoint, records arriving: one every
+    3 s (shorter than stall_after), one every 12 s (longer: ok by its learnt cadence). The
+    first killed: stopped within stall_after + 3 cycles; the second stays ok throughout."""
+    (gid, client), (slow_gid, slow) = early.outside, early.outside_slow
+
+    def outside() -> bool:
+        doc = _group(exporter, gid)
+        if doc and doc["membership"] == "outside" and any("every ~" in r for r in doc["reasons"]):
+            return True
+        raise AssertionError(f"{doc}; checkpoints at {client.commits}")
+    wait_for(outside, 20, "the group read as committed outside group membership, cadence learnt")
+    seen, doc = _watch(exporter, gid, STALL_AFTER + 4)
+    assert seen == {"ok"}, doc
+    client.stop()  # killed; records keep arriving
+    fx.mark("outside", gid, "KILLED")
+    n = cycles_until(exporter, lambda: (_group(exporter, gid) or {}).get("status") == "stopped",
+                     STALL_AFTER + 10, "stopped once its commits stopped")
+    # its allowance is stall_after (its cadence, 3 s, is shorter), plus two cycles
+    assert n <= cycles(STALL_AFTER) + 3, n
+    doc = _group(exporter, gid)
+    assert doc["membership"] == "none" and any("last committed" in r for r in doc["reasons"]), doc
+    fx.end("outside")
+    # the slow one: three of its commits learnt, then ok at every look over two more
+    wait_for(lambda: len(slow.commits) >= 4, 60, "four checkpoints of the slow client")
+    _ok_over(early.looks, slow_gid, slow.commits[3], 26)
+    doc = _group(exporter, slow_gid)
+    assert doc["status"] == "ok" and doc["membership"] == "outside", doc
+    assert any(re.search(r"every ~1[23] s", r) for r in doc["reasons"]), doc
+    fx.end("outside-slow")
+
+
+def test_slow_client_committing_outside_group_membership_is_lagging(
+        exporter: ExporterProcess, fx: Fixture, early: Early) -> None:
+    """An assign()-mode client checkpointing every 3 s but reading 5 records a second while
+    about 20 arrive: its lag grows at every checkpoint, so it reads `lagging` (not `stopped`:
+    it commits), and nothing worse on the way."""
+    gid, client = early.lagging
+    wait_for(lambda: client.commits, 30, "the slow client's first checkpoint")
+    # the trend needs a few checkpoints whose lag grew beyond the noise; the client runs
+    # in this process, so its pace is not bounded in exporter cycles: eventual status only
+    at = early.looks.first(gid, "lagging", 120, client.commits[0])
+    seen = {st for t, st in early.looks.statuses(gid) if t <= at}
+    assert seen <= {"ok", "lagging"}, seen
+    doc = _group(exporter, gid)
+    assert doc["membership"] == "outside" and doc["lag_offsets"] > 0, doc
+    fx.end("outside-lagging")
+
+
+def test_member_committing_slower_than_stall_after(exporter: ExporterProcess, fx: Fixture,
+                                                   early: Early) -> None:
+    """A member committing every 12 s (stall_after 8) while records arrive: once its cadence
+    is shown (its first gaps), ok at every look over two more cadences; its commits stopped
+    (it keeps polling), stalled within its cadence + 1 cycle + 3 cycles of its last commit."""
+    gid, member = early.slow_commits
+    wait_for(lambda: len(member.commits) >= 3, 60, "three commits of the slow committer")
+    fx.mark("slow-commits", gid, "LEARNT", at=member.commits[2])
+    _ok_over(early.looks, gid, member.commits[2], 26)
+    last = member.halt()
+    fx.mark("slow-commits", gid, "HALTED", at=last)
+    n = cycles_until(exporter, lambda: (_group(exporter, gid) or {}).get("status") == "stalled",
+                     40, "stalled once its commits stopped")
+    assert time.time() - last >= 12 - 2, "stalled before its cadence passed"
+    assert n <= cycles(12 + 1) + 3, n
+    fx.end("slow-commits")

@@ -24,7 +24,7 @@ from exporter.evaluate.memory import (
     PartitionMemory,
     Rewind,
     Run,
-    Sample,
+    StepInput,
     Trend,
     Tuning,
     at_rest,
@@ -178,13 +178,13 @@ R1 = Run(t0=0.0, l0=1.0, n=1, gap=0.0, t_last=0.0, committed=10, lag_s=1.0, hw=2
 R3 = Run(t0=0.0, l0=1.0, n=3, gap=1.0, t_last=2.0, committed=30, lag_s=3.0, hw=60)
 
 
-def _sample(committed: int, hw: int | None, lag_s: float | None, now: float) -> Sample:
+def _sample(committed: int, hw: int | None, lag_s: float | None, now: float) -> StepInput:
     lag_off = None if hw is None else max(0, hw - committed)
-    return Sample(committed=committed, hw=hw, lag_off=lag_off, lag_s=lag_s, owned=True, now=now)
+    return StepInput(followed=committed, hw=hw, lag_off=lag_off, lag_s=lag_s, owned=True, now=now)
 
 
 # (what, before, committed before, sample, owner changed, quiet, (lagging now, after))
-TREND_STEP_ROWS: list[tuple[str, Trend, int, Sample, bool, bool, tuple[bool, Trend]]] = [
+TREND_STEP_ROWS: list[tuple[str, Trend, int, StepInput, bool, bool, tuple[bool, Trend]]] = [
     ("a commit extends the run: growing at three commits, lagging",
      Trend(R3, False), 30, _sample(40, 80, 4.0, 3.0), False, False,
      (True, Trend(Run(0.0, 1.0, 4, 1.0, 3.0, 40, 4.0, 80), True))),
@@ -208,7 +208,7 @@ TREND_STEP_ROWS: list[tuple[str, Trend, int, Sample, bool, bool, tuple[bool, Tre
 
 @pytest.mark.parametrize(("what", "before", "was", "sample", "new_owner", "quiet", "after"),
                          TREND_STEP_ROWS, ids=_ids(TREND_STEP_ROWS))
-def test_commit_trend(what: str, before: Trend, was: int, sample: Sample, new_owner: bool, quiet: bool,
+def test_commit_trend(what: str, before: Trend, was: int, sample: StepInput, new_owner: bool, quiet: bool,
                       after: tuple[bool, Trend]) -> None:
     assert commit_trend(before, was, sample, new_owner, quiet, TUNING) == after
 
@@ -244,7 +244,7 @@ def _observed(status_after: float = 40.0) -> Observation:
     mem = PartitionMemory.first(10, 0.0)
     obs = None
     for t in range(0, int(status_after) + 1, 10):
-        obs = observe(mem, Sample(10, 20 + t, 10 + t, float(t), True, float(t), "m1"), TUNING)
+        obs = observe(mem, StepInput(10, 20 + t, 10 + t, float(t), True, float(t), "m1"), TUNING)
         mem = remember(obs, Status.OK)
     assert obs is not None
     return obs
@@ -297,7 +297,7 @@ def test_the_rest_step_is_the_full_step_for_a_partition_at_rest() -> None:
                 owner = rnd.choice(("m1", "m2", None))
             owned = owner is not None and rnd.random() < 0.9
             lag_off = max(0, hw - committed)
-            s = Sample(committed, hw, lag_off, 0.0 if not lag_off else float(rnd.randrange(1, 90)),
+            s = StepInput(committed, hw, lag_off, 0.0 if not lag_off else float(rnd.randrange(1, 90)),
                        owned, now, owner)
             full = remember(observe(mem, s, TUNING), rnd.choice((Status.OK, Status.STALLED))
                             if lag_off else Status.OK)

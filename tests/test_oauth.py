@@ -2,7 +2,7 @@
 
 The broker's OAUTHBEARER listener uses Kafka's ``OAuthBearerValidatorCallbackHandler``
 with ``BrokerJwtValidator`` set explicitly (Kafka 4.1 skipped the signature check without
-it) and the JWKS of a token issuer the test runs on loopback (tests/oidc_issuer.py);
+it) and the JWKS of a token issuer the test runs on loopback (tests/support/oidc_issuer.py);
 ``connections.max.reauth.ms`` makes every session end after SESSION seconds, and tokens
 live TOKEN_LIFETIME seconds. PLAINTEXT stays for the broker's own traffic and the test's
 setup. lagwatch logs in with OIDC client credentials, a scope and two SASL extensions,
@@ -36,8 +36,8 @@ from tests.conftest import (
     unique,
     wait_for,
 )
-from tests.exporter_proc import ExporterProcess, select, value
-from tests.oidc_issuer import Issuer
+from tests.support.exporter_proc import ExporterProcess, select, value
+from tests.support.oidc_issuer import Issuer
 
 OB = "org.apache.kafka.common.security.oauthbearer."
 # Seconds a token lives: several refreshes and re-authentications within a test. The issue's

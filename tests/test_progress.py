@@ -18,8 +18,9 @@ from exporter.evaluate.rates import (
     rates,
 )
 from exporter.evaluate.retention import lost_step
-from exporter.expose.render import body_of, render_cluster
-from tests.exporter_proc import parse_metrics, value
+from exporter.expose.render import render_cluster
+from exporter.expose.scrape import body_of
+from tests.support.exporter_proc import parse_metrics, value
 
 pytestmark = pytest.mark.unit  # no broker: runs with `make test-unit`
 

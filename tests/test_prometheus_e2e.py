@@ -67,9 +67,9 @@ from tests.conftest import (
     unique,
     wait_for,
 )
-from tests.exporter_proc import ExporterProcess
-from tests.prometheus_proc import PrometheusProcess, PromQLError, finite, promtool
-from tests.scenarios import Scenario, Workload, spawn
+from tests.support.exporter_proc import ExporterProcess
+from tests.support.prometheus_proc import PrometheusProcess, PromQLError, finite, promtool
+from tests.support.scenarios import Scenario, Workload, spawn
 from tests.test_exporter_core import PollingConsumer
 from tests.test_membership import CheckpointingClient, SteadyProducer
 

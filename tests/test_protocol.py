@@ -19,15 +19,16 @@ from kafka.protocol.consumer.metadata import ConsumerProtocolSubscription
 
 from devenv.jars import CLIENTS_KAFKA_VERSION, kafka_libs
 from devenv.kafka import KafkaCluster
+from exporter.contracts.snapshot import GroupType, KafkaGroupState
 from exporter.kafka import messages as kafka_messages
 from exporter.kafka.broker_requests import (
+    DEBUGGING_REPLICA_ID,
     BrokerRequests,
     Unsupported,
-    _state,
     kafka_python_config,
+    parse_classic,
     parse_described,
     parse_share_offsets,
-    parse_subscriptions,
 )
 from exporter.kafka.messages import (
     ConsumerGroupDescribeResponse,
@@ -99,10 +100,13 @@ def test_ca_given_as_pem_text_is_honoured(tmp_path: Path) -> None:
 @pytest.mark.unit
 @pytest.mark.parametrize("broker, ours", [
     ("Stable", "stable"), ("NotReady", "not_ready"), ("Empty", "empty"),
-    ("PreparingRebalance", "preparingrebalance"), ("Assigning", "assigning"), (None, "unknown"),
+    ("PreparingRebalance", "preparing_rebalance"), ("preparingrebalance", "preparing_rebalance"),
+    ("CompletingRebalance", "completing_rebalance"), ("Assigning", "assigning"), (None, "unknown"),
+    ("SomethingNew", "unknown"),
 ])
 def test_state_names(broker: str | None, ours: str) -> None:
-    assert _state(broker) == ours
+    """One normaliser, one spelling: the listing's and the describes' states alike."""
+    assert KafkaGroupState(broker) == ours
 
 
 def _roundtrip(msg: object, cls: type, version: int) -> object:
@@ -138,7 +142,7 @@ def test_streams_member_owns_the_partitions_of_its_active_tasks_source_topics() 
                 active_tasks=[tasks(subtopology_id="0", partitions=[0, 1, 2])], standby_tasks=[],
                 warmup_tasks=[]),
             is_classic=False)])])
-    (d,) = parse_described("streams", 3, _roundtrip(res, StreamsGroupDescribeResponse, 0))
+    (d,) = parse_described(GroupType.STREAMS, 3, _roundtrip(res, StreamsGroupDescribeResponse, 0))
     assert (d.group_id, d.state, d.group_epoch, d.coordinator, d.error) == ("wordcount", "stable", 7, 3, None)
     (m,) = d.members
     # standby tasks read changelogs, not the source topics: not ownership
@@ -164,7 +168,7 @@ def test_share_group_members_and_offsets() -> None:
           group_epoch=-1, assignment_epoch=-1, assignor_name="", authorized_operations=-2147483648,
           members=[]),
     ])
-    ok, gone = parse_described("share", 1, _roundtrip(res, ShareGroupDescribeResponse, 1))
+    ok, gone = parse_described(GroupType.SHARE, 1, _roundtrip(res, ShareGroupDescribeResponse, 1))
     assert ok.members[0].assignment == (("jobs", 0), ("jobs", 1)) and ok.members[0].member_epoch == 5
     assert gone.error is not None and "GroupIdNotFound" in gone.error and gone.error_code == 69
 
@@ -225,7 +229,7 @@ def test_streams_members_subscribe_to_the_topology_source_topics() -> None:
             client_id="wc-1-StreamThread-1-consumer", client_host="/10.0.0.8", topology_epoch=0,
             process_id="proc-a", user_endpoint=None, client_tags=[], task_offsets=[], task_end_offsets=[],
             assignment=none, target_assignment=none, is_classic=False)])])
-    (d,) = parse_described("streams", 3, _roundtrip(res, StreamsGroupDescribeResponse, 0))
+    (d,) = parse_described(GroupType.STREAMS, 3, _roundtrip(res, StreamsGroupDescribeResponse, 0))
     # a member with no task yet still subscribes to every source topic, repartition ones included
     assert d.members[0].subscribed == ("wc-repart", "words")
 
@@ -251,8 +255,10 @@ def test_classic_member_subscriptions_from_their_metadata() -> None:
               m(member_id="w-1", group_instance_id=None, client_id="w", client_host="/10.0.0.7",
                 member_metadata=b"\x00\x01", member_assignment=b"")]),
     ])
-    got = parse_subscriptions(_roundtrip(res, DescribeGroupsResponse, 5))
-    assert got == {"orders": {"m-1": ("audit", "orders-v2")}}
+    orders, connect = parse_classic(2, _roundtrip(res, DescribeGroupsResponse, 5))
+    assert [(m.member_id, m.subscribed) for m in orders.members] == [
+        ("m-1", ("audit", "orders-v2")), ("m-2", ())]
+    assert [m.subscribed for m in connect.members] == [()]  # not the consumer protocol
 
 
 def test_shipped_message_definitions_are_kafkas_own() -> None:
@@ -276,7 +282,8 @@ def test_a_broker_kafka_python_does_not_know_yet_fails_alone(kafka: KafkaCluster
     try:
         req._connected()
         req._connected().cluster._need_update = False
-        leos, failures = req.log_end_offsets({1: [(topic, 0)], 4242: [(topic, 0)]})
+        leos, failures = req.list_offsets({1: [(topic, 0)], 4242: [(topic, 0)]},
+                                          replica_id=DEBUGGING_REPLICA_ID)
         assert leos == {(topic, 0): 7}
         assert len(failures) == 1 and failures[0].startswith("broker 4242:"), failures
         assert req._connected().cluster._need_update

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from exporter.expose.metrics import metrics_table
+from exporter.expose.metrics import compat_table, metrics_table
 from tests.conftest import ROOT_DIR
 
 pytestmark = pytest.mark.unit  # no broker: runs with `make test-unit`
@@ -53,6 +53,7 @@ def alerts_table() -> str:
 # (file, marker name, generator)
 GENERATED = (
     (DOCS / "metrics.md", "metrics-table", metrics_table),
+    (DOCS / "metrics.md", "compat-table", compat_table),
     (DOCS / "alerts.md", "alerts-table", alerts_table),
 )
 

@@ -9,6 +9,7 @@ import dataclasses
 import pytest
 
 from exporter.config import Thresholds
+from exporter.contracts.reports import ConsumerReport
 from exporter.contracts.snapshot import GroupSample, Member, PartitionOffsets, Snapshot
 from exporter.contracts.status import Status
 from exporter.contracts.view import GroupView
@@ -17,7 +18,7 @@ from exporter.evaluate.rebalances import client_step, epoch_step, membership_ste
 from exporter.expose.api import group_summary
 from exporter.expose.render import render_cluster
 from exporter.expose.statuspage import render
-from exporter.reports.decode import ConsumerReport, decode, encode
+from exporter.reports.decode import decode, encode
 
 pytestmark = pytest.mark.unit  # no broker: runs with `make test-unit`
 

@@ -30,9 +30,9 @@ from tests.conftest import (
     unique,
     wait_for,
 )
-from tests.exporter_proc import ExporterProcess, value
-from tests.prometheus_proc import PrometheusProcess
-from tests.scenarios import Scenario, Workload, spawn
+from tests.support.exporter_proc import ExporterProcess, value
+from tests.support.prometheus_proc import PrometheusProcess
+from tests.support.scenarios import Scenario, Workload, spawn
 
 RULES = ROOT_DIR / "alerts" / "lagwatch.rules.yml"
 ALERT = "KafkaConsumerGroupRebalanceStorm"

@@ -26,8 +26,8 @@ from tests.conftest import (
     unique,
     wait_for,
 )
-from tests.exporter_proc import ExporterProcess, value
-from tests.prometheus_proc import PrometheusProcess
+from tests.support.exporter_proc import ExporterProcess, value
+from tests.support.prometheus_proc import PrometheusProcess
 
 RULES = ROOT_DIR / "alerts" / "lagwatch.rules.yml"
 ALERT = "KafkaConsumerGroupRecordsLost"

@@ -12,7 +12,7 @@ from pathlib import Path
 import exporter
 import lagwatch_client
 from tests.conftest import ROOT_DIR
-from tests.dists import Dist, distributions, fresh_venv, pip_install, run
+from tests.support.dists import Dist, distributions, fresh_venv, pip_install, run
 
 VERSION = lagwatch_client.__version__
 

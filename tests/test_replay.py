@@ -2,7 +2,7 @@
 
 Each recording holds what the evaluator was given, cycle by cycle, while the live scenario
 tests ran real consumers, Kafka Streams and share applications, JVM consumers with the
-interceptor and PySpark queries against a real broker (tests/recorded.py, `make record`).
+interceptor and PySpark queries against a real broker (tests/support/recorded.py, `make record`).
 Replaying one through the real :class:`~exporter.evaluate.evaluator.Evaluator` gives the same
 statuses on any machine at any load, so the detection delays are asserted here exactly, in
 cycles, and docs/detection.md is generated from the same table

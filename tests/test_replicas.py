@@ -38,9 +38,9 @@ from tests.conftest import (
     unique,
     wait_for,
 )
-from tests.exporter_proc import ExporterProcess, Samples, group_offsets, select, value
-from tests.prometheus_proc import PrometheusProcess, promtool
-from tests.scenarios import Scenario, Workload, spawn, stop_all
+from tests.support.exporter_proc import ExporterProcess, Samples, group_offsets, select, value
+from tests.support.prometheus_proc import PrometheusProcess, promtool
+from tests.support.scenarios import Scenario, Workload, spawn, stop_all
 
 # The coordination group's session timeout in the test (seconds): long enough that a
 # drained replica's shards moving within a few cycles shows it left the group.

@@ -12,9 +12,10 @@ from typing import Any
 import pytest
 
 from exporter.config import ClusterConfig, Thresholds
+from exporter.contracts.reports import ConsumerReport
 from exporter.contracts.snapshot import GroupSample, Member, PartitionOffsets, Snapshot
 from exporter.evaluate.evaluator import Evaluator
-from exporter.reports.decode import ConsumerReport, decode, encode, report_key
+from exporter.reports.decode import decode, encode, report_key
 from exporter.reports.match import host_address, match_reports, same_host
 from exporter.reports.reader import ReportReader
 

@@ -22,14 +22,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from exporter.config import ClusterConfig, Thresholds
+from exporter.contracts.reports import ConsumerReport, SparkReport
 from exporter.reports import reader as report_reader
 from exporter.reports.decode import (
     DROP_REASONS,
     MAX_OFFSET,
     MAX_REPORT_BYTES,
-    ConsumerReport,
     ReportError,
-    SparkReport,
     decode,
     encode,
     report_key,

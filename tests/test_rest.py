@@ -33,7 +33,7 @@ def _memory(ev: Evaluator, gid: str) -> tuple:
     """What the evaluator and its trackers remember of one group."""
     st, pm, rm = ev.groups.get(gid), ev.progress.groups.get(gid), ev.rebalances.groups.get(gid)
     return (None if st is None else (st.parts, st.members, st.epoch, list(st.joins), st.uncommitted,
-                                     st.outside_at, list(st.outside_gaps), st.queue_progress_at,
+                                     st.outside_at, list(st.outside_gaps), st.acknowledged_at,
                                      st.seen, list(st.departed)),
             None if pm is None else ({tp: list(p) for tp, p in pm.parts.items()}, pm.counted,
                                      pm.lost, pm.lost_total),
@@ -170,7 +170,7 @@ def test_settling_a_rest_is_the_rest_step_repeated() -> None:
             stepped = rest_step(stepped, owned, "m1" if owned else None, t)
             if floor_rolls(at, t):
                 at, rolls = t, rolls + 1
-            floor = rolled_floor(mem.floor, mem.committed, rolls, at)
+            floor = rolled_floor(mem.floor, mem.followed, rolls, at)
             assert settle_rest(mem, k, t, floor) == stepped
         assert rolls > 2 and stepped.ownership.unowned == (0 if owned else 400)
 

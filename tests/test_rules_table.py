@@ -44,6 +44,7 @@ OUTSIDE = {"owned": False, "owner": "", "unowned_confirmed": True, "group_state"
 NEVER = {"never_committed": True, "committed": None, "lag_offsets": None, "lag_seconds": None,
          "new_data_seconds": None}
 SPARK = {"spark": True, "query_id": "5b0e", "spark_silent_seconds": 4.0, "owner": ""}
+CONNECT = {**SPARK, "spark_reporter": "Connect client", "spark_connect_client": True}
 
 # (row, what it checks, facts changed from BASE, expected status, fragment of the reason)
 ROWS: list[tuple[int, str, dict, Status, str]] = [
@@ -168,6 +169,30 @@ ROWS: list[tuple[int, str, dict, Status, str]] = [
     (44, "owned, never committed, instrumented and caught up (position at the HW)",
      {**NEVER, **REPORT, "lag_offsets": 0, "lag_seconds": 0.0, "poll_age": 1.0,
       "stalled_seconds": 600.0, "new_data_seconds": 590.0}, Status.OK, ""),
+    (45, "Spark Connect: the client reports, its server has not answered for report_stale_after",
+     {**CONNECT, "batch_running": 152.0, "spark_server_silent": 31.0,
+      "spark_server_unreachable": True, "spark_server_error": "SparkConnectGrpcException: UNAVAILABLE"},
+     Status.ERROR,
+     "orders[3]: the Spark Connect server of query 5b0e has not answered its client for 31s "
+     "(SparkConnectGrpcException: UNAVAILABLE); the client is alive (heartbeat 4.0s ago); "
+     "whether the query runs is unknown"),
+    (46, "Spark Connect: the server answers, a batch hangs: livelocked, the server's answer named",
+     {**CONNECT, "batch_running": 25.0, "running_batch_id": 2, "spark_server_silent": 0.5},
+     Status.LIVELOCKED,
+     "batch 2 has been running for 25 seconds while 50 records wait; Connect client alive "
+     "(heartbeat 4.0s ago), its server answered 0.5s ago"),
+    (47, "Spark Connect: the reporting client went silent; the query may still run on the server",
+     {**CONNECT, "owned": False, "spark_silent_seconds": 62.0, "spark_last_report": 1795000000.0},
+     Status.ERROR,
+     "orders[3]: no reports since 2026-11-18 11:06:40 UTC (62s ago) from the Spark Connect client "
+     "that reported query 5b0e; the query may still run on its Connect server"),
+    (48, "Spark Connect: a silent client whose server said the query terminated is stopped",
+     {**CONNECT, "owned": False, "spark_terminated": True, "spark_silent_seconds": 62.0},
+     Status.STOPPED, "orders[3]: query terminated"),
+    (49, "Spark Connect 3.5: the listener on the server went silent with the server: stopped",
+     {**SPARK, "owned": False, "spark_reporter": "listener on the Connect server",
+      "spark_silent_seconds": 45.0},
+     Status.STOPPED, "listener on the Connect server of query 5b0e sent nothing for 45s"),
 ]
 
 
@@ -297,9 +322,16 @@ EVIDENCE_ROWS: list[tuple[str, dict, Status, str]] = [
      {**STALL, "rejoins": 3}, Status.LIVELOCKED,
      "evidence: broker-side evidence only (joins and commits): a consumer kicked out on its poll "
      "timeout and rejoining, and members restarting in a crash loop, look the same"),
-    ("a hung Spark batch: heartbeats prove the driver process, not the batch",
+    ("a hung Spark batch: heartbeats prove the reporting process, not the batch",
      {**SPARK, "batch_running": 25.0}, Status.LIVELOCKED,
-     "evidence: the Spark listener's heartbeats: they show the driver process alive, not the batch"),
+     "evidence: the Spark listener's heartbeats: they show the process that reports alive (the "
+     "driver, or under Spark Connect the client, which also reports the server's answers), not "
+     "the batch"),
+    ("a silent Spark Connect client: the query's state is unknown, and what tells",
+     {**CONNECT, "owned": False, "spark_silent_seconds": 62.0}, Status.ERROR,
+     "evidence: a Spark Connect client's reports: the server runs the query apart from the "
+     "client that reports it, so without the client's reports, or the server's answers to it, "
+     "the query's state is unknown; the server tells (spark.streams.get on the query's session)"),
     ("lagging rests on commits and high watermarks",
      {"lag_seconds": 4000.0}, Status.LAGGING,
      "evidence: committed offsets and high watermarks read from the broker"),

@@ -31,9 +31,9 @@ from tests.conftest import (
     unique,
     wait_for,
 )
-from tests.exporter_proc import ExporterProcess, select
-from tests.recorded import Fixture
-from tests.scenarios import Recorder, Scenario, Workload, spawn, stop_all
+from tests.support.exporter_proc import ExporterProcess, select
+from tests.support.recorded import Fixture
+from tests.support.scenarios import Recorder, Scenario, Workload, spawn, stop_all
 
 
 @pytest.fixture(scope="module")

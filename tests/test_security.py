@@ -62,7 +62,7 @@ from tests.conftest import (
     unique,
     wait_for,
 )
-from tests.exporter_proc import ExporterProcess, Samples, parse_metrics, select, value
+from tests.support.exporter_proc import ExporterProcess, Samples, parse_metrics, select, value
 
 WEB_USER = "prometheus"
 SCRAM_USER = "lagwatch"

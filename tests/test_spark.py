@@ -1,7 +1,7 @@
 """The PySpark listener: offset parsing (fast), and real Spark queries on the real broker.
 
 The Spark tests run once per supported Spark line, PySpark 4.0 and 3.5, each in
-one driver process (tests/spark_driver.py: local[2], the spark-sql-kafka
+one driver process (tests/support/spark_driver.py: local[2], the spark-sql-kafka
 connector jars resolved by tools/fetch-jars, one LagListener), against one
 exporter subprocess. Each test starts its own query on its own topic and
 compares what the exporter serves with the offsets the test itself produced.
@@ -30,10 +30,10 @@ from devenv.pyenvs import spark_python
 from exporter.reports.decode import decode
 from spark_metrics.offsets import OffsetParseError, parse_offsets, parse_progress
 from tests.conftest import create_topic, cycles, produce, unique, wait_for
-from tests.dists import Dist, distributions, pip_install
-from tests.exporter_proc import ExporterProcess, group_offsets, select, value
-from tests.recorded import Fixture, record_dir
-from tests.spark_proc import SparkDriverProcess
+from tests.support.dists import Dist, distributions, pip_install
+from tests.support.exporter_proc import ExporterProcess, group_offsets, select, value
+from tests.support.recorded import Fixture, record_dir
+from tests.support.spark_proc import SparkDriverProcess
 
 # --- real progress shapes ------------------------------------------------------------------
 
@@ -239,7 +239,7 @@ HEARTBEAT = 1.0
                 ids=lambda v: f"pyspark-{v}")
 def driver(request: pytest.FixtureRequest, kafka: KafkaCluster,
            dists: dict[str, Dist]) -> Iterator[SparkDriverProcess]:
-    """A PySpark driver process (tests/spark_driver.py) with a LagListener, per Spark version.
+    """A PySpark driver process (tests/support/spark_driver.py) with a LagListener, per Spark version.
 
     Each runs with its own virtualenv (devenv/pyenvs.py), into which the lagwatch-client
     wheel built from this checkout is installed (nothing else is: the venv holds pyspark and
@@ -267,7 +267,7 @@ class Exporter:
     def __init__(self, kafka: KafkaCluster, config: Path) -> None:
         self.kafka = kafka
         self.config = config
-        self.records: list[str | None] = []  # each run's --record directory (tests/recorded.py)
+        self.records: list[str | None] = []  # each run's --record directory (tests/support/recorded.py)
         self.fixture = Fixture("spark", self.records)
         self.proc = self._start()
 

@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from exporter import recording
-from exporter.contracts.state import GroupState
+from exporter.contracts.state import SavedGroup
 from exporter.contracts.status import Status
 from exporter.evaluate.evaluator import Evaluator
 from exporter.state import codec
@@ -57,7 +57,7 @@ def _restarted(ev: Evaluator, fresh: Evaluator, now: float) -> int:
         raw = codec.encode(s, CID, now)
         d = codec.decode(codec.GROUP, gid, raw, CID, now, 3600.0)
         assert d.state == s, gid
-        assert isinstance(d.state, GroupState)
+        assert isinstance(d.state, SavedGroup)
         fresh.import_group(gid, d.state)
         size += len(raw)
     return size
@@ -98,7 +98,7 @@ def test_a_restart_mid_replay_serves_what_no_restart_serves(path: Path) -> None:
         assert troubled > 0  # the restart fell while groups were stalled, stopped, livelocked
 
 
-def _stalled_group_state() -> tuple[Evaluator, GroupState]:
+def _stalled_group_state() -> tuple[Evaluator, SavedGroup]:
     """An evaluator that judged scenarios.jsonl until a partition was stalled."""
     rec = recording.load(next(p for p in RECORDINGS if p.name.startswith("scenarios")))
     ev = _make(rec)
@@ -143,7 +143,7 @@ def test_a_partition_row_of_the_wrong_kind_is_malformed() -> None:
         rows = [list(r) for r in s.partitions]
         rows[0] = row[:i] + [bad] + row[i + 1:]
         plain = list(to_plain(dataclasses.replace(s, partitions=())))
-        plain[10] = rows  # GroupState.partitions
+        plain[10] = rows  # SavedGroup.partitions
         with pytest.raises(StateError) as e:
             codec.decode(codec.GROUP, s.group, _doc(plain), CID, 1000.0, 60.0)
         assert e.value.reason == DropReason.MALFORMED, (i, bad)

@@ -25,7 +25,7 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, ConfigResource
 
 from devenv.kafka import KafkaCluster
-from exporter.contracts.state import GroupState
+from exporter.contracts.state import SavedGroup
 from exporter.state import codec
 from tests.conftest import (
     STALL_AFTER,
@@ -36,8 +36,8 @@ from tests.conftest import (
     unique,
     wait_for,
 )
-from tests.exporter_proc import ExporterProcess, Samples, select, value
-from tests.scenarios import Scenario, Workload, spawn, stop_all
+from tests.support.exporter_proc import ExporterProcess, Samples, select, value
+from tests.support.scenarios import Scenario, Workload, spawn, stop_all
 
 TROUBLED = {"nocommit": "stalled", "killed": "stopped", "maxpoll": "livelocked"}
 # Cycles watched after each restart: past stall_after, when a reset clock would show again.
@@ -128,9 +128,13 @@ def test_a_restart_keeps_every_status_and_continues_the_stall_clock(world: dict[
         os.kill(killed.proc.pid, signal.SIGKILL)
     with ExporterProcess(None, config=world["config"]) as first:
         first.wait_ready()
-        before = _troubled(first, groups)
-        time.sleep(1.5)  # the cycle after the scrape has written its state
-        before = first.metrics()
+        seen = value(_troubled(first, groups), "lagwatch_cycles_total", cluster="test") or 0
+
+        def next_cycle() -> Samples | None:
+            m = first.metrics()
+            return m if (value(m, "lagwatch_cycles_total", cluster="test") or 0) > seen else None
+        # the cycle after that scrape has written its state (counted, not slept)
+        before = wait_for(next_cycle, 10, "the cycle after the troubled statuses")
         assert _statuses(before)[groups["nocommit"]] == "stalled"
         down_at = time.time()
         first.proc.send_signal(sig)
@@ -152,9 +156,9 @@ def test_the_state_topic_is_compacted_and_holds_a_key_per_group(world: dict[str,
     assert conf["cleanup.policy"].value == "compact"
 
 
-def _empty_state(group: str) -> GroupState:
-    return GroupState(group=group, members=(), epoch=None, joins=(), seen_once=True,
-                      unreadable_since=None, queue_progress_at=None, outside_at=None, outside_gaps=(),
+def _empty_state(group: str) -> SavedGroup:
+    return SavedGroup(group=group, members=(), epoch=None, joins=(), seen_once=True,
+                      unreadable_since=None, acknowledged_at=None, outside_at=None, outside_gaps=(),
                       uncommitted=(), partitions=(), commit_gaps=None, rebalances=None, rates=None,
                       last_view=None, last_progress=None, last_rebalances=None)
 

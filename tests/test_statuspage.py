@@ -33,7 +33,7 @@ from confluent_kafka import Producer
 from devenv.kafka import KafkaCluster
 from exporter.contracts.view import SEVERITY
 from tests.conftest import ROOT_DIR, commit_offsets, create_topic, exporter_config, produce, wait_for
-from tests.exporter_proc import ExporterProcess
+from tests.support.exporter_proc import ExporterProcess
 
 CHROMIUM = "/usr/bin/chromium"
 ARTIFACTS = ROOT_DIR / "test-artifacts"

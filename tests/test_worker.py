@@ -14,7 +14,7 @@ from typing import Any
 from devenv.kafka import KafkaCluster
 from devenv.procs import children
 from tests.conftest import commit_offsets, create_topic, exporter_config, produce, unique, wait_for
-from tests.exporter_proc import ExporterProcess, value
+from tests.support.exporter_proc import ExporterProcess, value
 
 FAULTS = Path(__file__).resolve().parent / "faults"  # sitecustomize.py: the injected exception
 

@@ -8,14 +8,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from exporter.contracts.snapshot import GroupType, KafkaGroupState
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ListedGroup:
     """One group of a ListGroups answer."""
 
     group_id: str
-    type: str  # classic | consumer | streams | share (ListGroups v5; classic before)
-    state: str  # lower case, as the broker names it
+    type: GroupType  # classic, consumer, streams or share (ListGroups v5; classic before)
+    state: KafkaGroupState
     coordinator: int | None = None  # the broker that listed it: its coordinator
     protocol_type: str = ""  # classic groups: consumer, connect, ... ("" for commit-only)
 

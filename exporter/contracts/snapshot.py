@@ -20,6 +20,34 @@ class GroupType(StrEnum):
     SPARK = "spark"  # a Spark Structured Streaming query, from its listener's reports
 
 
+class KafkaGroupState(StrEnum):
+    """A group's state as its coordinator names it, in lower case with underscores; a Spark
+    query's state as lagwatch names it. The constructor is the one normaliser: it takes the
+    broker's spelling (``PreparingRebalance``, ``NotReady``), either lower-case spelling of
+    a rebalancing state, and None, and gives ``UNKNOWN`` for a state it does not know (a
+    newer Kafka's) instead of a label value no rule or panel expects."""
+
+    UNKNOWN = "unknown"  # the group could not be described, or its state is new to lagwatch
+    EMPTY = "empty"
+    STABLE = "stable"
+    PREPARING_REBALANCE = "preparing_rebalance"  # classic groups
+    COMPLETING_REBALANCE = "completing_rebalance"  # classic groups
+    ASSIGNING = "assigning"  # KIP-848 consumer and streams groups
+    RECONCILING = "reconciling"  # KIP-848 consumer and streams groups
+    NOT_READY = "not_ready"  # streams groups: topology or internal topics not ready
+    DEAD = "dead"  # deleted, or about to be
+    ACTIVE = "active"  # Spark queries: the driver reports
+    INACTIVE = "inactive"  # Spark queries: the driver's reports stopped
+    TERMINATED = "terminated"  # Spark queries: the query ended
+
+    @classmethod
+    def _missing_(cls, value: object) -> KafkaGroupState:
+        return _STATE_SPELLINGS.get(str(value or "").replace("_", "").lower(), cls.UNKNOWN)
+
+
+_STATE_SPELLINGS = {s.value.replace("_", ""): s for s in KafkaGroupState}
+
+
 # Group types whose members own partitions and whose offsets OffsetFetch reads.
 COMMITTING_TYPES = frozenset({GroupType.CLASSIC, GroupType.CONSUMER, GroupType.STREAMS})
 
@@ -60,7 +88,7 @@ class Member:
 class GroupSample:
     group_id: str
     type: GroupType
-    state: str  # lower case: stable, empty, preparingrebalance, not_ready, ... unknown
+    state: KafkaGroupState
     members: tuple[Member, ...] = ()
     coordinator: int | None = None
     # Committed offsets; for a share group, the share-partition start offsets (KIP-932:
@@ -78,6 +106,7 @@ class GroupSample:
         # A type read back from a recording or a worker message is checked here, once:
         # an unknown one fails loudly instead of matching no rule.
         object.__setattr__(self, "type", GroupType(self.type))
+        object.__setattr__(self, "state", KafkaGroupState(self.state))
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -1,6 +1,6 @@
 """What the evaluator's judgement needs to carry on after a restart, as plain data.
 
-The evaluator exports one :class:`GroupState` per group and one :class:`TopicState` per
+The evaluator exports one :class:`SavedGroup` per group and one :class:`SavedTopic` per
 topic (``Evaluator.export_group`` / ``export_topic``) and imports them back
 (``import_group`` / ``import_topic``); ``exporter/state/`` writes them to lagwatch's own
 compacted state topic and reads them back at start. Only ints, floats, strs, bools,
@@ -14,12 +14,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-# The elements of one row of GroupState.partitions after (topic, partition): a partition's
+# The elements of one row of SavedGroup.partitions after (topic, partition): a partition's
 # memory (exporter/evaluate/memory.py PartitionMemory, its concerns flattened), in order,
 # each with what it holds: int, float (a number: a time may be an int), bool or str, with
 # "?" when it may be None. The codec checks every row against these kinds.
 PARTITION_COLUMNS = (
-    ("committed", "int"), ("changed_at", "float"),
+    ("followed", "int"), ("changed_at", "float"),
     # NewData
     ("freeze_hw", "int?"), ("quiet_at", "float"), ("flow_at", "float"), ("tail_from", "float?"),
     ("new_data_at", "float?"), ("arrived_at", "float"),
@@ -46,7 +46,7 @@ PartitionRow = tuple[Any, ...]
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RebalanceState:
-    """exporter/evaluate/rebalances.py RebalanceMemo, without its last summary."""
+    """exporter/evaluate/rebalances.py RebalanceMemory, without its last summary."""
 
     broker: int
     clients: int
@@ -59,7 +59,7 @@ class RebalanceState:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RatesState:
-    """exporter/evaluate/progress.py GroupMemo, without its last summary."""
+    """exporter/evaluate/progress.py RatesMemory, without its last summary."""
 
     # (topic, partition, flat (time, consumed, HW, time, ...) points)
     points: tuple[tuple[str, int, tuple[float, ...]], ...]
@@ -69,7 +69,7 @@ class RatesState:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class GroupState:
+class SavedGroup:
     """One group's memory: what its next judgement reads besides the new sample."""
 
     group: str
@@ -78,7 +78,7 @@ class GroupState:
     joins: tuple[float, ...]
     seen_once: bool
     unreadable_since: float | None
-    queue_progress_at: float | None
+    acknowledged_at: float | None
     outside_at: float | None
     outside_gaps: tuple[float, ...]
     # (topic, partition, owner, owned since, HW then, records arrived at)
@@ -100,7 +100,7 @@ class GroupState:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class TopicState:
+class SavedTopic:
     """One topic's partitions as the cluster last read them, with their HW history
     (lag in seconds is interpolated on it)."""
 

@@ -7,13 +7,31 @@ renderers can read it from any thread without locks.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import StrEnum
 
-from exporter.contracts.snapshot import TP, GroupType, PartitionOffsets
+from exporter.contracts.reports import CommitMode
+from exporter.contracts.snapshot import TP, GroupType, KafkaGroupState, PartitionOffsets
 from exporter.contracts.status import Status
 
 # Label values in severity order (a group's status is its worst partition's).
 STATUSES: tuple[str, ...] = tuple(s.value for s in Status)
 SEVERITY: dict[str, int] = {s.value: s.severity for s in Status}
+
+
+class Membership(StrEnum):
+    """How a group's partitions are consumed."""
+
+    MEMBERS = "members"  # by the group's members
+    OUTSIDE = "outside"  # no members; a client outside group membership commits (assign())
+    NONE = "none"  # no members, and nobody commits
+
+
+class RebalanceSource(StrEnum):
+    """What a group's rebalance count rests on."""
+
+    EPOCH = "epoch"  # the group epoch (KIP-848 consumer, streams and share groups): exact
+    MEMBERSHIP = "membership"  # changes of the member set (classic groups): a lower bound
+    CLIENTS = "clients"  # the instrumented clients' own counters, when they have seen more
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -42,9 +60,9 @@ class MemberView:
     last_poll_age: float | None  # from the member's own reports, when instrumented
     epoch: int | None = None  # KIP-848 consumer, streams and share groups
     process_id: str = ""  # Kafka Streams application instance
-    # From the member's own configuration, when instrumented: "auto" (every
-    # auto_commit_interval seconds) or "manual"; None when its reports do not say.
-    commit_mode: str | None = None
+    # From the member's own configuration, when instrumented: auto (every
+    # auto_commit_interval seconds) or manual; None when its reports do not say.
+    commit_mode: CommitMode | None = None
     auto_commit_interval: float | None = None
 
 
@@ -59,6 +77,10 @@ class SparkInfo:
     last_progress_age: float | None
     batch_running_seconds: float | None
     active: bool
+    # Spark Connect: where the listener runs ("client" | "server"; None: a classic driver),
+    # and, from a client's reports, seconds since the server last spoke about the query
+    connect: str | None = None
+    server_silent_seconds: float | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -105,7 +127,7 @@ class GroupRebalances:
     recent: int  # within window_seconds (thresholds.rebalance_window)
     window_seconds: float
     storm: bool  # recent > thresholds.rebalance_storm
-    source: str  # epoch (exact) | membership (classic: a lower bound) | clients (their own counters)
+    source: RebalanceSource
     notes: tuple[str, ...]
 
 
@@ -118,8 +140,8 @@ class GroupExposure:
 
     records: int | None  # summed over ``partitions``; None when no partition's is known
     partitions: dict[TP, int]  # position - committed, per partition known
-    # "auto", "manual", "mixed" (members differ) or None: what the instrumented members say
-    commit_mode: str | None
+    # auto, manual, mixed (members differ) or None: what the instrumented members say
+    commit_mode: CommitMode | None
     auto_commit_interval: float | None  # the longest interval of the members in "auto"
 
 
@@ -127,15 +149,14 @@ class GroupExposure:
 class GroupView:
     group: str
     type: GroupType
-    state: str
+    state: KafkaGroupState
     status: Status
     reasons: tuple[str, ...]
     members: tuple[MemberView, ...]
     partitions: tuple[PartitionView, ...]
     spark: SparkInfo | None = None
     epoch: int | None = None  # group epoch (KIP-848 consumer, streams and share groups)
-    # members | outside (no members; a client outside group membership commits) | none
-    membership: str = "members"
+    membership: Membership = Membership.MEMBERS
     progress: GroupProgress | None = None  # rates, time to catch up, records lost
     rebalances: GroupRebalances | None = None  # None for Spark queries
     exposure: GroupExposure | None = None  # records a crash would deliver again; None: unknown

@@ -5,15 +5,15 @@ sampler's memory travels with each SampleRequest and comes back with its SampleR
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from exporter.contracts.reports import ConsumerReport, SparkReport
 from exporter.contracts.sampling import SamplerMemory
 from exporter.contracts.snapshot import TP, Snapshot
 
 if TYPE_CHECKING:  # only annotations: the contracts import no application module
     from exporter.config import ClusterConfig, Thresholds
-    from exporter.reports.decode import ConsumerReport, SparkReport
 
 # (topic, partition, offset) -> the record's timestamp, seconds since the epoch
 Timestamps = dict[tuple[str, int, int], float]
@@ -35,17 +35,24 @@ class SampleRequest:
     memory: SamplerMemory | None  # what the last cycle left; None: start from nothing
 
 
+@dataclass(frozen=True, slots=True)
+class WorkerCounters:
+    """The worker's counters, cumulative over the worker process's life (never going back)."""
+
+    requests_total: int = 0  # Kafka requests sent for sampling
+    reports_received: dict[str, int] = field(default_factory=dict)  # per report kind, decoded
+    reports_dropped: dict[str, int] = field(default_factory=dict)  # per reason, refused
+    reports_requests: int = 0  # Kafka requests of the reports tail
+
+
 @dataclass(slots=True)
 class SampleReply:
-    """One cycle's sample, with the worker's counters (cumulative, never going back)."""
+    """One cycle's sample, with the worker's counters."""
 
     snapshot: Snapshot  # what the cycle saw; ok=False when the cluster could not be read
     consumer_reports: dict[str, list[ConsumerReport]]  # per group, its clients' latest reports
     spark_reports: dict[str, SparkReport]  # per Spark query, its latest report
-    requests_total: int  # Kafka requests sent for sampling
-    reports_received: dict[str, int]  # per report kind, reports decoded
-    reports_dropped: dict[str, int]  # per reason, reports refused
-    reports_requests: int = 0  # Kafka requests of the reports tail
+    counters: WorkerCounters
     # The sampler's memory after this cycle, for the runner to keep and send with the next
     # request; None when the cycle raised (the runner keeps what it sent).
     memory: SamplerMemory | None = None

@@ -24,6 +24,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from exporter.contracts.snapshot import TP
 from exporter.contracts.state import PARTITION_COLUMNS
 from exporter.evaluate.constants import (
     LATE_COMMIT_WINDOW,
@@ -34,7 +35,6 @@ from exporter.evaluate.constants import (
 )
 from exporter.evaluate.memory import Ownership, PartitionMemory, Rewind, Tuning
 
-TP = tuple[str, int]
 NONE = np.nan  # an element that is None
 
 # One column per element of the partition rows of the state contract
@@ -156,10 +156,10 @@ class PartitionTable(MutableMapping[TP, PartitionMemory]):
 
     # -- the group's partitions at once ------------------------------------------------
     def any_beyond(self, offsets: dict[TP, int]) -> bool:
-        """Some partition's offset in ``offsets`` is past its remembered committed offset."""
-        committed = self._buf[0].tolist()
+        """Some partition's offset in ``offsets`` is past its remembered followed offset."""
+        followed = self._buf[0].tolist()
         index = self._index
-        return any(off > committed[i] for tp, off in offsets.items() if (i := index.get(tp)) is not None)
+        return any(off > followed[i] for tp, off in offsets.items() if (i := index.get(tp)) is not None)
 
     def aligned(self, tps: list[TP]) -> bool:
         """The rows are ``tps``, in this order (reordered when they are the same set)."""
@@ -174,10 +174,10 @@ class PartitionTable(MutableMapping[TP, PartitionMemory]):
 
 
 class Samples(NamedTuple):
-    """One cycle's :class:`~exporter.evaluate.memory.Sample` of many partitions, as
+    """One cycle's :class:`~exporter.evaluate.memory.StepInput` of many partitions, as
     columns (float64 as the table's, NaN: None; ``owned`` bool)."""
 
-    committed: np.ndarray
+    followed: np.ndarray
     hw: np.ndarray
     lag_off: np.ndarray
     lag_s: np.ndarray
@@ -185,7 +185,7 @@ class Samples(NamedTuple):
     owner: np.ndarray  # the owner's id in the table, -1: not known
 
 
-class Evidence(NamedTuple):
+class RowStep(NamedTuple):
     """What the rules read, for many partitions (:class:`~exporter.evaluate.memory.Observation`)."""
 
     stalled_seconds: np.ndarray
@@ -199,22 +199,22 @@ def plain(before: np.ndarray, s: Samples) -> np.ndarray:
     """The rows :func:`observe_rows` steps: the HW known, the committed offset not moved
     backwards and no backward move pending (a rewind's evidence is judged one at a time)."""
     m = Columns(*before)
-    return ~np.isnan(s.hw) & (s.committed >= m.committed) & np.isnan(m.rewind_pending)
+    return ~np.isnan(s.hw) & (s.followed >= m.followed) & np.isnan(m.rewind_pending)
 
 
-def observe_rows(before: np.ndarray, s: Samples, now: float, tu: Tuning) -> tuple[np.ndarray, Evidence]:
+def observe_rows(before: np.ndarray, s: Samples, now: float, tu: Tuning) -> tuple[np.ndarray, RowStep]:
     """:func:`~exporter.evaluate.memory.observe` then ``remember`` with an ``ok`` or
     ``lagging`` status, for rows that are all :func:`plain`: the next memory of each, and
     the evidence. The thresholds of ``tu`` may be arrays, each row's group's."""
     after = before.copy()
     m, a = Columns(*before), Columns(*after)
-    moved = s.committed != m.committed
+    moved = s.followed != m.followed
     changed_at = np.where(moved, now, m.changed_at)
-    a.committed[:], a.changed_at[:] = s.committed, changed_at
+    a.followed[:], a.changed_at[:] = s.followed, changed_at
     _new_data(a, m, moved, s.hw, now, tu.stall_after)
     rolls = now - m.floor_at >= LATE_COMMIT_WINDOW
     a.floor_low[:] = np.where(rolls, m.floor_next, m.floor_low)
-    a.floor_next[:] = np.where(rolls, m.committed, m.floor_next)
+    a.floor_next[:] = np.where(rolls, m.followed, m.floor_next)
     a.floor_at[:] = np.where(rolls, now, m.floor_at)
     has_lag = s.lag_off != 0
     since = np.where(np.isnan(m.lag_since), now - np.maximum(np.nan_to_num(s.lag_s), 0.0), m.lag_since)
@@ -225,7 +225,7 @@ def observe_rows(before: np.ndarray, s: Samples, now: float, tu: Tuning) -> tupl
     a.owner[:] = np.where(s.owner < 0, m.owner, s.owner)
     quiet = now - a.arrived_at >= QUIET_FRACTION * tu.stall_after
     lagging = _commit_trend(a, m, s, moved, new_owner, quiet, now, tu)
-    return after, Evidence(stalled, now - a.new_data_at, now < m.rewind_until,
+    return after, RowStep(stalled, now - a.new_data_at, now < m.rewind_until,
                            a.unowned >= STOPPED_AFTER_CYCLES, lagging)
 
 
@@ -258,7 +258,7 @@ def _commit_trend(a: Columns, m: Columns, s: Samples, moved: np.ndarray, new_own
     into ``a``; returns whether each is lagging."""
     has_prev = ~new_owner & ~np.isnan(m.run_t0)
     prev = Columns(*(np.where(has_prev, col, np.nan) if i in _RUN else col for i, col in enumerate(m)))
-    extends = (has_prev & (s.committed > prev.run_committed) & (s.lag_s > prev.run_lag_s)
+    extends = (has_prev & (s.followed > prev.run_committed) & (s.lag_s > prev.run_lag_s)
                & (s.hw > prev.run_hw))  # False wherever one of them is None (NaN)
     new_run = moved | ~has_prev
     fresh = new_run & ~extends
@@ -269,7 +269,7 @@ def _commit_trend(a: Columns, m: Columns, s: Samples, moved: np.ndarray, new_own
     a.run_gap[:] = np.where(fresh, 0.0, np.where(ext, np.maximum(prev.run_gap, now - prev.run_t_last),
                                                  prev.run_gap))
     a.run_t_last[:] = np.where(new_run, now, prev.run_t_last)
-    a.run_committed[:] = np.where(new_run, s.committed, prev.run_committed)
+    a.run_committed[:] = np.where(new_run, s.followed, prev.run_committed)
     a.run_lag_s[:] = np.where(new_run, s.lag_s, prev.run_lag_s)
     a.run_hw[:] = np.where(new_run, s.hw, prev.run_hw)
     was = m.lagging != 0
@@ -294,7 +294,7 @@ def _lag_trend(a: Columns, prev: Columns, lag_s: np.ndarray, was: np.ndarray, qu
     return (lag_s > tu.lag_threshold) | np.where(was, keeps, grows)
 
 
-def ok_rows(e: Evidence, s: Samples, outside: np.ndarray, allowance: np.ndarray,
+def ok_rows(e: RowStep, s: Samples, outside: np.ndarray, allowance: np.ndarray,
             th_stall_after: np.ndarray, th_lag_seconds: np.ndarray) -> np.ndarray:
     """The rows every rule of :data:`~exporter.evaluate.rules.RULES` leaves ``ok`` for a
     partition of a group without reports (not a Spark query, not owned-and-never-committed,

@@ -7,7 +7,7 @@ then :func:`exporter.evaluate.memory.observe` (pure, one step per concern),
 partition's next memory, which replaces the old one). A group's status is its worst
 partition's. What differs between group types is named in one place each: who owns a
 committed partition (:func:`_member_owns`, :func:`_spark_owns`), share groups' progress
-(:func:`_share_progress`, :func:`_share_dates`), partitions owned and never committed
+(:func:`_share_offsets`, :func:`_share_dates`), partitions owned and never committed
 (member groups only, :meth:`Evaluator._uncommitted`), the group's status
 (:func:`_group_status`). A group found entirely at rest is not evaluated again while its
 sample stands still (``exporter/evaluate/rest.py``)."""
@@ -15,27 +15,32 @@ sample stands still (``exporter/evaluate/rest.py``)."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import MutableMapping, Sequence
+import operator
+from collections.abc import Iterator, Mapping, MutableMapping, Sequence
+from typing import NamedTuple
 
 import numpy as np
 
-from exporter.config import Config, GroupThresholds, Thresholds, default_of, thresholds_for
+from exporter.config import Config, GroupThresholds, LagMode, Thresholds, default_of, thresholds_for
+from exporter.contracts.reports import ConnectSide, ConsumerReport, SparkReport
 from exporter.contracts.snapshot import (
     COMMITTING_TYPES,
     TP,
     GroupSample,
     GroupType,
+    KafkaGroupState,
     Member,
     PartitionOffsets,
     Snapshot,
 )
-from exporter.contracts.state import GroupState, TopicState
+from exporter.contracts.state import SavedGroup, SavedTopic
 from exporter.contracts.status import Status
 from exporter.contracts.view import (
     SEVERITY,
     ClusterView,
     GroupExposure,
     GroupView,
+    Membership,
     MemberView,
     PartitionView,
     SparkInfo,
@@ -45,8 +50,8 @@ from exporter.evaluate.cadence import Gaps, learn_commit_gaps, member_allowance,
 from exporter.evaluate.columns import (
     LAGGING,
     Columns,
-    Evidence,
     PartitionTable,
+    RowStep,
     Samples,
     observe_rows,
     ok_rows,
@@ -63,7 +68,7 @@ from exporter.evaluate.lag import HwHistory, lag_seconds
 from exporter.evaluate.memory import (
     GroupMemory,
     PartitionMemory,
-    Sample,
+    StepInput,
     Tuning,
     at_rest,
     forget_uncommitted,
@@ -80,17 +85,19 @@ from exporter.evaluate.memory import (
 from exporter.evaluate.progress import ProgressTracker
 from exporter.evaluate.rebalances import RebalanceTracker
 from exporter.evaluate.rest import Resting, changed_topics, enter, possible, served, settle, still
-from exporter.evaluate.rules import PartitionFacts, classify, fmt_seconds, note, reason
+from exporter.evaluate.rules import PartitionFacts, classify, client_gone, fmt_seconds, note, reason
 from exporter.evaluate.unread import UnreadOffsets
-from exporter.reports.decode import ConsumerReport, SparkReport
 from exporter.reports.match import match_reports
 
 MAX_REASONS = 5
 # Groups are prepared and judged in chunks of about this many committed partitions: the
 # column pass's arrays and the prepared groups' facts stay small whatever the cluster.
 CHUNK_ROWS = 8192
+_HW = operator.attrgetter("hw")
+_MISSING = object()  # not in a memo
 # States in which a coordinator-driven group moves partitions between members.
-IN_FLIGHT_STATES = frozenset({"assigning", "reconciling", "unknown"})
+IN_FLIGHT_STATES = frozenset({KafkaGroupState.ASSIGNING, KafkaGroupState.RECONCILING,
+                              KafkaGroupState.UNKNOWN})
 
 
 def _member_label(m: Member | None) -> str:
@@ -99,12 +106,29 @@ def _member_label(m: Member | None) -> str:
     return f"{m.client_id or '?'}@{m.host or '?'} ({m.member_id})"
 
 
+class _LastViews:
+    """Last cycle's partition views of a group by partition, indexed when first asked:
+    only a partition without lag reuses its view (:func:`_kept`)."""
+
+    __slots__ = ("_by_tp", "_view")
+
+    def __init__(self, view: GroupView | None) -> None:
+        self._view, self._by_tp = view, None
+
+    def get(self, tp: TP) -> PartitionView | None:
+        if self._by_tp is None:
+            parts = self._view.partitions if self._view is not None else ()
+            self._by_tp = {(p.topic, p.partition): p for p in parts}
+        return self._by_tp.get(tp)
+
+
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class _GroupCycle:
     """One group in one cycle: what each of its partitions is judged with."""
 
     g: GroupSample
     st: GroupMemory
+    th: Thresholds  # the group's: the cluster's, or the first group override matching it
     partitions: dict[TP, PartitionOffsets]
     spark: SparkReport | None  # the query's last report (Spark queries only)
     exact_ts: dict[tuple[str, int, int], float]
@@ -114,13 +138,13 @@ class _GroupCycle:
     assignment_known: bool  # :func:`_assignment_known`
     report_of: dict[TP, ConsumerReport]  # the latest open report naming the partition
     report_by_member: dict[str, ConsumerReport]  # the open report matching each member
-    progress: dict[TP, tuple[int, int]]  # (where the lag starts, what the memory follows)
+    offsets: Mapping[TP, tuple[int, int]]  # (consumed offset, followed offset)
     share_dates: dict[TP, tuple[float | None, float | None]]  # share groups: :func:`_share_dates`
-    membership: str  # members, outside or none (:meth:`Evaluator._membership`)
+    membership: Membership  # :meth:`Evaluator._membership`
     allowance: float  # stall allowance of a client outside group membership
     left: frozenset[str]  # topics no member subscribes to any more
     tuning: Tuning  # the group's thresholds, as the memory step reads them
-    prev_views: dict[TP, PartitionView]  # last cycle's views of the committed partitions
+    prev_views: _LastViews  # last cycle's views of the committed partitions
 
 
 @dataclasses.dataclass(slots=True, kw_only=True)
@@ -138,8 +162,19 @@ class _Columns:
     # set by Evaluator._judge_columns: of each row judged, whether every rule leaves it
     # ok, the evidence and when its committed offset last moved
     ok: np.ndarray | None = None
-    evidence: Evidence | None = None
+    step: RowStep | None = None
     changed_at: np.ndarray | None = None
+
+
+class _EvidenceRows(NamedTuple):
+    """A group's :class:`RowStep` and change times as lists (row k: the k-th judged)."""
+
+    changed_at: list[float]
+    new_data_seconds: list[float]  # NaN: None
+    lagging: list[bool]
+    rewinding: list[bool]
+    owned: list[bool]
+    unowned_confirmed: list[bool]
 
 
 @dataclasses.dataclass(slots=True, kw_only=True)
@@ -170,9 +205,9 @@ class Evaluator:
         # hold the columns equal to.
         self.columns = columns
         self.judged_in_columns = 0  # partitions judged in columns in the last cycle
-        # ``th``: the thresholds of the group being judged (the cluster's, or the first
-        # group override matching it), set per group in :meth:`evaluate`.
-        self.th = self.cluster_th = thresholds
+        # A group's thresholds are the cluster's, or the first group override matching it
+        # (:meth:`_thresholds_of`); each group's travel with it (``_Pending.th``, ``_GroupCycle.th``).
+        self.cluster_th = thresholds
         self.group_thresholds = tuple(group_thresholds)
         self._th_of: dict[str, Thresholds] = {}
         self.commit_gaps: dict[str, Gaps] = {}  # groups with members: exporter/evaluate/cadence.py
@@ -184,7 +219,7 @@ class Evaluator:
         self.last_good: ClusterView | None = None
         self._lag_memo: dict[tuple[str, int, int], float | None] = {}
         # Rates, time to catch up, records lost (exporter/evaluate/progress.py).
-        self.progress = ProgressTracker(thresholds.window, interval)
+        self.progress = ProgressTracker(thresholds.window, interval, columns=columns)
         # Rebalances per group (exporter/evaluate/rebalances.py).
         self.rebalances = RebalanceTracker(self._thresholds_of)
         # Groups at rest, skipped while nothing changes (exporter/evaluate/rest.py).
@@ -225,7 +260,6 @@ class Evaluator:
         samples = self._samples(snap, spark_reports, now)
         self.progress.begin(snap.partitions)
         views = self._views(snap, samples, changed, consumer_reports, spark_reports, exact_ts or {}, now)
-        self.th = self.cluster_th
         for gid in list(self.groups):
             if gid not in samples:
                 del self.groups[gid]  # deleted group: its series vanish this cycle
@@ -270,14 +304,13 @@ class Evaluator:
         pending: list[_Pending] = []
         rows = 0
         for gid, g in samples.items():
-            self.th = self._thresholds_of(gid)
             reports = consumer_reports.get(gid, [])
             r = self.rest.pop(gid, None)
             if r is not None and still(r, g, changed, bool(reports), now):
                 self.rest[gid], views[gid] = r, served(r, self.progress.window, now)
                 self.progress.rested(gid, views[gid])
                 continue
-            pending.append(self._prepared(gid, g, r, snap.partitions, reports,
+            pending.append(self._prepared(gid, g, self._thresholds_of(gid), r, snap.partitions, reports,
                                           spark_reports.get(gid) if g.type == GroupType.SPARK else None,
                                           exact_ts, now))
             rows += len(pending[-1].tps)
@@ -292,10 +325,9 @@ class Evaluator:
         """Prepared groups judged: their column pass, then each group in turn."""
         self._judge_columns(pending, now)
         for p in pending:
-            self.th = p.th
             views[p.gid] = self._judged(p, partitions, now)
 
-    def _prepared(self, gid: str, g: GroupSample, r: Resting | None,
+    def _prepared(self, gid: str, g: GroupSample, th: Thresholds, r: Resting | None,
                   partitions: dict[TP, PartitionOffsets], reports: list[ConsumerReport],
                   spark: SparkReport | None, exact_ts: dict[tuple[str, int, int], float],
                   now: float) -> _Pending:
@@ -308,17 +340,17 @@ class Evaluator:
         if r is not None:
             settle(r, state, self.progress.groups[gid])
         if g.error is not None:
-            return _Pending(gid=gid, g=g, st=state, th=self.th, reports=reports)
+            return _Pending(gid=gid, g=g, st=state, th=th, reports=reports)
         state.unreadable_since = None
         was_empty = state.seen_once and not state.members
-        remember_members(state, {m.member_id for m in g.members}, now, self.th.window, g.epoch)
+        remember_members(state, {m.member_id for m in g.members}, now, th.window, g.epoch)
         if g.type != GroupType.SPARK:
             state.seen = remember_departures(state.seen, state.departed, g.members, now)
-        c = self._cycle_of(g, state, partitions, reports, spark, exact_ts, was_empty, now)
+        c = self._cycle_of(g, state, th, partitions, reports, spark, exact_ts, was_empty, now)
         for tp in [tp for tp in state.parts if tp not in g.committed]:
             del state.parts[tp]
         tps = sorted(g.committed)
-        return _Pending(gid=gid, g=g, st=state, th=self.th, reports=reports, cycle=c, tps=tps,
+        return _Pending(gid=gid, g=g, st=state, th=th, reports=reports, cycle=c, tps=tps,
                         columns=self._column_batch(c, tps) if self.columns else None)
 
     def _judged(self, p: _Pending, partitions: dict[TP, PartitionOffsets], now: float) -> GroupView:
@@ -330,7 +362,7 @@ class Evaluator:
         v = self.progress.one(p.gid, v, p.g, partitions, now)
         v = self.rebalances.one(p.gid, v, p.g, p.reports, now)
         if self.skip_at_rest and not p.reports:
-            th = self.th
+            th = p.th
             rest = enter(p.g, v, p.st, self.progress.groups.get(p.gid), self.rebalances.groups.get(p.gid),
                          partitions, (th.window, th.rebalance_window, self.progress.min_span), now)
             if rest is not None:
@@ -383,7 +415,7 @@ class Evaluator:
                 used += cost(v)
         return kept, total - used
 
-    def lag_inputs(self, snap: Snapshot, lag_mode: str) -> list[tuple[TP, int]]:
+    def lag_inputs(self, snap: Snapshot, lag_mode: LagMode) -> list[tuple[TP, int]]:
         """(tp, committed) pairs whose lag seconds need the record's own timestamp, each
         once (many groups often stand at the same offset of a partition)."""
         want: dict[tuple[TP, int], None] = {}
@@ -392,7 +424,7 @@ class Evaluator:
                 po = snap.partitions.get(tp)
                 if po is None or po.hw is None or off >= po.hw:
                     continue
-                if lag_mode == "exact":
+                if lag_mode == LagMode.EXACT:
                     want[tp, off] = None
                     continue
                 h = self.hw_history.get(tp)
@@ -425,29 +457,29 @@ class Evaluator:
         st.last_view = view
         return view
 
-    def _cycle_of(self, g: GroupSample, st: GroupMemory, partitions: dict[TP, PartitionOffsets],
+    def _cycle_of(self, g: GroupSample, st: GroupMemory, th: Thresholds,
+                  partitions: dict[TP, PartitionOffsets],
                   reports: list[ConsumerReport], spark: SparkReport | None,
                   exact_ts: dict[tuple[str, int, int], float], was_empty: bool,
                   now: float) -> _GroupCycle:
         """What every partition of the group is judged with this cycle, computed once."""
         assignment_known = _assignment_known(g)
         report_of, report_by_member = _reports_of(g, reports)
-        progress, share_dates = _progress(g, st, partitions, now)
-        membership, allowance = self._membership(g, st, progress, was_empty, now)
+        offsets, share_dates = _offsets(g, st, partitions, now)
+        membership, allowance = self._membership(g, st, th, offsets, was_empty, now)
         return _GroupCycle(
-            g=g, st=st, partitions=partitions, spark=spark, exact_ts=exact_ts, now=now,
+            g=g, st=st, th=th, partitions=partitions, spark=spark, exact_ts=exact_ts, now=now,
             owner_of={m_tp: m for m in g.members for m_tp in m.assignment},
             # A partition moving between members of a KIP-848 or streams group is in nobody's
             # current assignment until its new owner's next heartbeat (5 s by default), but in
             # its target assignment: owned, not stopped.
             incoming=frozenset(m_tp for m in g.members for m_tp in m.target),
             assignment_known=assignment_known, report_of=report_of,
-            report_by_member=report_by_member, progress=progress, share_dates=share_dates,
+            report_by_member=report_by_member, offsets=offsets, share_dates=share_dates,
             membership=membership, allowance=allowance,
             left=_unsubscribed_topics(g, assignment_known),
-            tuning=Tuning(self.interval, self.th.lag_seconds, self.th.stall_after),
-            prev_views=({(p.topic, p.partition): p for p in st.last_view.partitions}
-                        if st.last_view is not None else {}))
+            tuning=Tuning(self.interval, th.lag_seconds, th.stall_after),
+            prev_views=_LastViews(st.last_view))
 
     def _unreadable(self, g: GroupSample, st: GroupMemory, now: float) -> GroupView:
         """A group that could not be read this cycle."""
@@ -464,10 +496,11 @@ class Evaluator:
                          reasons=(reason_txt,), members=prev.members if prev else (),
                          partitions=prev.partitions if prev else (),
                          spark=prev.spark if prev else None, epoch=prev.epoch if prev else None,
-                         membership=prev.membership if prev else "none")
+                         membership=prev.membership if prev else Membership.NONE)
 
-    def _membership(self, g: GroupSample, st: GroupMemory, progress: dict[TP, tuple[int, int]],
-                    was_empty: bool, now: float) -> tuple[str, float]:
+    def _membership(self, g: GroupSample, st: GroupMemory, th: Thresholds,
+                    offsets: Mapping[TP, tuple[int, int]],
+                    was_empty: bool, now: float) -> tuple[Membership, float]:
         """(membership model, stall allowance of an outside committer or 0): ``members``,
         ``outside`` (no members, committed offsets seen moving: a client outside group
         membership consumes; :func:`_group` turns it to ``none`` once a partition's records
@@ -475,8 +508,8 @@ class Evaluator:
         if g.members or g.type in (GroupType.SPARK, GroupType.SHARE):
             remember_outside(st, False, False, was_empty, False, now)
             if not g.members:
-                return "none", 0.0
-            return "members", self._member_allowance(g, st, now)
+                return Membership.NONE, 0.0
+            return Membership.MEMBERS, self._member_allowance(g, st, th, now)
         prev = st.last_view
         # An empty group that appeared while lagwatch was watching was created by a commit
         # from outside group membership (a new assign()-mode job's first checkpoint): its
@@ -485,14 +518,14 @@ class Evaluator:
         last = self.last_good
         created = (prev is None and last is not None and not last.last_error
                    and g.group_id not in self.adopted)
-        moved = created or _moved_forward(st.parts, progress)
+        moved = created or _moved_forward(st.parts, offsets)
         healthy = prev is None or prev.status in (Status.OK, Status.LAGGING)
         remember_outside(st, moved, True, was_empty or created, healthy, now)
         if st.outside_at is None:
-            return "none", 0.0
-        return "outside", outside_allowance(st, self.th.stall_after, self.interval)
+            return Membership.NONE, 0.0
+        return Membership.OUTSIDE, outside_allowance(st, th.stall_after, self.interval)
 
-    def _member_allowance(self, g: GroupSample, st: GroupMemory, now: float) -> float:
+    def _member_allowance(self, g: GroupSample, st: GroupMemory, th: Thresholds, now: float) -> float:
         """The stall allowance of a group with members, from the commit cadence it has
         shown (exporter/evaluate/cadence.py). Not for share groups, whose progress is
         acknowledgements, nor Spark queries, which are never `stalled`."""
@@ -500,8 +533,8 @@ class Evaluator:
             return 0.0
         gaps = self.commit_gaps.setdefault(g.group_id, new_gaps())
         learn_commit_gaps(gaps, st.last_view, g.committed, self.hw_history, now, self.interval,
-                          self.th.stall_after)
-        return member_allowance(gaps, self.th.stall_after, self.interval)
+                          th.stall_after)
+        return member_allowance(gaps, th.stall_after, self.interval)
 
     def _uncommitted(self, c: _GroupCycle) -> list[PartitionView]:
         """Partitions a member owns without any committed offset, judged all the same: lag
@@ -534,12 +567,12 @@ class Evaluator:
             new_data_seconds=new_data_s, lagging=False, rewinding=False, owned=True,
             unowned_confirmed=False, owner=_member_label(owner), group_state=c.g.state,
             rejoins=joins_since(c.st, now - owned_s), never_committed=True,
-            **_report_facts(rep, now, self.th))
-        status, rule = classify(facts, self.th)
+            **_report_facts(rep, now, c.th))
+        status, rule = classify(facts, c.th)
         return PartitionView(topic=tp[0], partition=tp[1], committed=None, position=position,
                              lag_offsets=lag_off, lag_seconds=lag_s,
                              stalled_seconds=owned_s if new_data_s is not None else 0.0,
-                             status=status, reason=reason(rule, facts, self.th), owner=facts.owner)
+                             status=status, reason=reason(rule, facts, c.th), owner=facts.owner)
 
     def _partition(self, c: _GroupCycle, tp: TP) -> PartitionView:
         """One committed partition: observe, classify, remember. At rest
@@ -558,18 +591,18 @@ class Evaluator:
             return _unread(tp, committed, position, owner, unread)
         owned = _spark_owns(g, spark) if g.type == GroupType.SPARK else _member_owns(c, tp)
         unsubscribed = tp[0] in c.left  # shown with a note: the full path
-        consumed, progress = c.progress[tp]
+        consumed, followed = c.offsets[tp]
         mem = st.parts.get(tp)
         if mem is None:
-            mem = PartitionMemory.first(progress, now)
-        elif g.type != GroupType.SHARE and not unsubscribed and at_rest(mem, progress, hw, owner_id):
+            mem = PartitionMemory.first(followed, now)
+        elif g.type != GroupType.SHARE and not unsubscribed and at_rest(mem, followed, hw, owner_id):
             st.parts[tp] = rest_step(mem, owned, owner_id, now)
             return (_kept(c.prev_views.get(tp), committed, position, owner)
                     or _caught_up(tp, committed, 0, 0.0, position, owner))
         lag_off = None if hw is None else max(0, hw - consumed)
         lag_s = None if lag_off is None else self._lag_seconds(tp, consumed, hw, lag_off, c.exact_ts, now)
-        sample = Sample(progress, hw, lag_off, lag_s, owned, now, owner_id,
-                        st.queue_progress_at if g.type == GroupType.SHARE else None)
+        sample = StepInput(followed, hw, lag_off, lag_s, owned, now, owner_id,
+                        st.acknowledged_at if g.type == GroupType.SHARE else None)
         obs = observe(mem, sample, c.tuning)
         if not lag_off and not unsubscribed:
             st.parts[tp] = remember(obs, Status.OK, c.share_dates.get(tp))
@@ -584,14 +617,14 @@ class Evaluator:
             departure="" if owned else departure_text(st.departed, tp, not g.members, now),
             group_state=g.state, rejoins=joins_since(st, obs.after.changed_at),
             outside=st.outside_at is not None, stall_allowance=c.allowance, unsubscribed=unsubscribed,
-            **_report_facts(rep, now, self.th),
-            **_spark_facts(spark, now))
-        status, rule = classify(facts, self.th)
+            **_report_facts(rep, now, c.th),
+            **_spark_facts(spark, now, c.th))
+        status, rule = classify(facts, c.th)
         st.parts[tp] = remember(obs, status, c.share_dates.get(tp))
         return PartitionView(topic=tp[0], partition=tp[1], committed=committed, position=position,
                              lag_offsets=lag_off, lag_seconds=lag_s,
                              stalled_seconds=obs.stalled_seconds if lag_off else 0.0, status=status,
-                             reason=reason(rule, facts, self.th) or note(facts), owner=facts.owner,
+                             reason=reason(rule, facts, c.th) or note(facts), owner=facts.owner,
                              unsubscribed=unsubscribed)
 
     def _column_batch(self, c: _GroupCycle, tps: list[TP]) -> _Columns | None:
@@ -604,23 +637,26 @@ class Evaluator:
                 or not table.aligned(tps)):
             return None
         n, now = len(tps), c.now
-        committed = [g.committed[tp] for tp in tps]
-        hws = [po.hw if (po := c.partitions.get(tp)) is not None else None for tp in tps]
-        hw = np.array([np.nan if h is None else h for h in hws])
-        lag_off = [0 if h is None else max(0, h - off) for h, off in zip(hws, committed, strict=True)]
-        lag_s = [0.0 if not lo else self._lag_seconds(tp, off, hws[i], lo, c.exact_ts, now)
+        committed = list(map(g.committed.__getitem__, tps))
+        pos = list(map(c.partitions.get, tps))
+        hws = list(map(_HW, pos)) if all(pos) else [None if po is None else po.hw for po in pos]
+        known = None not in hws
+        hw = np.array(hws, float) if known else np.array([np.nan if h is None else h for h in hws])
+        lag = np.maximum(0.0, hw - np.array(committed, float)) if known else None
+        lag_off = (lag.astype(np.int64).tolist() if lag is not None else
+                   [0 if h is None else max(0, h - off) for h, off in zip(hws, committed, strict=True)])
+        memo, missing = self._lag_memo, _MISSING
+        lag_s = [0.0 if not lo else v if (v := memo.get((tp[0], tp[1], off), missing)) is not missing
+                 else self._lag_seconds(tp, off, hws[i], lo, c.exact_ts, now)
                  for i, (tp, off, lo) in enumerate(zip(tps, committed, lag_off, strict=True))]
-        if c.owner_of or c.incoming or (g.members and not c.assignment_known):
-            owners = [c.owner_of.get(tp) for tp in tps]
-            owned = np.fromiter((_member_owns(c, tp) for tp in tps), bool, n)
-            owner = np.fromiter((table.owner_id(m.member_id) if m is not None else -1 for m in owners),
-                                float, n)
-        else:
-            owners, owned, owner = [None] * n, np.zeros(n, bool), np.full(n, -1.0)
-        s = Samples(np.array(committed, float), hw, np.array(lag_off, float),
+        owners, owned, owner = _owners(c, table, tps)
+        s = Samples(np.array(committed, float), hw, lag if lag is not None else np.array(lag_off, float),
+                    np.array(lag_s, float) if None not in lag_s else
                     np.array([np.nan if v is None else v for v in lag_s]), owned, owner)
-        rows = np.flatnonzero(plain(table.rows, s) & np.fromiter(
-            (tp[0] not in c.left for tp in tps), bool, n))
+        is_plain = plain(table.rows, s)
+        if c.left:
+            is_plain &= np.fromiter((tp[0] not in c.left for tp in tps), bool, n)
+        rows = np.flatnonzero(is_plain)
         return _Columns(rows=rows, samples=Samples(*(col[rows] for col in s)), owners=owners,
                         lag_s=lag_s, committed=committed, hw=hws, lag_off=lag_off)
 
@@ -651,7 +687,7 @@ class Evaluator:
         for c, b, n in zip(cycles, batches, sizes, strict=True):
             c.st.parts.rows[:, b.rows] = after[:, lo:lo + n]
             b.ok, b.changed_at = ok[lo:lo + n], changed_at[lo:lo + n]
-            b.evidence = Evidence(*(col[lo:lo + n] for col in e))
+            b.step = RowStep(*(col[lo:lo + n] for col in e))
             lo += n
         self.judged_in_columns += len(ok)
 
@@ -660,44 +696,51 @@ class Evaluator:
         or classified from the evidence the columns give), the others one at a time
         (:meth:`_partition`)."""
         views: list[PartitionView | None] = [None] * len(tps)
-        e = b.evidence
+        e = b.step
         assert e is not None and b.ok is not None and b.changed_at is not None
+        labels = {m.member_id: _member_label(m) for m in c.owner_of.values()}
+        rows: _EvidenceRows | None = None
+        ended: list[int] = []  # rows whose lag trend a more severe status ends (remember)
         for k, (i, ok, stalled) in enumerate(zip(b.rows.tolist(), b.ok.tolist(), e.stalled_seconds.tolist(),
                                                  strict=True)):
             if ok:
                 views[i] = _ok_view(tps[i], b.committed[i], b.lag_off[i], b.lag_s[i], stalled, b.owners[i],
-                                    c.prev_views)
-            else:
-                views[i] = self._classified(c, tps[i], i, k, b)
+                                    c.prev_views, labels)
+                continue
+            if rows is None:  # as lists once: indexing arrays costs per element
+                rows = _EvidenceRows(*(a.tolist() for a in (
+                    b.changed_at, e.new_data_seconds, e.lagging, e.rewinding, b.samples.owned,
+                    e.unowned_confirmed)))
+            views[i] = self._classified(c, tps[i], i, k, b, rows, stalled)
+            if views[i].status not in (Status.OK, Status.LAGGING):  # type: ignore[union-attr]
+                ended.append(i)
+        if ended:
+            c.st.parts.rows[LAGGING, ended] = 0.0
         return [v if v is not None else self._partition(c, tp) for v, tp in zip(views, tps, strict=True)]
 
-    def _classified(self, c: _GroupCycle, tp: TP, i: int, k: int, b: _Columns) -> PartitionView:
-        """A partition of ``b`` (its ``i``-th, the ``k``-th row judged) that some rule may
-        hold for: classified from the evidence of its memory step in columns, as
-        :meth:`_partition` classifies it from its own."""
-        e, now, owner = b.evidence, c.now, b.owners[i]
-        assert e is not None and b.changed_at is not None
-        changed_at = float(b.changed_at[k])
-        nd = float(e.new_data_seconds[k])
+    def _classified(self, c: _GroupCycle, tp: TP, i: int, k: int, b: _Columns, e: _EvidenceRows,
+                    stalled: float) -> PartitionView:
+        """A partition of ``b`` (its ``i``-th, the ``k``-th row judged, ``e`` the rows'
+        evidence) that some rule may hold for: classified from the evidence of its memory
+        step in columns, as :meth:`_partition` classifies it from its own."""
+        now, owner = c.now, b.owners[i]
+        changed_at, nd = e.changed_at[k], e.new_data_seconds[k]
         lag_off, lag_s = b.lag_off[i], b.lag_s[i]
-        stalled = float(e.stalled_seconds[k])
-        facts_owned = bool(b.samples.owned[k])
+        facts_owned = e.owned[k]
         facts = PartitionFacts(
             topic=tp[0], partition=tp[1], committed=b.committed[i], hw=b.hw[i],
             lag_offsets=lag_off, lag_seconds=lag_s, stalled_seconds=stalled,
             frozen_seconds=now - changed_at, new_data_seconds=None if nd != nd else nd,
-            lagging=bool(e.lagging[k]), rewinding=bool(e.rewinding[k]), rewind_pending=False,
-            owned=facts_owned, unowned_confirmed=bool(e.unowned_confirmed[k]),
+            lagging=e.lagging[k], rewinding=e.rewinding[k], rewind_pending=False,
+            owned=facts_owned, unowned_confirmed=e.unowned_confirmed[k],
             owner=_member_label(owner), group_state=c.g.state, rejoins=joins_since(c.st, changed_at),
             departure="" if facts_owned else departure_text(c.st.departed, tp, not c.g.members, now),
             outside=c.st.outside_at is not None, stall_allowance=c.allowance)
-        status, rule = classify(facts, self.th)
-        if status not in (Status.OK, Status.LAGGING):
-            c.st.parts.rows[LAGGING, i] = 0.0  # a more severe status ends the lag trend (remember)
+        status, rule = classify(facts, c.th)
         return PartitionView(topic=tp[0], partition=tp[1], committed=b.committed[i], position=None,
                              lag_offsets=lag_off, lag_seconds=lag_s,
                              stalled_seconds=stalled if lag_off else 0.0, status=status,
-                             reason=reason(rule, facts, self.th), owner=facts.owner)
+                             reason=reason(rule, facts, c.th), owner=facts.owner)
 
     def _lag_seconds(self, tp: TP, committed: int, hw: int, lag_off: int,
                      exact_ts: dict[tuple[str, int, int], float], now: float) -> float | None:
@@ -717,37 +760,37 @@ class Evaluator:
         """The groups :meth:`export_group` has memory of."""
         return list(self.groups)
 
-    def export_group(self, gid: str) -> GroupState | None:
+    def export_group(self, gid: str) -> SavedGroup | None:
         """What judging ``gid`` on needs, as plain data; None for a group not remembered."""
         return persist.export_group(self, gid)
 
-    def import_group(self, gid: str, state: GroupState) -> None:
+    def import_group(self, gid: str, state: SavedGroup) -> None:
         """``gid``'s memory from ``state`` (before the first cycle after a start); raises
         ValueError, changing nothing, when ``state`` does not fit."""
         if state.group != gid:
             raise ValueError(f"state of group {state.group!r} imported as {gid!r}")
         persist.import_group(self, state)
 
-    def export_topics(self) -> list[TopicState]:
+    def export_topics(self) -> list[SavedTopic]:
         """Each topic's last offsets and HW history (lag in seconds interpolates on it)."""
         return persist.export_topics(self)
 
-    def import_topic(self, state: TopicState, sampled_at: float) -> None:
+    def import_topic(self, state: SavedTopic, sampled_at: float) -> None:
         """A topic's offsets and HW history as read at ``sampled_at``."""
         persist.import_topic(self, state, sampled_at)
 
 
 
 def _ok_view(tp: TP, committed: int, lag_off: int, lag_s: float | None, stalled: float,
-             owner: Member | None, prev_views: dict[TP, PartitionView]) -> PartitionView:
+             owner: Member | None, prev_views: _LastViews, labels: dict[str, str]) -> PartitionView:
     """The view of a committed partition every rule leaves ``ok``, as :meth:`Evaluator._partition`
-    builds it."""
+    builds it; ``labels``: :func:`_member_label` of the group's owners, by member id."""
     if not lag_off:
         return _kept(prev_views.get(tp), committed, None, owner) or _caught_up(
             tp, committed, lag_off, lag_s, None, owner)
     return PartitionView(topic=tp[0], partition=tp[1], committed=committed, position=None,
                          lag_offsets=lag_off, lag_seconds=lag_s, stalled_seconds=stalled,
-                         status=Status.OK, reason="", owner=_member_label(owner))
+                         status=Status.OK, reason="", owner=labels[owner.member_id] if owner else "")
 
 
 def _caught_up(tp: TP, committed: int, lag_off: int | None, lag_s: float | None,
@@ -783,12 +826,33 @@ def _kept(prev: PartitionView | None, committed: int, position: int | None,
 
 # -- per group type: who owns a committed partition, what the group's status is ----------
 
-def _moved_forward(parts: MutableMapping[TP, PartitionMemory], progress: dict[TP, tuple[int, int]]) -> bool:
+def _moved_forward(parts: MutableMapping[TP, PartitionMemory],
+                   offsets: Mapping[TP, tuple[int, int]]) -> bool:
     """Some partition's offset the memory follows is past the one remembered."""
     if isinstance(parts, PartitionTable):
-        return parts.any_beyond({tp: prog for tp, (_consumed, prog) in progress.items()})
-    return any((mem := parts.get(tp)) is not None and prog > mem.committed
-               for tp, (_consumed, prog) in progress.items())
+        return parts.any_beyond(offsets.committed if isinstance(offsets, _AsCommitted) else
+                                {tp: followed for tp, (_consumed, followed) in offsets.items()})
+    return any((mem := parts.get(tp)) is not None and followed > mem.followed
+               for tp, (_consumed, followed) in offsets.items())
+
+
+def _owners(c: _GroupCycle, table: PartitionTable, tps: list[TP]
+            ) -> tuple[list[Member | None], np.ndarray, np.ndarray]:
+    """Of each partition: its owner, whether a member owns it (:func:`_member_owns`) and the
+    owner's id in ``table`` (-1: none), ids given in the order owners first appear."""
+    n = len(tps)
+    if not (c.owner_of or c.incoming or (c.g.members and not c.assignment_known)):
+        return [None] * n, np.zeros(n, bool), np.full(n, -1.0)
+    owners = list(map(c.owner_of.get, tps))
+    if c.g.members and not c.assignment_known:
+        owned = np.ones(n, bool)
+    else:
+        owned = np.fromiter((o is not None for o in owners), bool, n)
+        if c.incoming:
+            owned |= np.fromiter((tp in c.incoming for tp in tps), bool, n)
+    ids = {m: table.owner_id(m) for m in dict.fromkeys(o.member_id for o in owners if o is not None)}
+    owner = np.fromiter((-1 if o is None else ids[o.member_id] for o in owners), float, n)
+    return owners, owned, owner
 
 
 def _member_owns(c: _GroupCycle, tp: TP) -> bool:
@@ -812,15 +876,15 @@ def _report_for(c: _GroupCycle, tp: TP, owner: Member | None) -> ConsumerReport 
 
 
 def _group_status(g: GroupSample, parts: list[PartitionView], spark: SparkReport | None,
-                  membership: str) -> tuple[Status, str]:
+                  membership: Membership) -> tuple[Status, Membership]:
     """(the group's status: its worst partition's, a terminated Spark query's ``stopped``
     even with nothing left to read; the membership model, ``none`` once the client outside
     group membership is gone)."""
     worst = max((p.status for p in parts), key=SEVERITY.__getitem__, default=Status.OK)
     if g.type == GroupType.SPARK and spark is not None and spark.terminated:
         worst = Status.STOPPED
-    if membership == "outside" and worst == Status.STOPPED:
-        membership = "none"  # the client outside group membership is gone
+    if membership == Membership.OUTSIDE and worst == Status.STOPPED:
+        membership = Membership.NONE  # the client outside group membership is gone
     return worst, membership
 
 
@@ -859,26 +923,46 @@ def _reports_of(g: GroupSample, reports: list[ConsumerReport]
     return report_of, match_reports(g.members, fresh_reports)
 
 
-def _progress(g: GroupSample, st: GroupMemory, partitions: dict[TP, PartitionOffsets], now: float
-              ) -> tuple[dict[TP, tuple[int, int]], dict[TP, tuple[float | None, float | None]]]:
-    """(where the lag starts, what the memory follows) per partition, computed once: a
+class _AsCommitted(Mapping[TP, tuple[int, int]]):
+    """:func:`_offsets` of a group with no reported lag: both offsets are the committed
+    one, read from the sample when asked instead of a pair built per partition."""
+
+    __slots__ = ("committed",)
+
+    def __init__(self, committed: dict[TP, int]) -> None:
+        self.committed = committed
+
+    def __getitem__(self, tp: TP) -> tuple[int, int]:
+        c = self.committed[tp]
+        return c, c
+
+    def __iter__(self) -> Iterator[TP]:
+        return iter(self.committed)
+
+    def __len__(self) -> int:
+        return len(self.committed)
+
+
+def _offsets(g: GroupSample, st: GroupMemory, partitions: dict[TP, PartitionOffsets], now: float
+              ) -> tuple[Mapping[TP, tuple[int, int]], dict[TP, tuple[float | None, float | None]]]:
+    """(consumed offset, followed offset) per partition, computed once: a
     share group's stall clock needs every partition's before any is judged; and for a
     share group, when each partition's certain progress happened (:func:`_share_dates`)."""
     if g.type != GroupType.SHARE and not g.reported_lag:  # only share groups have a reported lag
-        return {tp: (c, c) for tp, c in g.committed.items()}, {}
-    progress = {tp: _share_progress(c, po.hw if (po := partitions.get(tp)) else None,
-                                    g.reported_lag.get(tp), st.parts.get(tp))
-                for tp, c in g.committed.items()}
+        return _AsCommitted(g.committed), {}
+    offsets = {tp: _share_offsets(c, po.hw if (po := partitions.get(tp)) else None,
+                                  g.reported_lag.get(tp), st.parts.get(tp))
+               for tp, c in g.committed.items()}
     if g.type != GroupType.SHARE:
-        return progress, {}
-    share_dates = {tp: _share_dates(mem, consumed, prog, now) for tp, (consumed, prog)
-                   in progress.items() if (mem := st.parts.get(tp)) is not None}
+        return offsets, {}
+    share_dates = {tp: _share_dates(mem, consumed, followed, now) for tp, (consumed, followed)
+                   in offsets.items() if (mem := st.parts.get(tp)) is not None}
     moved = [at for at, _above in share_dates.values() if at is not None]
-    if st.queue_progress_at is None:
-        st.queue_progress_at = now
+    if st.acknowledged_at is None:
+        st.acknowledged_at = now
     elif moved:
-        st.queue_progress_at = max(st.queue_progress_at, *moved)
-    return progress, share_dates
+        st.acknowledged_at = max(st.acknowledged_at, *moved)
+    return offsets, share_dates
 
 
 def _assignment_known(g: GroupSample) -> bool:
@@ -887,20 +971,23 @@ def _assignment_known(g: GroupSample) -> bool:
     reconciling a partition revoked from one member may be in nobody's current or target
     assignment for a heartbeat or two (librdkafka names both states unknown)."""
     if g.type == GroupType.CLASSIC:
-        return g.state == "stable" or not g.members
+        return g.state == KafkaGroupState.STABLE or not g.members
     return g.state not in IN_FLIGHT_STATES or not g.members
 
 
 def _group_reasons(g: GroupSample, st: GroupMemory, parts: list[PartitionView], spark: SparkReport | None,
-                   membership: str, now: float) -> list[str]:
+                   membership: Membership, now: float) -> list[str]:
     """The worst partitions' reasons first, then what the group as a whole has to say."""
     bad = sorted((p for p in parts if p.status != Status.OK),
                  key=lambda p: (-SEVERITY[p.status], -(p.lag_offsets or 0)))
     reasons = [p.reason for p in bad[:MAX_REASONS]]
     if len(bad) > MAX_REASONS:
         reasons.append(f"... and {len(bad) - MAX_REASONS} more partition(s)")
-    if g.type == GroupType.SPARK and spark is not None and spark.terminated and not bad:
-        reasons.append(_spark_terminated_reason(spark, now))
+    if g.type == GroupType.SPARK and spark is not None and not bad:
+        if spark.terminated:
+            reasons.append(_spark_terminated_reason(spark, now))
+        elif spark.connect == ConnectSide.CLIENT and not g.members:
+            reasons.append(client_gone(spark.query_id, spark.received_at, now - spark.received_at))
     if st.outside_at is not None:
         reasons.append(_outside_reason(st, membership, now))
     return reasons
@@ -925,10 +1012,10 @@ def _unsubscribed_topics(g: GroupSample, assignment_known: bool) -> frozenset[st
     return frozenset(topics - held)
 
 
-def _outside_reason(st: GroupMemory, membership: str, now: float) -> str:
+def _outside_reason(st: GroupMemory, membership: Membership, now: float) -> str:
     """The membership model of a group consumed by a client outside group membership."""
     assert st.outside_at is not None
-    if membership != "outside":
+    if membership != Membership.OUTSIDE:
         return (f"no members; the client outside group membership that committed its offsets "
                 f"last committed {fmt_seconds(now - st.outside_at)} ago")
     cadence = outside_cadence(st)
@@ -936,7 +1023,7 @@ def _outside_reason(st: GroupMemory, membership: str, now: float) -> str:
     return f"no members; offsets committed by a client outside group membership {every}"
 
 
-def _share_progress(start: int, hw: int | None, reported_lag: int | None,
+def _share_offsets(start: int, hw: int | None, reported_lag: int | None,
                     mem: PartitionMemory | None) -> tuple[int, int]:
     """(where the lag starts, what the partition's memory follows): the committed offset
     twice, except for share groups, whose coordinator reports the lag (KIP-1226) but
@@ -960,22 +1047,22 @@ def _share_progress(start: int, hw: int | None, reported_lag: int | None,
     if mem is None:
         return consumed, consumed
     before = mem.freeze_hw if mem.freeze_hw is not None else hw  # the HW at the last sample
-    return consumed, consumed if max(start, before - lag) > mem.committed else mem.committed
+    return consumed, consumed if max(start, before - lag) > mem.followed else mem.followed
 
 
 def _share_dates(mem: PartitionMemory, consumed: int, progress: int, now: float
                  ) -> tuple[float | None, float | None]:
     """(when the progress certain this sample happened, the next ``above_from``).
 
-    Certainty can come many samples after the acknowledgements (:func:`_share_progress`
+    Certainty can come many samples after the acknowledgements (:func:`_share_offsets`
     waits for a sample whose HW did not move while the broker answered): dated then, the
     last records a consumer acknowledged before it wedged restart the stall clock late. What
-    is acknowledged never exceeds the estimate ``consumed``, so passing ``mem.committed``
+    is acknowledged never exceeds the estimate ``consumed``, so passing ``mem.followed``
     happened after the last sample whose estimate stood at or below it: the progress is
     dated to the first sample of the run whose estimates all stood above it."""
-    if progress > mem.committed:
+    if progress > mem.followed:
         return (mem.above_from if mem.above_from is not None else now), None
-    if consumed > mem.committed:
+    if consumed > mem.followed:
         return None, mem.above_from if mem.above_from is not None else now
     return None, None
 
@@ -989,20 +1076,34 @@ def _report_facts(rep: ConsumerReport | None, now: float, th: Thresholds) -> dic
             "reporter": f"{rep.client_id}@{rep.host} ({rep.member_id})"}
 
 
-def _spark_facts(spark: SparkReport | None, now: float) -> dict:
+SPARK_REPORTERS = {None: "driver", ConnectSide.CLIENT: "Connect client",
+                   ConnectSide.SERVER: "listener on the Connect server"}
+
+
+def _spark_facts(spark: SparkReport | None, now: float, th: Thresholds) -> dict:
     if spark is None:
         return {}
+    server_silent = spark.server_silent(now)
     return {"spark": True, "spark_terminated": spark.terminated, "query_id": spark.query_id,
             "spark_silent_seconds": now - spark.received_at,
             "batch_running": spark.batch_running(now),
-            "running_batch_id": 0 if spark.batch_id is None else spark.batch_id + 1}
+            "running_batch_id": 0 if spark.batch_id is None else spark.batch_id + 1,
+            "spark_reporter": SPARK_REPORTERS.get(spark.connect, "driver"),
+            "spark_connect_client": spark.connect == ConnectSide.CLIENT,
+            "spark_server_silent": server_silent,
+            "spark_server_unreachable": server_silent is not None and server_silent > _stale_after(spark, th),
+            "spark_server_error": spark.server_error or "", "spark_last_report": spark.received_at}
+
+
+def _stale_after(rep: SparkReport, th: Thresholds) -> float:
+    """How long a Spark reporter (or, for its client, a Connect server) may stay silent."""
+    return max(th.report_stale_after, REPORT_STALE_INTERVALS * rep.interval)
 
 
 # -- Spark queries as groups ------------------------------------------------------
 
 def _spark_alive(rep: SparkReport, now: float, th: Thresholds) -> bool:
-    return (not rep.terminated and
-            now - rep.received_at <= max(th.report_stale_after, REPORT_STALE_INTERVALS * rep.interval))
+    return not rep.terminated and now - rep.received_at <= _stale_after(rep, th)
 
 
 def _spark_sample(rep: SparkReport, now: float, th: Thresholds) -> GroupSample:
@@ -1024,7 +1125,7 @@ def _spark_info(rep: SparkReport, now: float) -> SparkInfo:
         input_rows_per_second=rep.input_rows_per_second,
         processed_rows_per_second=rep.processed_rows_per_second,
         last_progress_age=rep.progress_age(now), batch_running_seconds=rep.batch_running(now),
-        active=not rep.terminated)
+        active=not rep.terminated, connect=rep.connect, server_silent_seconds=rep.server_silent(now))
 
 
 def _spark_terminated_reason(rep: SparkReport, now: float) -> str:

@@ -16,9 +16,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
+from exporter.contracts.reports import CommitMode, ConsumerReport, SparkReport
 from exporter.contracts.snapshot import TP
 from exporter.contracts.view import GroupExposure, PartitionView
-from exporter.reports.decode import ConsumerReport, SparkReport
 
 
 def consumer_exposure(parts: Iterable[PartitionView],
@@ -54,10 +54,10 @@ def commit_mode(reports: Iterable[ConsumerReport]) -> tuple[str | None, float | 
     say; (None, None) when none does."""
     modes = {r.commit_mode for r in reports if r.commit_mode is not None}
     intervals = [r.auto_commit_interval for r in reports
-                 if r.commit_mode == "auto" and r.auto_commit_interval is not None]
+                 if r.commit_mode == CommitMode.AUTO and r.auto_commit_interval is not None]
     if not modes:
         return None, None
-    mode = modes.pop() if len(modes) == 1 else "mixed"
+    mode = modes.pop() if len(modes) == 1 else CommitMode.MIXED
     return mode, max(intervals) if intervals else None
 
 

@@ -1,7 +1,7 @@
 """What the evaluator remembers between cycles, and the one place where it changes.
 
 A cycle runs in three steps per partition: :func:`observe` (pure) derives this
-cycle's evidence from the memory and the new :class:`Sample`, the rules classify it,
+cycle's evidence from the memory and the new :class:`StepInput`, the rules classify it,
 and :func:`remember` returns the partition's next memory, a new frozen
 :class:`PartitionMemory` that replaces the old one whole. :func:`observe` is the
 composition of one pure step per concern, each with its own table test in
@@ -51,18 +51,18 @@ from exporter.evaluate.constants import (
 from exporter.evaluate.departures import Departure, new_departures
 
 
-class Sample(NamedTuple):
+class StepInput(NamedTuple):
     """One partition in one cycle, as the memory step sees it."""
 
-    committed: int  # what the memory follows: the committed offset (share groups: evaluator._share_progress)
+    followed: int  # the followed offset: the committed offset (share groups: evaluator._share_offsets)
     hw: int | None  # high watermark now; None when it could not be read
     lag_off: int | None  # lag in offsets; None with an unknown HW
     lag_s: float | None  # lag in seconds (oldest unconsumed record's age); None when unknown
     owned: bool  # a member (or a live Spark driver) owns the partition
     now: float  # the cycle's clock
     owner: str | None = None  # member id of the owner, when known
-    # Share groups: when the group last progressed on any partition (GroupMemory.queue_progress_at)
-    queue_progress_at: float | None = None
+    # Share groups: when the group last progressed on any partition (GroupMemory.acknowledged_at)
+    acknowledged_at: float | None = None
 
 
 class Tuning(NamedTuple):
@@ -155,7 +155,7 @@ _AT = {"changed_at": 1, "quiet_at": _DATA.start + NewData._fields.index("quiet_a
 class _Fields:
     """PartitionMemory's fields, one concern each (read through its properties)."""
 
-    committed: int  # as the memory follows it (:class:`Sample`)
+    followed: int  # the followed offset (:class:`StepInput`)
     changed_at: float  # when it last moved
     data: NewData
     floor: Floor
@@ -164,7 +164,7 @@ class _Fields:
     trend: Trend
     ownership: Ownership
     # Share groups: the first sample of the current run whose estimate of what was
-    # acknowledged (HW - the broker's lag) stood above ``committed`` (evaluator._share_dates).
+    # acknowledged (HW - the broker's lag) stood above ``followed`` (evaluator._share_dates).
     above_from: float | None = None
 
 
@@ -181,17 +181,17 @@ class PartitionMemory(tuple):
     __slots__ = ()
     __dataclass_fields__ = _Fields.__dataclass_fields__  # type: ignore[assignment]
 
-    def __new__(cls, committed: int, changed_at: float, data: NewData, floor: Floor, rewind: Rewind,
+    def __new__(cls, followed: int, changed_at: float, data: NewData, floor: Floor, rewind: Rewind,
                 lag_since: float | None, trend: Trend, ownership: Ownership,
                 above_from: float | None = None) -> PartitionMemory:
-        return tuple.__new__(cls, (committed, changed_at, *data, *floor, rewind, lag_since,
+        return tuple.__new__(cls, (followed, changed_at, *data, *floor, rewind, lag_since,
                                    *(trend.run or _NO_RUN), trend.lagging, ownership, above_from))
 
     def __repr__(self) -> str:
         return "PartitionMemory(" + ", ".join(
             f"{f}={getattr(self, f)!r}" for f in self.__dataclass_fields__) + ")"
 
-    committed = property(itemgetter(0))
+    followed = property(itemgetter(0))
     changed_at = property(itemgetter(1))
     rewind = property(itemgetter(_REWIND))
     lag_since = property(itemgetter(_LAG_SINCE))
@@ -231,12 +231,12 @@ class PartitionMemory(tuple):
         return tuple.__new__(PartitionMemory, items)
 
     @classmethod
-    def first(cls, committed: int, now: float) -> PartitionMemory:
+    def first(cls, followed: int, now: float) -> PartitionMemory:
         """The memory of a partition seen for the first time."""
-        return cls(committed=committed, changed_at=now,
+        return cls(followed=followed, changed_at=now,
                    data=NewData(freeze_hw=None, quiet_at=now, flow_at=now, tail_from=None,
                                 new_data_at=None, arrived_at=now),
-                   floor=Floor(-1, committed, now), rewind=_NO_REWIND, lag_since=None,
+                   floor=Floor(-1, followed, now), rewind=_NO_REWIND, lag_since=None,
                    trend=_NO_TREND, ownership=_NO_OWNER)
 
 
@@ -341,7 +341,7 @@ def rewind_evidence(before: Rewind, committed_before: int, committed: int, late:
 # -- stall clock -------------------------------------------------------------------------
 
 def stall_clock(lag_since: float | None, lag_off: int | None, lag_s: float | None,
-                changed_at: float, queue_progress_at: float | None,
+                changed_at: float, acknowledged_at: float | None,
                 now: float) -> tuple[float | None, float]:
     """(since when the partition has had lag, seconds stalled): the time since the latest of
     the committed offset's last move, the lag's start and (share groups) the group's last
@@ -352,7 +352,7 @@ def stall_clock(lag_since: float | None, lag_off: int | None, lag_s: float | Non
     if not lag_off:
         return None, 0.0
     since = lag_since if lag_since is not None else now - max(lag_s or 0.0, 0.0)
-    return since, now - max(changed_at, since, queue_progress_at or changed_at)
+    return since, now - max(changed_at, since, acknowledged_at or changed_at)
 
 
 # -- commit-run trend --------------------------------------------------------------------
@@ -406,7 +406,7 @@ def _behind(run: Run) -> float:
     return float("inf") if run.hw is None else run.hw - run.committed
 
 
-def commit_trend(before: Trend, committed_before: int, s: Sample, new_owner: bool, quiet: bool,
+def commit_trend(before: Trend, committed_before: int, s: StepInput, new_owner: bool, quiet: bool,
                  tu: Tuning) -> tuple[bool, Trend]:
     """(lagging now, the trend to keep). The trend is judged at commits (:func:`lag_trend`):
     a consumer that commits every few cycles (in batches, or a share group acknowledging in
@@ -414,10 +414,10 @@ def commit_trend(before: Trend, committed_before: int, s: Sample, new_owner: boo
     what the old one read but had not committed, and its first commits carry that tail's
     age: it is catching up, not falling behind. ``quiet``: no record arrived for half of
     ``stall_after``. A rewind ends the trend; an unknown HW keeps it as it was."""
-    moved = s.committed != committed_before
+    moved = s.followed != committed_before
     prev_run = None if new_owner else before.run
-    run = extend_run(prev_run, s.now, s.committed, s.lag_s, s.hw) if moved or prev_run is None else prev_run
-    was_lagging = before.lagging and s.committed >= committed_before
+    run = extend_run(prev_run, s.now, s.followed, s.lag_s, s.hw) if moved or prev_run is None else prev_run
+    was_lagging = before.lagging and s.followed >= committed_before
     if s.lag_off is None:  # unknown HW: nothing to judge, keep the trend as it was
         return False, _trend(before, run, was_lagging)
     if s.lag_off == 0 or s.lag_s is None:
@@ -457,21 +457,21 @@ def ownership(before: Ownership, owned: bool, owner: str | None) -> tuple[Owners
 
 # -- the step ----------------------------------------------------------------------------
 
-def observe(mem: PartitionMemory, s: Sample, tu: Tuning) -> Observation:
+def observe(mem: PartitionMemory, s: StepInput, tu: Tuning) -> Observation:
     """Pure: this cycle's evidence for one partition and the memory the next cycle will
     need, one step per concern."""
-    moved = s.committed != mem.committed
+    moved = s.followed != mem.followed
     changed_at = s.now if moved else mem.changed_at
     data = new_data(mem.data, moved, mem.changed_at, s.hw, s.now, tu.stall_after)
-    floor = late_commit_floor(mem.floor, mem.committed, s.now)
-    late = late_commit(floor, mem.committed, s.committed, s.owned)
-    rewind = rewind_evidence(mem.rewind, mem.committed, s.committed, late, s.now, tu.interval)
+    floor = late_commit_floor(mem.floor, mem.followed, s.now)
+    late = late_commit(floor, mem.followed, s.followed, s.owned)
+    rewind = rewind_evidence(mem.rewind, mem.followed, s.followed, late, s.now, tu.interval)
     lag_since, stalled_s = stall_clock(mem.lag_since, s.lag_off, s.lag_s, changed_at,
-                                       s.queue_progress_at, s.now)
+                                       s.acknowledged_at, s.now)
     owners, new_owner, unowned_confirmed = ownership(mem.ownership, s.owned, s.owner)
     quiet = s.now - data.arrived_at >= QUIET_FRACTION * tu.stall_after
-    lagging, trend = commit_trend(mem.trend, mem.committed, s, new_owner, quiet, tu)
-    after = PartitionMemory(committed=s.committed, changed_at=changed_at, data=data, floor=floor,
+    lagging, trend = commit_trend(mem.trend, mem.followed, s, new_owner, quiet, tu)
+    after = PartitionMemory(followed=s.followed, changed_at=changed_at, data=data, floor=floor,
                             rewind=rewind, lag_since=lag_since, trend=trend, ownership=owners,
                             above_from=mem.above_from)
     return Observation(
@@ -504,7 +504,7 @@ def at_rest(mem: PartitionMemory, committed: int, hw: int | None, owner: str | N
     sample, no lag, no backward move pending, a lag trend started and not lagging, the
     same owner (or none known). Most group-partitions of a large cluster are at rest in
     most cycles (caught-up groups, idle topics); :func:`rest_step` is their memory step."""
-    return (committed == mem.committed and hw is not None and hw <= committed
+    return (committed == mem.followed and hw is not None and hw <= committed
             and hw == mem.freeze_hw and mem.rewind.pending is None
             and mem.has_run and not mem.lagging
             and (owner is None or owner == mem.ownership.owner))
@@ -516,7 +516,7 @@ def rest_step(mem: PartitionMemory, owned: bool, owner: str | None, now: float) 
     with no lag every rule says ``ok``, so only the clocks a later cycle needs move (the
     quiet HW's, the late-commit floor's window, the cycles nobody owned it).
     ``tests/test_memory_steps.py`` holds it equal to the full step."""
-    return mem.with_(floor=late_commit_floor(mem.floor, mem.committed, now), lag_since=None,
+    return mem.with_(floor=late_commit_floor(mem.floor, mem.followed, now), lag_since=None,
                      ownership=ownership(mem.ownership, owned, owner)[0],
                      **({} if mem.new_data_at is not None else {"quiet_at": now}))
 
@@ -562,7 +562,7 @@ class GroupMemory:
     # can wait several fetches for its turn while the group acknowledges records elsewhere.
     # That partition is not stuck; its stall clock is the group's: the last cycle at which
     # the group progressed on any partition.
-    queue_progress_at: float | None = None
+    acknowledged_at: float | None = None
     # Commits by a client outside group membership: the last cycle at which a committed
     # offset moved forward while the group was empty then and the cycle before (a member
     # committing as it leaves lands in the first empty cycle), and the gaps between such

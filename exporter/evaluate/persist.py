@@ -11,32 +11,46 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-from collections.abc import MutableMapping
-from typing import TYPE_CHECKING
+from collections.abc import Iterator, Mapping, MutableMapping
+from typing import Protocol
 
 from exporter.contracts.snapshot import TP, Member, PartitionOffsets
 from exporter.contracts.state import (
-    GroupState,
     PartitionRow,
     RatesState,
     RebalanceState,
-    TopicState,
+    SavedGroup,
+    SavedTopic,
 )
 from exporter.contracts.view import ClusterView, GroupProgress, GroupRebalances, GroupView
-from exporter.evaluate.cadence import new_gaps
+from exporter.evaluate.cadence import Gaps, new_gaps
 from exporter.evaluate.columns import PartitionTable
 from exporter.evaluate.constants import MAX_JOINS, OUTSIDE_GAPS
 from exporter.evaluate.departures import MAX_DEPARTURES, Departure
 from exporter.evaluate.lag import HwHistory
 from exporter.evaluate.memory import GroupMemory, Ownership, PartitionMemory, Rewind
-from exporter.evaluate.progress import GroupMemo
-from exporter.evaluate.rates import Points
-from exporter.evaluate.rebalances import MAX_EVENTS, RebalanceMemo
-from exporter.evaluate.rest import settle
+from exporter.evaluate.progress import ProgressTracker, RatesMemory
+from exporter.evaluate.rates import Points, RateTable
+from exporter.evaluate.rebalances import MAX_EVENTS, RebalanceMemory, RebalanceTracker
+from exporter.evaluate.rest import Resting, settle
+from exporter.evaluate.unread import UnreadOffsets
 from exporter.state.plain import from_plain, to_plain
 
-if TYPE_CHECKING:
-    from exporter.evaluate.evaluator import Evaluator
+
+class Evaluator(Protocol):
+    """What of an evaluator (exporter/evaluate/evaluator.py) this module reads and writes:
+    named here, so that the evaluator imports this module and not the other way round."""
+
+    cluster: str
+    commit_gaps: dict[str, Gaps]
+    groups: dict[str, GroupMemory]
+    history_points: int
+    hw_history: dict[TP, HwHistory]
+    last_good: ClusterView | None
+    progress: ProgressTracker
+    rebalances: RebalanceTracker
+    rest: dict[str, Resting]
+    unread: UnreadOffsets
 
 
 def _row(tp: TP, m: PartitionMemory) -> PartitionRow:
@@ -65,7 +79,13 @@ def _rows(parts: MutableMapping[TP, PartitionMemory]) -> tuple[PartitionRow, ...
     return tuple(_row(tp, m) for tp, m in parts.items())
 
 
-def export_group(ev: Evaluator, gid: str) -> GroupState | None:
+def _flat_points(points: Mapping[TP, Points]) -> Iterator[tuple[TP, tuple[float, ...]]]:
+    if isinstance(points, RateTable):  # straight from the columns: no Points built
+        return points.flat_items()
+    return ((tp, pts.flat()) for tp, pts in points.items())
+
+
+def export_group(ev: Evaluator, gid: str) -> SavedGroup | None:
     st = ev.groups.get(gid)
     if st is None:
         return None
@@ -73,14 +93,14 @@ def export_group(ev: Evaluator, gid: str) -> GroupState | None:
     parts, points = st.parts, pm.parts if pm is not None else None
     r = ev.rest.get(gid)
     if r is not None and pm is not None:  # settled on copies: the rest goes on as it was
-        st2, pm2 = GroupMemory(parts=dict(st.parts)), GroupMemo(parts=dict(pm.parts))
+        st2, pm2 = GroupMemory(parts=dict(st.parts)), RatesMemory(parts=dict(pm.parts))
         settle(r, st2, pm2)
         parts, points = st2.parts, pm2.parts
     gaps = ev.commit_gaps.get(gid)
-    return GroupState(
+    return SavedGroup(
         group=gid, members=tuple(sorted(st.members)), epoch=st.epoch, joins=tuple(st.joins),
         seen_once=st.seen_once, unreadable_since=st.unreadable_since,
-        queue_progress_at=st.queue_progress_at, outside_at=st.outside_at,
+        acknowledged_at=st.acknowledged_at, outside_at=st.outside_at,
         outside_gaps=tuple(st.outside_gaps),
         uncommitted=tuple((t, p, *v) for (t, p), v in st.uncommitted.items()),
         partitions=_rows(parts),
@@ -90,7 +110,7 @@ def export_group(ev: Evaluator, gid: str) -> GroupState | None:
             members=None if rm.members is None else tuple(sorted(rm.members)),
             client_counts=tuple(rm.client_counts.items()), events=tuple(rm.events)),
         rates=None if pm is None or points is None else RatesState(
-            points=tuple((t, p, pts.flat()) for (t, p), pts in points.items()),
+            points=tuple((t, p, flat) for (t, p), flat in _flat_points(points)),
             counted=tuple((t, p, n) for (t, p), n in pm.counted.items()),
             lost=tuple((t, p, n) for (t, p), n in pm.lost.items()), lost_total=pm.lost_total),
         last_view=None if st.last_view is None else to_plain(st.last_view),
@@ -100,7 +120,7 @@ def export_group(ev: Evaluator, gid: str) -> GroupState | None:
         departed=tuple(to_plain(d) for d in st.departed))
 
 
-def import_group(ev: Evaluator, s: GroupState) -> None:
+def import_group(ev: Evaluator, s: SavedGroup) -> None:
     """The group's memory replaced by ``s``; :class:`~exporter.state.plain.PlainError`
     (a ValueError) before anything changes when ``s`` does not fit."""
     view = None if s.last_view is None else from_plain(GroupView, s.last_view)
@@ -110,7 +130,7 @@ def import_group(ev: Evaluator, s: GroupState) -> None:
     ev.groups[gid] = GroupMemory(
         members=set(s.members), epoch=s.epoch, joins=collections.deque(s.joins, maxlen=MAX_JOINS),
         seen_once=s.seen_once, parts=_table(s.partitions),
-        last_view=view, unreadable_since=s.unreadable_since, queue_progress_at=s.queue_progress_at,
+        last_view=view, unreadable_since=s.unreadable_since, acknowledged_at=s.acknowledged_at,
         outside_at=s.outside_at, outside_gaps=collections.deque(s.outside_gaps, maxlen=OUTSIDE_GAPS),
         uncommitted={(u[0], u[1]): (u[2], u[3], u[4], u[5]) for u in s.uncommitted},
         seen={m.member_id: m for m in (from_plain(Member, v) for v in s.seen)},
@@ -125,7 +145,7 @@ def import_group(ev: Evaluator, s: GroupState) -> None:
         ev.rebalances.groups.pop(gid, None)
     else:
         b = s.rebalances
-        ev.rebalances.groups[gid] = RebalanceMemo(
+        ev.rebalances.groups[gid] = RebalanceMemory(
             broker=b.broker, clients=b.clients, total=b.total, epoch=b.epoch,
             members=None if b.members is None else frozenset(b.members),
             client_counts=dict(b.client_counts),
@@ -134,8 +154,8 @@ def import_group(ev: Evaluator, s: GroupState) -> None:
         ev.progress.groups.pop(gid, None)
     else:
         q = s.rates
-        ev.progress.groups[gid] = GroupMemo(
-            parts={(t, p): Points.from_flat(f) for t, p, f in q.points},
+        ev.progress.groups[gid] = RatesMemory(
+            parts=RateTable({(t, p): Points.from_flat(f) for t, p, f in q.points}),
             counted={(t, p): n for t, p, n in q.counted}, lost={(t, p): n for t, p, n in q.lost},
             lost_total=q.lost_total, last=progress)
     if view is not None:
@@ -154,7 +174,7 @@ def _restored_view(ev: Evaluator) -> ClusterView:
     return ev.last_good
 
 
-def export_topics(ev: Evaluator) -> list[TopicState]:
+def export_topics(ev: Evaluator) -> list[SavedTopic]:
     """Every topic the last good cycle read: its partitions' offsets and HW history."""
     if ev.last_good is None:
         return []
@@ -165,10 +185,10 @@ def export_topics(ev: Evaluator) -> list[TopicState]:
         by_topic.setdefault(t, []).append(
             (p, po.leader, po.replicas, po.isr, po.log_start, po.hw, po.lso, po.leo, flat,
              ev.unread.since.get((t, p))))
-    return [TopicState(topic=t, partitions=tuple(rows)) for t, rows in by_topic.items()]
+    return [SavedTopic(topic=t, partitions=tuple(rows)) for t, rows in by_topic.items()]
 
 
-def import_topic(ev: Evaluator, s: TopicState, sampled_at: float) -> None:
+def import_topic(ev: Evaluator, s: SavedTopic, sampled_at: float) -> None:
     last = _restored_view(ev)
     if sampled_at > last.sampled_at:
         ev.last_good = last = dataclasses.replace(last, sampled_at=sampled_at)

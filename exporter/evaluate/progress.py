@@ -10,14 +10,18 @@ of :mod:`exporter.evaluate.retention`) and attaches a :class:`GroupProgress` to 
 from __future__ import annotations
 
 import dataclasses
+import operator
 from dataclasses import dataclass, field
 from typing import NamedTuple
+
+import numpy as np
 
 from exporter.contracts.snapshot import TP, GroupSample, PartitionOffsets
 from exporter.contracts.view import GroupProgress, GroupView, PartitionProgress, PartitionView
 from exporter.evaluate.rates import (
     Points,
     Rates,
+    RateTable,
     catchup_seconds,
     caught_up,
     common_rates,
@@ -33,8 +37,8 @@ MAX_LOST_NOTES = 3
 
 
 @dataclass(slots=True)
-class GroupMemo:
-    parts: dict[TP, Points] = field(default_factory=dict)  # rate points per partition
+class RatesMemory:
+    parts: RateTable = field(default_factory=RateTable)  # rate points per partition
     # exporter.evaluate.retention's ``counted_to``, only of the partitions that have one
     counted: dict[TP, int] = field(default_factory=dict)
     lost: dict[TP, int] = field(default_factory=dict)  # per partition with losses, never decreases
@@ -60,7 +64,7 @@ class _Pool:
     """The backlogged partitions of one owner: what it must get through, how fast it gains."""
 
     owner: str
-    rows: tuple[_Row, ...]
+    tps: tuple[TP, ...]
     rates: Rates | None  # summed over a span common to its partitions; None: not known yet
     eta: float | None  # None: not gaining, or rates unknown
 
@@ -70,33 +74,39 @@ class ProgressTracker:
     :meth:`one` for each group of a cycle as the evaluator judges it (:meth:`rested` for
     a group at rest), then :meth:`end`."""
 
-    def __init__(self, window: float, interval: float) -> None:
+    def __init__(self, window: float, interval: float, columns: bool = True) -> None:
+        # Rate points in columns where a group's partitions are sampled together
+        # (:class:`~exporter.evaluate.rates.RateTable`); False: one Points per partition,
+        # the reference the tests hold the columns equal to.
+        self.columns = columns
         self.window = window
         self.min_span = min_span(window, interval)
         # A partition whose lag is what its consumer gets through in this long is caught
         # up: records between two commits (or two Spark triggers), not a backlog.
         self.settle = max(interval, window / 10)
-        self.groups: dict[str, GroupMemo] = {}
+        self.groups: dict[str, RatesMemory] = {}
         # One object per distinct PartitionProgress of a cycle (they are frozen).
         self._shared: dict[PartitionProgress, PartitionProgress] = {}
+        # The same, by their figures (consume, produce, catch-up, lost, below the log start).
+        self._by_figures: dict[tuple, PartitionProgress] = {}
         self._canon: dict[TP, TP] = {}
 
     def begin(self, partitions: dict[TP, PartitionOffsets]) -> None:
         """A cycle's groups follow; the evaluator annotates each as soon as it is judged,
         so that a group entering rest drops its rate points before the next is judged."""
-        self._shared = {}
+        self._shared, self._by_figures = {}, {}
         # The snapshot's own (topic, partition) keys: one object per partition, not one per
         # group-partition, in the memory kept and in the figures served.
         self._canon = {tp: tp for tp in partitions}
 
     def rested(self, gid: str, v: GroupView) -> None:
         """A group at rest: its view carries its figures already (exporter/evaluate/rest.py)."""
-        self.groups.setdefault(gid, GroupMemo()).last = v.progress
+        self.groups.setdefault(gid, RatesMemory()).last = v.progress
 
     def one(self, gid: str, v: GroupView, sample: GroupSample,
             partitions: dict[TP, PartitionOffsets], now: float) -> GroupView:
         """One group's view with its figures."""
-        memo = self.groups.setdefault(gid, GroupMemo())
+        memo = self.groups.setdefault(gid, RatesMemory())
         if sample.error is None:
             memo.last = self._group(memo, v, partitions, now)
         # An unreadable group keeps its last figures, like its last judgement.
@@ -106,10 +116,26 @@ class ProgressTracker:
         """The cycle's groups are done: ``views`` holds every group of the cycle."""
         for gid in [g for g in self.groups if g not in views]:
             del self.groups[gid]  # deleted group: its series vanish with it
-        self._shared, self._canon = {}, {}
+        self._shared, self._canon, self._by_figures = {}, {}, {}
 
-    def _group(self, memo: GroupMemo, v: GroupView, partitions: dict[TP, PartitionOffsets],
+    def _group(self, memo: RatesMemory, v: GroupView, partitions: dict[TP, PartitionOffsets],
                now: float) -> GroupProgress:
+        if not isinstance(memo.parts, RateTable):  # restored from the state topic
+            memo.parts = RateTable(memo.parts)
+        if self.columns:
+            rows = _observed(v, partitions)
+            if rows is not None and (out := self._in_columns(memo, rows, now)) is not None:
+                return out
+        memo.parts.unpack()
+        out = self._one_at_a_time(memo, v, partitions, now)
+        if self.columns:
+            memo.parts.pack([(p.topic, p.partition) for p in v.partitions
+                             if (p.topic, p.partition) in memo.parts])
+        return out
+
+    def _one_at_a_time(self, memo: RatesMemory, v: GroupView, partitions: dict[TP, PartitionOffsets],
+                       now: float) -> GroupProgress:
+        """:meth:`_group` one partition at a time, the exact form."""
         rows: list[_Row] = []
         for p in v.partitions:
             tp = (p.topic, p.partition)
@@ -123,7 +149,99 @@ class ProgressTracker:
             memo.counted.pop(tp, None)
         return summarize(rows, memo, self.settle, self.min_span, self._shared)
 
-    def _observe(self, memo: GroupMemo, tp: TP, p: PartitionView, po: PartitionOffsets | None,
+    def _in_columns(self, memo: RatesMemory, o: _Observed, now: float) -> GroupProgress | None:
+        """:meth:`_one_at_a_time`'s figures for a group whose partitions are sampled together
+        (its points in columns, or none yet), a few array operations for all of them; None,
+        nothing changed, for a group in any other shape."""
+        table = memo.parts
+        first = not len(table)
+        if not first and table.tps != o.tps:
+            return None
+        if first:  # the snapshot's own keys: one object per partition, not per group-partition
+            table.start([self._canon.get(tp, tp) for tp in o.tps])
+        consumed = o.hw - o.lag
+        if not table.step(now, consumed, o.hw, self.window):
+            return None
+        self._lost(memo, o, consumed, first)
+        span = table.span(self.min_span)
+        rows = np.flatnonzero(~o.unsubscribed)
+        group = _summed(table, rows, span)
+        pools = self._pools(table, o, rows, span)
+        eta, losing = _eta(pools)
+        parts = self._partitions(memo, o, consumed, rows, span, {p.owner: p.eta for p in pools})
+        below = o.log_start[rows] > consumed[rows]
+        gone = [(o.tps[i], int(consumed[i]), int(o.log_start[i])) for i in rows[below].tolist()]
+        return _progress(group, eta, losing, len(pools), memo, parts, _lost_notes(gone),
+                         _retained(o, consumed, rows))
+
+    def _lost(self, memo: RatesMemory, o: _Observed, consumed: np.ndarray, first: bool) -> None:
+        """:func:`~exporter.evaluate.retention.lost_step` of the partitions it may count for:
+        those below their log start, and those counted before."""
+        known = ~np.isnan(o.log_start)
+        idx = set(np.flatnonzero(known & (o.log_start > consumed)).tolist())
+        idx.update(i for tp in memo.counted if (i := memo.parts.index.get(tp)) is not None and known[i])
+        for i in sorted(idx):
+            tp = o.tps[i]
+            new, counted_to = lost_step(int(consumed[i]), int(o.log_start[i]), memo.counted.get(tp),
+                                        first or bool(o.unsubscribed[i]))
+            if counted_to is None:
+                memo.counted.pop(tp, None)
+            else:
+                memo.counted[tp] = counted_to
+            if new:
+                memo.lost[tp] = memo.lost.get(tp, 0) + new
+            memo.lost_total += new
+
+    def _pools(self, table: RateTable, o: _Observed, rows: np.ndarray, span: float | None) -> list[_Pool]:
+        """:func:`_pools` over the columns."""
+        idx_all = rows.tolist()
+        owners = [o.owners[i] for i in idx_all]
+        by_owner: dict[str, list[int]] = {}
+        if len(set(owners)) == 1:  # one consumer owns them all, or nobody does
+            by_owner[owners[0]] = idx_all
+        else:
+            for i, owner in zip(idx_all, owners, strict=True):
+                by_owner.setdefault(owner, []).append(i)
+        out = []
+        for owner, idx in sorted(by_owner.items()):
+            lag = int(o.lag[idx].sum())
+            if lag <= 0:  # caught up whatever the rates
+                continue
+            pr = _summed(table, np.array(idx), span)
+            if caught_up(lag, pr.consume if pr else None, self.settle):
+                continue
+            eta = catchup_seconds(lag, pr.consume, pr.produce) if pr else None
+            out.append(_Pool(owner, tuple(o.tps[i] for i in idx), pr, eta))
+        return out
+
+    def _partitions(self, memo: RatesMemory, o: _Observed, consumed: np.ndarray, rows: np.ndarray,
+                    span: float | None, eta_of: dict[str, float | None]) -> dict[TP, PartitionProgress]:
+        """:func:`_partition` of every row: one object per distinct figures."""
+        table, n = memo.parts, len(rows)
+        if span is None:
+            consume: list[float | None] = [None] * n
+            produce: list[float | None] = [None] * n
+        else:
+            consume = ((table.consumed[-1][rows] - table.consumed[0][rows]) / span).tolist()
+            produce = ((table.hw[-1][rows] - table.hw[0][rows]) / span).tolist()
+        known = ~np.isnan(o.log_start[rows])
+        below = np.where(known, np.maximum(0.0, o.log_start[rows] - consumed[rows]), 0.0)
+        lost = memo.lost
+        shared = self._by_figures
+        out: dict[TP, PartitionProgress] = {}
+        for i, c, p, b in zip(rows.tolist(), consume, produce, below.astype(np.int64).tolist(), strict=True):
+            tp = table.tps[i]
+            key = (c, p, eta_of.get(o.owners[i]) if o.lag[i] > 0 else None,
+                   lost.get(tp, 0) if lost else 0, b)
+            pp = shared.get(key)
+            if pp is None:
+                pp = shared[key] = PartitionProgress(consume_rate=key[0], produce_rate=key[1],
+                                                     catchup_seconds=key[2], lost_total=key[3],
+                                                     below_log_start=key[4])
+            out[tp] = pp
+        return out
+
+    def _observe(self, memo: RatesMemory, tp: TP, p: PartitionView, po: PartitionOffsets | None,
                  now: float) -> _Row | None:
         """Remember this cycle's consumed offset and HW of one partition; count losses."""
         if p.committed is None or p.lag_offsets is None or po is None or po.hw is None:
@@ -151,7 +269,46 @@ class ProgressTracker:
                     points)
 
 
-def summarize(rows: list[_Row], memo: GroupMemo, settle: float, span_min: float,
+class _Observed(NamedTuple):
+    """The partitions of one group view whose pace a cycle observes, as columns (in the
+    view's order; float64, ``log_start`` NaN where unknown)."""
+
+    tps: list[TP]
+    lag: np.ndarray
+    hw: np.ndarray
+    log_start: np.ndarray
+    unsubscribed: np.ndarray  # bool
+    owners: list[str]
+
+
+# What :func:`_observed` reads of a PartitionView, in one C-level call per partition.
+_VIEW_FIELDS = operator.attrgetter("topic", "partition", "committed", "lag_offsets", "unsubscribed", "owner")
+_HW = operator.attrgetter("hw")
+_LOG_START = operator.attrgetter("log_start")
+
+
+def _observed(v: GroupView, partitions: dict[TP, PartitionOffsets]) -> _Observed | None:
+    """What :meth:`ProgressTracker._observe` reads of each partition, as columns; None for
+    a group without any."""
+    fields = list(map(_VIEW_FIELDS, v.partitions))
+    tps = [(f[0], f[1]) for f in fields]
+    pos = list(map(partitions.get, tps))
+    hws = list(map(_HW, pos)) if all(pos) else None  # all(): no PartitionOffsets.__eq__ call
+    if hws is None or None in hws or any(f[2] is None or f[3] is None for f in fields):
+        keep = [i for i, (f, po) in enumerate(zip(fields, pos, strict=True))
+                if f[2] is not None and f[3] is not None and po is not None and po.hw is not None]
+        fields, tps, pos = [fields[i] for i in keep], [tps[i] for i in keep], [pos[i] for i in keep]
+        hws = list(map(_HW, pos))
+    if not tps:
+        return None
+    log_start = list(map(_LOG_START, pos))
+    return _Observed(tps, np.array([f[3] for f in fields], float), np.array(hws, float),
+                     np.array(log_start, float) if None not in log_start else
+                     np.array([np.nan if x is None else x for x in log_start], float),
+                     np.array([f[4] for f in fields], bool), [f[5] for f in fields])
+
+
+def summarize(rows: list[_Row], memo: RatesMemory, settle: float, span_min: float,
               shared: dict[PartitionProgress, PartitionProgress] | None = None) -> GroupProgress:
     """The group's rates, time to catch up and notes.
 
@@ -164,23 +321,38 @@ def summarize(rows: list[_Row], memo: GroupMemo, settle: float, span_min: float,
     group falls behind there."""
     group = common_rates([r.points for r in rows], span_min)
     pools = _pools(rows, settle, span_min)
-    losing = [p for p in pools if p.rates is not None and p.eta is None]
-    eta = None
-    if pools and not losing and all(p.rates is not None for p in pools):
-        eta = max(p.eta for p in pools if p.eta is not None)
+    eta, losing = _eta(pools)
     by_owner = {p.owner: p for p in pools}
     before = memo.last.partitions if memo.last is not None else {}
     parts = {r.tp: _partition(r, memo, by_owner.get(r.owner), before.get(r.tp)) for r in rows}
     if shared is not None:  # equal figures, one object: idle partitions all read 0/s
         parts = {tp: pp if pp is before.get(tp) else shared.setdefault(pp, pp)
                  for tp, pp in parts.items()}
-    notes = _pace_notes(eta, group, losing, len(pools)) + _lost_notes(rows)
+    gone = [(r.tp, r.consumed, r.log_start) for r in rows
+            if r.log_start is not None and r.consumed < r.log_start]
+    return _progress(group, eta, losing, len(pools), memo, parts, _lost_notes(gone),
+                     _retained_position(rows))
+
+
+def _eta(pools: list[_Pool]) -> tuple[float | None, list[_Pool]]:
+    """The group's time to catch up (its slowest pool's), and the pools that do not gain."""
+    losing = [p for p in pools if p.rates is not None and p.eta is None]
+    eta = None
+    if pools and not losing and all(p.rates is not None for p in pools):
+        eta = max(p.eta for p in pools if p.eta is not None)
+    return eta, losing
+
+
+def _progress(group: Rates | None, eta: float | None, losing: list[_Pool], pools: int, memo: RatesMemory,
+              parts: dict[TP, PartitionProgress], lost_notes: list[str],
+              retained: float | None) -> GroupProgress:
+    notes = _pace_notes(eta, group, losing, pools) + lost_notes
     return GroupProgress(
         window_seconds=group.span if group else 0.0, consume_rate=group.consume if group else None,
         produce_rate=group.produce if group else None, catchup_seconds=eta,
         falling_behind=bool(losing), records_lost_total=memo.lost_total,
         below_log_start=sum(p.below_log_start for p in parts.values()), notes=tuple(notes),
-        partitions=parts, retained_position=_retained_position(rows))
+        partitions=parts, retained_position=retained)
 
 
 def _retained_position(rows: list[_Row]) -> float | None:
@@ -204,11 +376,11 @@ def _pools(rows: list[_Row], settle: float, span_min: float) -> list[_Pool]:
         if caught_up(lag, pr.consume if pr else None, settle):
             continue
         eta = catchup_seconds(lag, pr.consume, pr.produce) if pr else None
-        out.append(_Pool(owner, tuple(rs), pr, eta))
+        out.append(_Pool(owner, tuple(r.tp for r in rs), pr, eta))
     return out
 
 
-def _partition(r: _Row, memo: GroupMemo, pool: _Pool | None,
+def _partition(r: _Row, memo: RatesMemory, pool: _Pool | None,
                before: PartitionProgress | None) -> PartitionProgress:
     """A partition's figures; its time to catch up is its owner's pool's (they share its
     time), ``pool`` None when the owner has no backlog. ``before``, last cycle's figures,
@@ -239,7 +411,7 @@ def _pace_notes(eta: float | None, group: Rates | None, losing: list[_Pool], poo
     # Name the pool that loses most: its owner, or its partitions when nobody owns them.
     worst = max(losing, key=lambda p: p.rates.produce - p.rates.consume if p.rates else 0.0)
     assert worst.rates is not None
-    where = worst.owner or ", ".join(f"{t}[{n}]" for t, n in (r.tp for r in worst.rows[:3]))
+    where = worst.owner or ", ".join(f"{t}[{n}]" for t, n in worst.tps[:3])
     more = f" (and {len(losing) - 1} more owner(s))" if len(losing) > 1 else ""
     return [_behind(f"{where}: ", worst.rates.consume, worst.rates.produce, worst.rates.span) + more]
 
@@ -254,11 +426,32 @@ def _behind(where: str, consume: float, produce: float, span: float) -> str:
             f"(consumes {fmt_rate(consume)}/s, {fmt_rate(produce)}/s produced)")
 
 
-def _lost_notes(rows: list[_Row]) -> list[str]:
-    gone = [(r, below_log_start(r.consumed, r.log_start)) for r in rows if r.log_start is not None
-            and r.consumed < r.log_start]
-    notes = [f"{r.tp[0]}[{r.tp[1]}]: {n} records deleted by retention before the group read them "
-             f"(committed {r.consumed} < log start {r.log_start})" for r, n in gone[:MAX_LOST_NOTES]]
+def _lost_notes(gone: list[tuple[TP, int, int]]) -> list[str]:
+    """``gone``: (partition, consumed offset, log start) of the partitions below the log start."""
+    notes = [f"{tp[0]}[{tp[1]}]: {log_start - consumed} records deleted by retention before the "
+             f"group read them (committed {consumed} < log start {log_start})"
+             for tp, consumed, log_start in gone[:MAX_LOST_NOTES]]
     if len(gone) > MAX_LOST_NOTES:
         notes.append(f"... and {len(gone) - MAX_LOST_NOTES} more partition(s) below the log start")
     return notes
+
+
+def _summed(table: RateTable, rows: np.ndarray, span: float | None) -> Rates | None:
+    """:func:`~exporter.evaluate.rates.common_rates` of these rows of a table in columns:
+    their points are at the same times, so no interpolation."""
+    if span is None or not len(rows):
+        return None
+    consumed = float((table.consumed[-1][rows] - table.consumed[0][rows]).sum())
+    produced = float((table.hw[-1][rows] - table.hw[0][rows]).sum())
+    return Rates(consume=consumed / span, produce=produced / span, span=span)
+
+
+def _retained(o: _Observed, consumed: np.ndarray, rows: np.ndarray) -> float | None:
+    """:func:`_retained_position` over the columns."""
+    ls, lag = o.log_start[rows], o.lag[rows]
+    c = consumed[rows]
+    with np.errstate(invalid="ignore"):
+        valid = ~np.isnan(ls) & (ls != 0) & (lag > 0) & (o.hw[rows] > ls)
+    if not valid.any():
+        return None
+    return float(((c[valid] - ls[valid]) / (o.hw[rows][valid] - ls[valid])).min())

@@ -19,8 +19,12 @@ from __future__ import annotations
 
 import math
 from array import array
-from collections.abc import Sequence
+from collections.abc import Iterator, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
+
+import numpy as np
+
+from exporter.contracts.snapshot import TP
 
 # (sample time, consumed offset, high watermark) of one group-partition.
 Point = tuple[float, int, int]
@@ -263,3 +267,121 @@ def fmt_rate(v: float) -> str:
     if v >= 1:
         return f"{v:.1f}"
     return f"{v:.2g}"
+
+
+class RateTable(MutableMapping[TP, Points]):
+    """The rate points of one group's partitions: :class:`Points` per partition, kept in
+    columns while the partitions are sampled together (the usual case), so that one
+    cycle's step, rates and sums are a few array operations per group, not Python per
+    partition. Then ``times`` holds the points' times (shared by every row) and
+    ``consumed``/``hw`` one array per time, a row per partition of ``tps``.
+
+    Anything else (a partition whose offsets moved backwards, one added or gone, one not
+    sampled this cycle) turns the table into one :class:`Points` per partition
+    (:meth:`unpack`), the exact form: what the columns hold is what those would hold,
+    point for point. :meth:`pack` turns it back once every partition's points are at the
+    same times again."""
+
+    __slots__ = ("_by_tp", "consumed", "hw", "index", "times", "tps")
+
+    def __init__(self, points: Mapping[TP, Points] | None = None) -> None:
+        self._by_tp: dict[TP, Points] = dict(points or {})
+        self.tps: list[TP] = []  # the rows, while in columns
+        self.index: dict[TP, int] = {}
+        self.times: list[float] = []
+        self.consumed: list[np.ndarray] = []
+        self.hw: list[np.ndarray] = []
+
+    # -- the mapping: one Points per partition, copies while in columns -----------
+    def __getitem__(self, tp: TP) -> Points:
+        i = self.index.get(tp)
+        if i is None:
+            return self._by_tp[tp]
+        out = Points()
+        for t, c, h in zip(self.times, self.consumed, self.hw, strict=True):
+            out.append((t, c[i], h[i]))
+        return out
+
+    def __setitem__(self, tp: TP, points: Points) -> None:
+        self.unpack()
+        self._by_tp[tp] = points
+
+    def __delitem__(self, tp: TP) -> None:
+        self.unpack()
+        del self._by_tp[tp]
+
+    def __iter__(self) -> Iterator[TP]:
+        return iter(self.tps) if self.tps else iter(self._by_tp)
+
+    def __len__(self) -> int:
+        return len(self.tps) or len(self._by_tp)
+
+    @property
+    def in_columns(self) -> bool:
+        return bool(self.tps)
+
+    def unpack(self) -> dict[TP, Points]:
+        """The table as one :class:`Points` per partition, from now on (its exact form)."""
+        if self.tps:
+            self._by_tp = {tp: self[tp] for tp in self.tps}
+            self.tps, self.index, self.times, self.consumed, self.hw = [], {}, [], [], []
+        return self._by_tp
+
+    def pack(self, tps: list[TP]) -> bool:
+        """Into columns with rows ``tps`` when they are exactly its partitions and their
+        points are at the same times; False (nothing changed) otherwise."""
+        by = self._by_tp
+        if self.tps or len(by) != len(tps) or not tps:
+            return bool(self.tps) and self.tps == tps
+        first = by.get(tps[0])
+        if first is None:
+            return False
+        times = first.times()
+        if any((p := by.get(tp)) is None or p.times() != times for tp in tps):
+            return False
+        flat = np.array([by[tp].flat() for tp in tps], dtype=float).reshape(len(tps), len(times), 3)
+        self.tps, self.index, self.times = list(tps), {tp: i for i, tp in enumerate(tps)}, list(times)
+        self.consumed = list(flat[:, :, 1].T.copy())
+        self.hw = list(flat[:, :, 2].T.copy())
+        self._by_tp = {}
+        return True
+
+    def start(self, tps: list[TP]) -> None:
+        """An empty table, its rows to be ``tps`` from its first :meth:`step`."""
+        self._by_tp = {}
+        self.tps, self.index, self.times, self.consumed, self.hw = (
+            list(tps), {tp: i for i, tp in enumerate(tps)}, [], [], [])
+
+    def step(self, t: float, consumed: np.ndarray, hw: np.ndarray, window: float) -> bool:
+        """:meth:`Points.add` on every row at once; False, nothing changed, when some row's
+        offsets moved backwards (that row's points restart: :meth:`unpack` first)."""
+        n = len(self.times)
+        if n and (bool((consumed < self.consumed[-1]).any()) or bool((hw < self.hw[-1]).any())):
+            return False
+        if n >= 2 and t - self.times[-2] < window / POINTS_PER_WINDOW:
+            self.times[-1], self.consumed[-1], self.hw[-1] = t, consumed, hw
+        else:
+            self.times.append(t)
+            self.consumed.append(consumed)
+            self.hw.append(hw)
+        while len(self.times) > 2 and self.times[0] < t - window:
+            del self.times[0], self.consumed[0], self.hw[0]
+        return True
+
+    def span(self, min_span: float) -> float | None:
+        """The span every row's rates are read over (:func:`rates`); None while unknown."""
+        if len(self.times) < 2:
+            return None
+        span = self.times[-1] - self.times[0]
+        return span if span >= min_span and span > 0 else None
+
+    def flat_items(self) -> Iterator[tuple[TP, tuple[float, ...]]]:
+        """(partition, :meth:`Points.flat`) of every partition, without a Points each."""
+        if not self.tps:
+            yield from ((tp, p.flat()) for tp, p in self._by_tp.items())
+            return
+        n = len(self.tps)
+        flat = np.stack([np.stack([np.full(n, t) for t in self.times], axis=1),
+                         np.stack(self.consumed, axis=1), np.stack(self.hw, axis=1)], axis=2)
+        for tp, row in zip(self.tps, flat.reshape(len(self.tps), -1).tolist(), strict=True):
+            yield tp, tuple(row)

@@ -40,11 +40,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from exporter.config import Thresholds
+from exporter.contracts.reports import ConsumerReport
 from exporter.contracts.snapshot import GroupSample, GroupType
 from exporter.contracts.status import Status
-from exporter.contracts.view import GroupRebalances, GroupView
+from exporter.contracts.view import GroupRebalances, GroupView, RebalanceSource
 from exporter.evaluate.rates import fmt_duration
-from exporter.reports.decode import ConsumerReport
 
 EPOCH_TYPES = frozenset({GroupType.CONSUMER, GroupType.STREAMS, GroupType.SHARE})
 # Rebalance times kept per group, at most: enough for any storm threshold that matters.
@@ -52,7 +52,7 @@ MAX_EVENTS = 1000
 
 
 @dataclass(slots=True)
-class RebalanceMemo:
+class RebalanceMemory:
     broker: int = 0  # counted from the epoch or the membership changes
     clients: int = 0  # counted from the instrumented clients' own counters
     total: int = 0  # max(broker, clients) as last served: never decreases
@@ -116,7 +116,7 @@ class RebalanceTracker:
 
     def __init__(self, thresholds_of: Callable[[str], Thresholds]) -> None:
         self.thresholds_of = thresholds_of
-        self.groups: dict[str, RebalanceMemo] = {}
+        self.groups: dict[str, RebalanceMemory] = {}
 
     def one(self, gid: str, v: GroupView, sample: GroupSample, reports: list[ConsumerReport],
             now: float) -> GroupView:
@@ -124,7 +124,7 @@ class RebalanceTracker:
         its view carries them)."""
         if v.type == GroupType.SPARK:
             return v
-        memo = self.groups.setdefault(gid, RebalanceMemo())
+        memo = self.groups.setdefault(gid, RebalanceMemory())
         if sample.error is None:
             self._observe(memo, sample, reports, now)
             memo.last = self._summary(memo, v, now)
@@ -136,7 +136,7 @@ class RebalanceTracker:
         for gid in [g for g in self.groups if g not in views]:
             del self.groups[gid]  # deleted group: its series vanish with it
 
-    def _observe(self, memo: RebalanceMemo, g: GroupSample, reports: list[ConsumerReport],
+    def _observe(self, memo: RebalanceMemory, g: GroupSample, reports: list[ConsumerReport],
                  now: float) -> None:
         # A static member (KIP-345) is known by its group.instance.id: restarted within
         # session.timeout.ms it rejoins under a new member id and the coordinator hands it
@@ -152,7 +152,7 @@ class RebalanceTracker:
         memo.events.extend(now for _ in range(min(MAX_EVENTS, total - memo.total)))
         memo.total = total
 
-    def _summary(self, memo: RebalanceMemo, v: GroupView, now: float) -> GroupRebalances:
+    def _summary(self, memo: RebalanceMemory, v: GroupView, now: float) -> GroupRebalances:
         th = self.thresholds_of(v.group)
         while memo.events and memo.events[0] < now - th.rebalance_window:
             memo.events.popleft()
@@ -163,12 +163,14 @@ class RebalanceTracker:
             source=_source(v.type, memo), notes=_notes(recent, storm, v.status, th))
 
 
-def _source(t: GroupType, memo: RebalanceMemo) -> str:
+def _source(t: GroupType, memo: RebalanceMemory) -> RebalanceSource:
     """What the count rests on: ``epoch`` (exact), ``membership`` (a lower bound), or
     ``clients`` when the instrumented clients' own counters have seen more."""
     if memo.clients > memo.broker:
-        return "clients"
-    return "epoch" if t in EPOCH_TYPES and memo.epoch is not None else "membership"
+        return RebalanceSource.CLIENTS
+    if t in EPOCH_TYPES and memo.epoch is not None:
+        return RebalanceSource.EPOCH
+    return RebalanceSource.MEMBERSHIP
 
 
 def _notes(recent: int, storm: bool, status: Status, th: Thresholds) -> tuple[str, ...]:

@@ -52,9 +52,9 @@ from exporter.evaluate.memory import (
     rolled_floor,
     settle_rest,
 )
-from exporter.evaluate.progress import GroupMemo
+from exporter.evaluate.progress import RatesMemory
 from exporter.evaluate.rates import POINTS_PER_WINDOW, Points
-from exporter.evaluate.rebalances import RebalanceMemo
+from exporter.evaluate.rebalances import RebalanceMemory
 
 
 @dataclass(slots=True)
@@ -139,13 +139,13 @@ def served(r: Resting, rate_window: float, now: float) -> GroupView:
     return dataclasses.replace(r.view, progress=dataclasses.replace(pr, window_seconds=now - t0))
 
 
-def settle(r: Resting, st: GroupMemory, pm: GroupMemo) -> None:
+def settle(r: Resting, st: GroupMemory, pm: RatesMemory) -> None:
     """Before the group is evaluated again: what its skipped cycles moved in each
     partition's memory, and its rate points rebuilt."""
     if r.skipped:
         for tp, mem in st.parts.items():
             rolls = r.floors[mem.floor_at]
-            floor = rolled_floor(mem.floor, mem.committed, rolls.rolls, rolls.at)
+            floor = rolled_floor(mem.floor, mem.followed, rolls.rolls, rolls.at)
             st.parts[tp] = settle_rest(mem, r.skipped, r.last, floor)
     for tp in r.keys:
         hw = st.parts[tp].freeze_hw
@@ -153,8 +153,8 @@ def settle(r: Resting, st: GroupMemory, pm: GroupMemo) -> None:
         pm.parts[tp] = r.times[r.which.get(tp, 0)].filled(hw, hw)
 
 
-def enter(g: GroupSample, v: GroupView, st: GroupMemory, pm: GroupMemo | None,
-          rm: RebalanceMemo | None, partitions: Mapping[TP, PartitionOffsets],
+def enter(g: GroupSample, v: GroupView, st: GroupMemory, pm: RatesMemory | None,
+          rm: RebalanceMemory | None, partitions: Mapping[TP, PartitionOffsets],
           windows: tuple[float, float, float], now: float) -> Resting | None:
     """The group's rest after an evaluation that found it at rest, else None.
     ``windows``: (judgement window, rebalance window, shortest rate span)."""
@@ -194,7 +194,7 @@ def enter(g: GroupSample, v: GroupView, st: GroupMemory, pm: GroupMemo | None,
                    floors={at: _Rolls(at) for at in {st.parts[tp].floor_at for tp in keys}})
 
 
-def _shared_times(keys: tuple[TP, ...], pm: GroupMemo) -> tuple[list[Points], dict[TP, int]]:
+def _shared_times(keys: tuple[TP, ...], pm: RatesMemory) -> tuple[list[Points], dict[TP, int]]:
     """The distinct sets of point times of the partitions (usually one: they are sampled
     together), at offsets 0, and which partition has which when there are several."""
     index: dict[tuple[float, ...], int] = {}

@@ -17,6 +17,7 @@ Reason texts are built in one place, :func:`reason`.
 from __future__ import annotations
 
 import string
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
@@ -76,9 +77,34 @@ class PartitionFacts:
     query_id: str = ""
     batch_running: float | None = None
     running_batch_id: int = 0
+    # Spark Connect: who reports (the "driver", a "Connect client", or the "listener on the
+    # Connect server"), and, from a client's reports, how long the server has not answered it
+    spark_reporter: str = "driver"
+    spark_connect_client: bool = False
+    spark_server_silent: float | None = None
+    spark_server_unreachable: bool = False  # silent past report_stale_after (the evaluator's)
+    spark_server_error: str = ""
+    spark_last_report: float = 0.0  # epoch s of the reporter's last report
 
 
 Predicate = Callable[[PartitionFacts, Thresholds], bool]
+
+
+# -- error ----------------------------------------------------------------------------
+
+def spark_server_unreachable(f: PartitionFacts, th: Thresholds) -> bool:
+    """Spark Connect: the client that reports the query is alive, but the server that runs
+    it has not answered the client about it for ``report_stale_after``. The server is down
+    or out of the client's reach: whether the query runs is unknown, and a heartbeat of the
+    client says nothing about a batch on the server (no ``batch_hung``)."""
+    return f.spark and f.owned and f.spark_server_unreachable and not f.spark_terminated
+
+
+def spark_client_gone(f: PartitionFacts, th: Thresholds) -> bool:
+    """Spark Connect: the client whose listener reported the query has been silent for
+    ``report_stale_after``. The query runs on the server, not in that client, and may still
+    run there: unknown, not ``stopped`` (unless the server said it terminated)."""
+    return f.spark and not f.owned and f.spark_connect_client and not f.spark_terminated
 
 
 # -- stopped ------------------------------------------------------------------------
@@ -214,6 +240,8 @@ def lag_growing(f: PartitionFacts, th: Thresholds) -> bool:
 # The classifier's table, most severe status first; within a status, the first rule
 # that holds names the reason.
 RULES: tuple[tuple[str, Status, Predicate], ...] = (
+    ("spark_server_unreachable", Status.ERROR, spark_server_unreachable),
+    ("spark_client_gone", Status.ERROR, spark_client_gone),
     ("spark_terminated", Status.STOPPED, spark_terminated),
     ("spark_driver_gone", Status.STOPPED, spark_driver_gone),
     ("unowned", Status.STOPPED, unowned),
@@ -259,6 +287,12 @@ INSTRUMENTATION_DOCS = "https://github.com/lagwatch/lagwatch/blob/main/docs/inst
 # evidence shows, and where it cannot tell two causes apart, both and what would tell them
 # apart. docs/statuses.md ("Evidence") has the same table for readers.
 EVIDENCE: dict[tuple[Status, Evidence], str] = {
+    (Status.ERROR, Evidence.BROKER): "broker-side evidence only: the group could not be read",
+    (Status.ERROR, Evidence.REPORTS): "broker-side evidence only: the group could not be read",
+    (Status.ERROR, Evidence.SPARK): (
+        "a Spark Connect client's reports: the server runs the query apart from the client that "
+        "reports it, so without the client's reports, or the server's answers to it, the "
+        "query's state is unknown; the server tells (spark.streams.get on the query's session)"),
     (Status.STOPPED, Evidence.BROKER): (
         "broker-side evidence only: a consumer that crashed or closed and one that left the "
         "group on its poll timeout (max.poll.interval.ms) while its process lives look the "
@@ -268,8 +302,8 @@ EVIDENCE: dict[tuple[Status, Evidence], str] = {
         "a process that still reports is alive but out of the group, one whose reports "
         "stopped too is likely gone"),
     (Status.STOPPED, Evidence.SPARK): (
-        "the Spark listener's events and heartbeats: they show the reporting process, not the "
-        "query"),
+        "the Spark listener's events and heartbeats: they show the process that reports alive, "
+        "not the query; a classic driver runs both, so its silence is the query's end"),
     (Status.LIVELOCKED, Evidence.BROKER): (
         "broker-side evidence only (joins and commits): a consumer kicked out on its poll "
         "timeout and rejoining, and members restarting in a crash loop, look the same; its "
@@ -277,7 +311,9 @@ EVIDENCE: dict[tuple[Status, Evidence], str] = {
     (Status.LIVELOCKED, Evidence.REPORTS): (
         "the consumer's own reports (its last poll) and its membership from the broker"),
     (Status.LIVELOCKED, Evidence.SPARK): (
-        "the Spark listener's heartbeats: they show the driver process alive, not the batch"),
+        "the Spark listener's heartbeats: they show the process that reports alive (the driver, "
+        "or under Spark Connect the client, which also reports the server's answers), not the "
+        "batch"),
     (Status.STALLED, Evidence.BROKER): (
         "broker-side evidence only (membership, commits, HW): a handler hung in a client that "
         "keeps heartbeating without a poll timeout (sarama, franz-go) and a consumer that polls "
@@ -313,12 +349,17 @@ def evidence_of(rule: str, f: PartitionFacts) -> Evidence:
 # -- reasons ---------------------------------------------------------------------------
 
 _REASONS = {
+    "spark_server_unreachable": ("{where}: the Spark Connect server of query {query_id} has not "
+                                 "answered its client for {server_silent}{server_error}; the "
+                                 "client is alive (heartbeat {spark_silent} ago); whether the "
+                                 "query runs is unknown; {nums}"),
+    "spark_client_gone": "{where}: {client_gone}; {nums}",
     "spark_terminated": "{where}: query terminated; {nums}",
-    "spark_driver_gone": "{where}: driver of query {query_id} sent nothing for {spark_silent}; {nums}",
+    "spark_driver_gone": "{where}: {reporter} of query {query_id} sent nothing for {spark_silent}; {nums}",
     "unowned": ("{where}: no member owns the partition (group {group_state}{departure}); "
                 "committed unchanged for {frozen:.0f}s; {nums}"),
     "batch_hung": ("{where}: batch {batch_id} has been running for {running:.0f} seconds while "
-                   "{lag} records wait; driver alive (heartbeat {spark_silent} ago); {nums}"),
+                   "{lag} records wait; {reporter_alive}; {nums}"),
     "not_polling": "{where}: owner {reporter} is in the group but last polled {poll_age:.0f}s ago; {nums}",
     "reports_stopped": ("{where}: owner {owner} is still a member but its reports stopped "
                         "{report_silent} ago; {nums}"),
@@ -386,14 +427,35 @@ _FIELD: dict[str, Callable[[PartitionFacts, Thresholds], object]] = {
     "group_state": lambda f, th: f.group_state, "frozen": lambda f, th: f.frozen_seconds,
     "departure": lambda f, th: f"; {f.departure}" if f.departure else "",
     "batch_id": lambda f, th: f.running_batch_id, "running": lambda f, th: f.batch_running or 0.0,
-    "reporter": lambda f, th: f.reporter, "poll_age": lambda f, th: f.poll_age or 0.0,
+    "poll_age": lambda f, th: f.poll_age or 0.0,
     "owner": lambda f, th: f.owner, "report_silent": lambda f, th: fmt_seconds(f.report_silent_seconds),
     "rejoins": lambda f, th: f.rejoins, "window": lambda f, th: th.window,
     "stalled": lambda f, th: f.stalled_seconds,
     "owner_or_rebalancing": lambda f, th: f.owner or "unknown (rebalancing)",
     "owner_or_unknown": lambda f, th: f.owner or "unknown",
     "lag_age": lambda f, th: fmt_seconds(f.lag_seconds), "quiet": _quiet,
+    "reporter": lambda f, th: f.spark_reporter if f.spark else f.reporter,
+    "reporter_alive": lambda f, th: _reporter_alive(f),
+    "server_silent": lambda f, th: fmt_seconds(f.spark_server_silent),
+    "server_error": lambda f, th: f" ({f.spark_server_error})" if f.spark_server_error else "",
+    "client_gone": lambda f, th: client_gone(f.query_id, f.spark_last_report, f.spark_silent_seconds),
 }
+
+
+def client_gone(query_id: str, last_report: float, silent: float) -> str:
+    """What is known of a query whose Spark Connect client stopped reporting (the reason of
+    ``spark_client_gone``, and the note of such a query with nothing waiting)."""
+    since = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(last_report))
+    return (f"no reports since {since} ({fmt_seconds(silent)} ago) from the Spark Connect client "
+            f"that reported query {query_id}; the query may still run on its Connect server")
+
+
+def _reporter_alive(f: PartitionFacts) -> str:
+    """Whose liveness a Spark heartbeat shows: the reporting process's, not the query's."""
+    alive = f"{f.spark_reporter} alive (heartbeat {fmt_seconds(f.spark_silent_seconds)} ago)"
+    if f.spark_connect_client and f.spark_server_silent is not None:
+        alive += f", its server answered {fmt_seconds(f.spark_server_silent)} ago"
+    return alive
 
 
 def _fields(template: str) -> tuple[str, ...]:

@@ -113,7 +113,8 @@ def group_doc(cluster: str, g: GroupView) -> dict[str, Any]:
             "processed_rows_per_second": _round(s.processed_rows_per_second),
             "last_progress_age_seconds": _round(s.last_progress_age),
             "batch_running_seconds": _round(s.batch_running_seconds),
-            "active": s.active,
+            "active": s.active, "connect": s.connect,
+            "server_silent_seconds": _round(s.server_silent_seconds),
         }
     return doc
 

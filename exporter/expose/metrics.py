@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from exporter.contracts.errors import ErrorStage
 from exporter.state.codec import DropReason
 
 
@@ -23,8 +24,7 @@ class FamilyDoc:
 # Stages of lagwatch_errors_total, all served from the first cycle (at 0): the Kafka
 # requests of a cycle, then a Python exception inside the worker's sampling (a bug; the
 # worker keeps running), a worker process that died, and an exception in the runner's cycle.
-ERROR_STAGES = ("metadata", "list_groups", "describe_group", "offset_fetch", "list_offsets", "leo",
-                "exact_lag", "sample_exception", "worker_crash", "cycle", "state_write")
+ERROR_STAGES = tuple(ErrorStage)
 
 # The metric contract. docs/metrics.md is checked against this list.
 FAMILIES: tuple[FamilyDoc, ...] = (
@@ -174,10 +174,42 @@ FAMILIES: tuple[FamilyDoc, ...] = (
 )
 DOC = {f.name: f for f in FAMILIES}
 
+_TP = ("cluster", "topic", "partition")
+_GROUP_TP = ("cluster", "consumergroup", "topic", "partition")
+_GROUP_TOPIC = ("cluster", "consumergroup", "topic")
+# ``--compat kafka_exporter``: danielqsj/kafka_exporter v1.9.0's families (its README's
+# metric list), same names and meanings, served beside lagwatch's own
+# (exporter/expose/compat.py). Its ``kafka_consumergroup_members`` has the name of
+# lagwatch's own family: that one gets a ``consumergroup`` label beside ``group`` instead.
+COMPAT_FAMILIES: tuple[FamilyDoc, ...] = (
+    FamilyDoc("kafka_topic_partition_current_offset", "gauge", _TP,
+              "Current (high watermark) offset of a partition"),
+    FamilyDoc("kafka_topic_partition_oldest_offset", "gauge", _TP, "Oldest offset of a partition"),
+    FamilyDoc("kafka_topic_partition_in_sync_replica", "gauge", _TP, "In-sync replicas of a partition"),
+    FamilyDoc("kafka_topic_partition_replicas", "gauge", _TP, "Replicas of a partition"),
+    FamilyDoc("kafka_topic_partition_leader", "gauge", _TP, "Leader broker id of a partition"),
+    FamilyDoc("kafka_topic_partition_under_replicated_partition", "gauge", _TP,
+              "1 if the partition is under-replicated"),
+    FamilyDoc("kafka_topic_partitions", "gauge", ("cluster", "topic"), "Partitions of a topic"),
+    FamilyDoc("kafka_brokers", "gauge", ("cluster",), "Brokers in the cluster"),
+    FamilyDoc("kafka_consumergroup_current_offset", "gauge", _GROUP_TP,
+              "Committed offset of a consumer group"),
+    FamilyDoc("kafka_consumergroup_current_offset_sum", "gauge", _GROUP_TOPIC,
+              "Sum of committed offsets of a group per topic"),
+    FamilyDoc("kafka_consumergroup_lag", "gauge", _GROUP_TP,
+              "Lag of a consumer group (high watermark - committed)"),
+    FamilyDoc("kafka_consumergroup_lag_sum", "gauge", _GROUP_TOPIC, "Sum of lag of a group per topic"),
+)
 
-def metrics_table() -> str:
+
+def metrics_table(families: tuple[FamilyDoc, ...] = FAMILIES) -> str:
     """The metrics reference (docs/metrics.md), generated from FAMILIES (tests/test_readme.py
     keeps them equal)."""
     rows = ["| family | type | labels | meaning |", "|---|---|---|---|"]
-    rows += [f"| `{f.name}` | {f.kind} | {', '.join(f.labels)} | {f.help} |" for f in FAMILIES]
+    rows += [f"| `{f.name}` | {f.kind} | {', '.join(f.labels)} | {f.help} |" for f in families]
     return "\n".join(rows)
+
+
+def compat_table() -> str:
+    """docs/metrics.md's table of the ``--compat kafka_exporter`` families."""
+    return metrics_table(COMPAT_FAMILIES)

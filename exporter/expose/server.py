@@ -23,7 +23,7 @@ from urllib.parse import unquote, urlsplit
 import yaml
 
 from exporter.config import ConfigError
-from exporter.expose import api, render, statuspage
+from exporter.expose import api, scrape, statuspage
 from exporter.store import Store
 
 log = logging.getLogger("lagwatch.http")
@@ -156,14 +156,14 @@ class _Handler(BaseHTTPRequestHandler):
         if self.command != "HEAD":
             self.wfile.write(body)
 
-    def _send_chunks(self, code: int, chunks: list[render.Chunk], ctype: str) -> None:
+    def _send_chunks(self, code: int, chunks: list[scrape.Chunk], ctype: str) -> None:
         self.send_response(code)
         self.send_header("Content-Type", ctype)
         self.send_header("Content-Length", str(sum(len(c) for c in chunks)))
         self.send_header("Cache-Control", "no-store")
         self.end_headers()
         if self.command != "HEAD":
-            render.write_chunks(chunks, self.wfile.write)
+            scrape.write_chunks(chunks, self.wfile.write)
 
     def _json(self, code: int, doc: Any) -> None:
         body = json.dumps(doc, allow_nan=False, ensure_ascii=False, indent=1).encode()
@@ -193,7 +193,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _route(self, path: str) -> None:
         if path == "/metrics":
-            chunks, ctype = render.scrape(self.server.store.records(), self.headers.get("Accept"),
+            chunks, ctype = scrape.scrape(self.server.store.records(), self.headers.get("Accept"),
                                           time.time())
             self._send_chunks(200, chunks, ctype)
         elif path == "/healthz":

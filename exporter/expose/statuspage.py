@@ -8,6 +8,7 @@ from __future__ import annotations
 import html
 import time
 
+from exporter.contracts.reports import CommitMode
 from exporter.contracts.view import SEVERITY, ClusterView, GroupView
 from exporter.evaluate.rates import fmt_duration
 
@@ -71,9 +72,9 @@ def _rebalances(g: GroupView) -> str:
     return f"<span class='down'>{text}</span>" if rb.storm else text
 
 
-def commit_mode_text(mode: str | None, interval: float | None) -> str:
+def commit_mode_text(mode: CommitMode | None, interval: float | None) -> str:
     """"auto every 5s", "manual", "mixed" or "" (not reported)."""
-    if mode == "auto" and interval is not None:
+    if mode == CommitMode.AUTO and interval is not None:
         return f"auto every {fmt_duration(interval)}"
     return mode or ""
 

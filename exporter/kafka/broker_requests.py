@@ -19,8 +19,8 @@ batch. The request layer keeps each group's error to that group.
 
 kafka-python 3 encodes requests from Kafka's own JSON message definitions
 (the four it lacks are in ``exporter/kafka/messages/``) and brings the framing,
-version negotiation, TLS and SASL. docs/design.md gives the measured
-cost of this choice over the hand-written client it replaced.
+version negotiation, TLS and SASL. docs/design.md gives its measured cost against
+a minimal hand-written client.
 
 Everything here is read-only: list, describe and ListOffsets requests only.
 """
@@ -54,6 +54,7 @@ from kafka.protocol.consumer.metadata import ConsumerProtocolAssignment, Consume
 from kafka.protocol.metadata import FindCoordinatorRequest, MetadataRequest
 
 from exporter.contracts.sampling import ListedGroup
+from exporter.contracts.snapshot import COMMITTING_TYPES, TP, GroupType, KafkaGroupState
 from exporter.kafka.messages import (
     ConsumerGroupDescribeRequest,
     DescribeShareGroupOffsetsRequest,
@@ -63,15 +64,16 @@ from exporter.kafka.messages import (
 from exporter.kafka.oauth_props import CONSUMED
 from exporter.kafka.offset_fetch import CommittedOffsets, LeanOffsetFetchRequest
 
-log = logging.getLogger("lagwatch.protocol")
+log = logging.getLogger("lagwatch.broker_requests")
 
-TP = tuple[str, int]
 DEBUGGING_REPLICA_ID = -2  # ListOffsets from this "replica" answers with the leader's LEO
 LATEST = -1
 _COORDINATOR_ERRORS = {14, 15, 16}  # load in progress, not available, not coordinator
-NEW_GROUP_TYPES = ("streams", "share")
-# error_code of a group whose request failed as a whole (timeout, broker silent): the
-# failure is reported once per request (BrokerRequests.take_failures), not once per group.
+# The group types a ListGroups v5 answer names; before v5 every group is classic.
+LISTED_TYPES = frozenset({*COMMITTING_TYPES, GroupType.SHARE})
+# error_code of a group whose request failed as a whole (timeout, broker silent, or the
+# call raised): the failure is reported once per request (BrokerRequests.take_failures),
+# not once per group.
 REQUEST_FAILED = -1
 # Requests of ours outstanding per broker connection: kafka-python refuses a sixth
 # (max_in_flight_requests_per_connection, 5) with NodeNotReadyError instead of queueing it.
@@ -212,13 +214,19 @@ class DescribedMember:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class DescribedGroup:
     group_id: str
-    state: str  # lower case, as the broker names it (stable, empty, not_ready, ...)
+    state: KafkaGroupState
     group_epoch: int
     coordinator: int | None
     members: tuple[DescribedMember, ...]
     protocol_type: str = ""  # classic groups: consumer, connect, ... ("" for commit-only)
     error_code: int = 0
     error: str | None = None
+
+    @classmethod
+    def failed(cls, group_id: str, error: str) -> DescribedGroup:
+        """The group of a request that failed as a whole (REQUEST_FAILED)."""
+        return cls(group_id=group_id, state=KafkaGroupState.UNKNOWN, group_epoch=-1, coordinator=None,
+                   members=(), error_code=REQUEST_FAILED, error=error)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -231,11 +239,16 @@ class ShareOffsets:
     error_code: int = 0
     error: str | None = None
 
+    @classmethod
+    def failed(cls, group_id: str, error: str) -> ShareOffsets:
+        """The group of a request that failed as a whole (REQUEST_FAILED)."""
+        return cls(start={}, lag={}, error_code=REQUEST_FAILED, error=error)
 
-def _state(s: str | None) -> str:
-    """Broker state names (``NotReady``, ``PreparingRebalance``) in lagwatch's lower case."""
-    out = "".join(f"_{c.lower()}" if c.isupper() else c for c in (s or "unknown")).lstrip("_")
-    return out.replace("_", "") if out in ("preparing_rebalance", "completing_rebalance") else out
+
+def _listed_type(raw: str | None) -> GroupType:
+    """A ListGroups group type; before v5 (no type), or one lagwatch does not know, is read
+    as classic."""
+    return GroupType(raw) if raw in LISTED_TYPES else GroupType.CLASSIC
 
 
 def _err(code: int, msg: str | None) -> str:
@@ -416,10 +429,6 @@ class BrokerRequests:
                  for leader, tps in by_leader.items() for part in _partition_chunks(tps)]
         return _offsets_of(calls, self._gather(calls))
 
-    def log_end_offsets(self, by_leader: dict[int, list[TP]]) -> tuple[dict[TP, int], list[str]]:
-        """The leader's LEO of each partition, asked of its leader (node id = broker id)."""
-        return self.list_offsets(by_leader, replica_id=DEBUGGING_REPLICA_ID)
-
     # -- listings --------------------------------------------------------------------------
     def new_group_types(self) -> bool:
         """Does this cluster have streams and share groups to list (ListGroups v5 with the
@@ -427,7 +436,7 @@ class BrokerRequests:
         return (self.supports(StreamsGroupDescribeRequest) or self.supports(ShareGroupDescribeRequest)) \
             and self._connected().api_version(ListGroupsRequest, max_version=5) >= 5
 
-    def list_groups(self, brokers: Iterable[int], types: Sequence[str] = ()
+    def list_groups(self, brokers: Iterable[int], types: Sequence[GroupType] = ()
                     ) -> tuple[dict[str, ListedGroup], list[str]]:
         """Groups on every broker (each broker lists the groups it coordinates, so the
         listing also says where each group's coordinator is). ``types`` empty: all types
@@ -444,8 +453,8 @@ class BrokerRequests:
             else:
                 for g in res.groups:
                     out[g.group_id] = ListedGroup(
-                        group_id=g.group_id, type=getattr(g, "group_type", None) or "classic",
-                        state=_state(getattr(g, "group_state", None)), coordinator=b,
+                        group_id=g.group_id, type=_listed_type(getattr(g, "group_type", None)),
+                        state=KafkaGroupState(getattr(g, "group_state", None)), coordinator=b,
                         protocol_type=g.protocol_type or "")
         return out, failures
 
@@ -499,17 +508,16 @@ class BrokerRequests:
         if code in _COORDINATOR_ERRORS:
             self.coordinators.pop(group_id, None)
 
-    def describe(self, kind: str, group_ids: Sequence[str]
+    def describe(self, kind: GroupType, group_ids: Sequence[str]
                  ) -> dict[str, DescribedGroup]:
         """ConsumerGroupDescribe, StreamsGroupDescribe or ShareGroupDescribe (``kind`` =
         consumer, streams or share) of these groups, batched per coordinator."""
-        request = {"consumer": ConsumerGroupDescribeRequest, "streams": StreamsGroupDescribeRequest,
-                   "share": ShareGroupDescribeRequest}[kind]
+        request = _DESCRIBE_REQUESTS[kind]
         if not group_ids:
             return {}
         results, errors = self._per_coordinator(
             group_ids, lambda ids: request(group_ids=ids, include_authorized_operations=False))
-        out = {g: _unread(g, e) for g, e in errors.items()}
+        out = {g: DescribedGroup.failed(g, e) for g, e in errors.items()}
         for node, _ids, res in results:
             for d in parse_described(kind, node, res):
                 if d.error is not None:
@@ -524,7 +532,7 @@ class BrokerRequests:
             return {}
         results, errors = self._per_coordinator(
             group_ids, lambda ids: DescribeGroupsRequest(groups=ids, include_authorized_operations=False))
-        out = {g: _unread(g, e) for g, e in errors.items()}
+        out = {g: DescribedGroup.failed(g, e) for g, e in errors.items()}
         for node, _ids, res in results:
             for d in parse_classic(node, res):
                 if d.error is not None:
@@ -549,7 +557,7 @@ class BrokerRequests:
             results, errors = self._per_coordinator(group_ids, lambda ids: OffsetFetchRequest(
                 group_id=ids[0], topics=None, max_version=min(7, self.offset_fetch_max_version)),
                 {g: MAX_ELEMENTS for g in group_ids})
-        out = {g: Committed(offsets={}, error_code=REQUEST_FAILED, error=e) for g, e in errors.items()}
+        out = {g: Committed.failed(g, e) for g, e in errors.items()}
         for _node, ids, res in results:
             for gid, c in parse_offset_fetch(res, ids).items():
                 if c.error is not None:
@@ -564,14 +572,19 @@ class BrokerRequests:
         results, errors = self._per_coordinator(group_ids, lambda ids: DescribeShareGroupOffsetsRequest(
             groups=[DescribeShareGroupOffsetsRequest.DescribeShareGroupOffsetsRequestGroup(
                 group_id=g, topics=None) for g in ids]))
-        out = {g: ShareOffsets(start={}, lag={}, error_code=REQUEST_FAILED, error=e)
-               for g, e in errors.items()}
+        out = {g: ShareOffsets.failed(g, e) for g, e in errors.items()}
         for _node, _ids, res in results:
             for gid, offs in parse_share_offsets(res).items():
                 if offs.error is not None:
                     self._forget_moved(gid, offs.error_code)
                 out[gid] = offs
         return out
+
+
+# The describe request of each KIP-848-style group type (classic groups: DescribeGroups).
+_DESCRIBE_REQUESTS = {GroupType.CONSUMER: ConsumerGroupDescribeRequest,
+                      GroupType.STREAMS: StreamsGroupDescribeRequest,
+                      GroupType.SHARE: ShareGroupDescribeRequest}
 
 
 # Array elements one batched request or response may carry (groups + topics + partitions,
@@ -650,15 +663,10 @@ class Committed:
     error_code: int = 0
     error: str | None = None
 
-
-def _unread(gid: str, error: str) -> DescribedGroup:
-    return DescribedGroup(group_id=gid, state="unknown", group_epoch=-1, coordinator=None,
-                          members=(), error_code=REQUEST_FAILED, error=error)
-
-
-def _classic_state(s: str | None) -> str:
-    """DescribeGroups' classic states, named as lagwatch always has (``preparing_rebalance``)."""
-    return "".join(f"_{c.lower()}" if c.isupper() else c for c in (s or "Unknown")).lstrip("_")
+    @classmethod
+    def failed(cls, group_id: str, error: str) -> Committed:
+        """The group of a request that failed as a whole (REQUEST_FAILED)."""
+        return cls(offsets={}, error_code=REQUEST_FAILED, error=error)
 
 
 def parse_classic(node: int, res: Any) -> list[DescribedGroup]:
@@ -667,13 +675,13 @@ def parse_classic(node: int, res: Any) -> list[DescribedGroup]:
     out = []
     for g in res.groups:
         if g.error_code:
-            out.append(DescribedGroup(group_id=g.group_id, state="unknown", group_epoch=-1,
+            out.append(DescribedGroup(group_id=g.group_id, state=KafkaGroupState.UNKNOWN, group_epoch=-1,
                                       coordinator=node, members=(), error_code=g.error_code,
                                       error=_err(g.error_code, getattr(g, "error_message", None))))
             continue
         consumer = g.protocol_type == "consumer"
         out.append(DescribedGroup(
-            group_id=g.group_id, state=_classic_state(g.group_state), group_epoch=-1,
+            group_id=g.group_id, state=KafkaGroupState(g.group_state), group_epoch=-1,
             coordinator=node, protocol_type=g.protocol_type or "",
             members=tuple(DescribedMember(
                 member_id=m.member_id, member_epoch=-1, client_id=m.client_id or "",
@@ -731,37 +739,18 @@ def _committed(code: int, offsets: dict[TP, int]) -> Committed:
     return Committed(offsets=offsets)
 
 
-def parse_described(kind: str, node: int, res: Any) -> list[DescribedGroup]:
+def parse_described(kind: GroupType, node: int, res: Any) -> list[DescribedGroup]:
     """The groups of a Consumer-, Streams- or ShareGroupDescribe response."""
     out = []
     for g in res.groups:
         if g.error_code:
-            out.append(DescribedGroup(group_id=g.group_id, state="unknown", group_epoch=-1,
+            out.append(DescribedGroup(group_id=g.group_id, state=KafkaGroupState.UNKNOWN, group_epoch=-1,
                                       coordinator=node, members=(), error_code=g.error_code,
                                       error=_err(g.error_code, g.error_message)))
         else:
-            out.append(DescribedGroup(group_id=g.group_id, state=_state(g.group_state),
+            out.append(DescribedGroup(group_id=g.group_id, state=KafkaGroupState(g.group_state),
                                       group_epoch=g.group_epoch, coordinator=node,
                                       members=tuple(_member(kind, m, g) for m in g.members)))
-    return out
-
-
-def parse_subscriptions(res: Any) -> dict[str, dict[str, tuple[str, ...]]]:
-    """Members' subscribed topics from a DescribeGroups response. Only groups of the
-    ``consumer`` protocol type carry a consumer subscription (Kafka Connect's workers do
-    not); a member whose metadata cannot be read is left out (unknown)."""
-    out: dict[str, dict[str, tuple[str, ...]]] = {}
-    for g in res.groups:
-        if g.error_code or g.protocol_type != "consumer":
-            continue
-        subs: dict[str, tuple[str, ...]] = {}
-        for m in g.members:
-            try:
-                topics = ConsumerProtocolSubscription.decode(m.member_metadata).topics
-            except Exception:  # noqa: BLE001 - a client's own metadata format: unknown
-                continue
-            subs[m.member_id] = tuple(sorted(topics or ()))
-        out[g.group_id] = subs
     return out
 
 
@@ -786,8 +775,8 @@ def parse_share_offsets(res: Any) -> dict[str, ShareOffsets]:
     return out
 
 
-def _member(kind: str, m: Any, g: Any) -> DescribedMember:
-    if kind == "streams":
+def _member(kind: GroupType, m: Any, g: Any) -> DescribedMember:
+    if kind == GroupType.STREAMS:
         # A task (subtopology, partition) reads that partition of each of the
         # subtopology's source topics, repartition topics included.
         sources = {s.subtopology_id: [*s.source_topics, *(r.name for r in s.repartition_source_topics)]

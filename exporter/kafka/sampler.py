@@ -22,12 +22,12 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from concurrent.futures import Future
 from concurrent.futures import wait as wait_futures
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import Any, TypeVar
 
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
@@ -36,7 +36,16 @@ from kafka.errors import GroupIdNotFoundError
 from exporter.config import ClusterConfig
 from exporter.contracts.errors import ErrorRecord, ErrorStage
 from exporter.contracts.sampling import ListedGroup, SamplerMemory
-from exporter.contracts.snapshot import TP, GroupSample, GroupType, Member, PartitionOffsets, Snapshot
+from exporter.contracts.snapshot import (
+    COMMITTING_TYPES,
+    TP,
+    GroupSample,
+    GroupType,
+    KafkaGroupState,
+    Member,
+    PartitionOffsets,
+    Snapshot,
+)
 from exporter.contracts.worker import Shards
 from exporter.kafka import tokens
 from exporter.kafka.broker_requests import (
@@ -52,6 +61,7 @@ from exporter.kafka.tokens import TokenSource
 from exporter.state.placement import owns
 
 log = logging.getLogger("lagwatch.sampler")
+A = TypeVar("A", Committed, DescribedGroup, ShareOffsets)  # a group's answer to one request
 # Errors that explain a metadata timeout: librdkafka reports them only through error_cb.
 _CREDENTIAL_ERRORS = (KafkaError._AUTHENTICATION, KafkaError.SASL_AUTHENTICATION_FAILED, KafkaError._SSL)
 CREDENTIAL_GRACE = 1.0  # seconds a metadata request may still answer after a credential error
@@ -75,7 +85,7 @@ def tokens_ready(cfg: ClusterConfig) -> bool:
     return source is None or source.error() is None
 
 
-def client_config(cfg: ClusterConfig, **extra: Any) -> dict[str, Any]:
+def client_config(cfg: ClusterConfig, **overrides: Any) -> dict[str, Any]:
     """librdkafka configuration for any client lagwatch creates for this cluster. With a
     token source, librdkafka gets its tokens through ``oauth_cb`` and none of the
     properties the source reads (librdkafka would otherwise fetch tokens of its own)."""
@@ -94,7 +104,7 @@ def client_config(cfg: ClusterConfig, **extra: Any) -> dict[str, Any]:
     if source is not None:
         conf = {k: v for k, v in conf.items() if k not in CONSUMED}
         conf["oauth_cb"] = source.oauth_cb
-    conf.update(extra)
+    conf.update(overrides)
     return conf
 
 
@@ -105,14 +115,8 @@ def _err_text(e: BaseException) -> str:
     return str(e) or type(e).__name__
 
 
-def _enum_name(v: Any) -> str:
-    name = getattr(v, "name", None) or str(v)
-    return name.lower()
-
-
-_STATE_NAMES = {"preparing_rebalancing": "preparing_rebalance",
-                "completing_rebalancing": "completing_rebalance"}
-
+# The group types a listing holds, in the order their describes are sent.
+_DESCRIBED_TYPES = (GroupType.CLASSIC, GroupType.CONSUMER, GroupType.STREAMS, GroupType.SHARE)
 
 # Cycles a listed group may be missing from ListGroups before it is taken as gone.
 LISTING_GRACE_CYCLES = 3
@@ -135,14 +139,14 @@ class Sampler:
         self.shards: Shards | None = None
         self._unsupported = ""
         self._new_types: bool | None = None  # streams/share APIs, known at the first listing
-        self.extra: BrokerRequests | None
+        self.broker_requests: BrokerRequests | None
         try:
-            self.extra = BrokerRequests(cfg.client, cfg.bootstrap_servers, cfg.request_timeout,
+            self.broker_requests = BrokerRequests(cfg.client, cfg.bootstrap_servers, cfg.request_timeout,
                                         f"lagwatch-{cfg.name}", tokens=self.tokens, **offset_fetch_cap)
         except Unsupported as e:
             log.error("cluster %s: cannot be sampled: unsupported %s", cfg.name, e)
             self._unsupported = str(e)
-            self.extra = None
+            self.broker_requests = None
 
     @property
     def admin(self) -> AdminClient:
@@ -189,10 +193,11 @@ class Sampler:
     def _metadata(self, timeout: float) -> tuple[Any, str]:
         """(metadata, "") or (None, why not).
 
+        The request runs in a thread while this one polls for error_cb: a credential error
+        with still no answer CREDENTIAL_GRACE seconds later ends the wait at once.
         librdkafka keeps retrying a refused connection until the request times out, so
-        a wrong password used to be reported after two timeouts. The request runs in a
-        thread while this one polls for error_cb: a credential error with still no
-        answer CREDENTIAL_GRACE seconds later ends the wait at once."""
+        waiting for the answer alone would report a wrong password only after two
+        timeouts."""
         retried = False
         while True:
             call = self._metadata_call
@@ -235,14 +240,14 @@ class Sampler:
         librdkafka's admin client's statistics)."""
         self._poll_admin()
         with self._stats_lock:
-            return self._stats_tx + (self.extra.requests if self.extra else 0)
+            return self._stats_tx + (self.broker_requests.requests if self.broker_requests else 0)
 
     def close(self) -> None:
-        if self.extra:
-            self.extra.close()
+        if self.broker_requests:
+            self.broker_requests.close()
 
     # -- the cycle -----------------------------------------------------------
-    def sample(self, extra_topics: Iterable[str] = ()) -> Snapshot:
+    def sample(self, spark_topics: Iterable[str] = ()) -> Snapshot:
         t0 = time.monotonic()
         taken_at = time.time()
         errors: list[ErrorRecord] = []
@@ -252,13 +257,13 @@ class Sampler:
                             partitions={}, groups={}, errors=(ErrorRecord(stage=stage, message=why),),
                             ok=False, brokers=brokers)
 
-        if self.extra is None:
+        if self.broker_requests is None:
             return failed(ErrorStage.METADATA, f"unsupported client settings: {self._unsupported}")
         if self.tokens is not None and (why := self.tokens.error()) is not None:
             # no client can log in: say why instead of waiting out connection timeouts
             return failed(ErrorStage.METADATA, f"no OAUTHBEARER token: {why}")
-        self.extra.begin_cycle()
-        self.extra.coordinators = self.memory.coordinators
+        self.broker_requests.begin_cycle()
+        self.broker_requests.coordinators = self.memory.coordinators
         md, refused = self._cluster_metadata()
         if md is None:
             return failed(ErrorStage.METADATA, refused)
@@ -266,7 +271,7 @@ class Sampler:
         if listed is None:
             return failed(ErrorStage.LIST_GROUPS, unlisted, len(md.brokers))
         groups = self._drop_gone(self._read_groups(listed, errors), errors)
-        topics = self._topics_of(groups, set(extra_topics), md)
+        topics = self._topics_of(groups, set(spark_topics), md)
         partitions = self._partition_offsets(md, topics, errors)
         # Drop committed offsets of filtered or deleted topics so their series vanish.
         canon: dict[TP, TP] = {tp: tp for tp in partitions}
@@ -281,8 +286,8 @@ class Sampler:
         asks first: it names a credential or TLS refusal within CREDENTIAL_GRACE, where
         kafka-python's bootstrap waits out its whole timeout. librdkafka's answer also
         stands in when no broker answers kafka-python."""
-        assert self.extra is not None
-        if not self.extra.connected:
+        assert self.broker_requests is not None
+        if not self.broker_requests.connected:
             md, refused = self._metadata(self.cfg.request_timeout)
             if md is None:
                 return None, refused
@@ -290,37 +295,37 @@ class Sampler:
         md = self._kafka_python_metadata()
         return (md, "") if md is not None else self._metadata(self.cfg.request_timeout)
 
-    def _kafka_python_metadata(self) -> ClusterView | None:
-        assert self.extra is not None
+    def _kafka_python_metadata(self) -> BrokerMetadata | None:
+        assert self.broker_requests is not None
         try:
-            res = self.extra.metadata()
+            res = self.broker_requests.metadata()
         except Exception as e:  # noqa: BLE001 - librdkafka's answer stands in
             log.debug("cluster %s: metadata through kafka-python: %s", self.cfg.name, _err_text(e))
             return None
         self._credential_error = None  # a broker answered: the credentials work
         with contextlib.suppress(Exception):  # kafka-python sends to the node ids we saw
-            self.extra.learn_brokers(res)
-        return ClusterView.of(res)
+            self.broker_requests.learn_brokers(res)
+        return BrokerMetadata.of(res)
 
     def _list_groups(self, md: Any, errors: list[ErrorRecord]
                      ) -> tuple[dict[str, ListedGroup] | None, str]:
         """Every group of every broker (ListGroups to each, all types). The groups of a broker
         that did not answer are kept from the last cycle instead of vanishing."""
-        assert self.extra is not None
+        assert self.broker_requests is not None
         try:
-            got, failures = self.extra.list_groups(sorted(md.brokers))
+            got, failures = self.broker_requests.list_groups(sorted(md.brokers))
         except Exception as e:  # noqa: BLE001 - fall back to the last known list of groups
             got, failures = {}, [_err_text(e)]
         self._forget_others()
         listed = {g: lg for g, lg in got.items() if self.cfg.filters.group_ok(g) and self.judges(g)}
         errors.extend(ErrorRecord(stage=ErrorStage.LIST_GROUPS, message=f) for f in failures)
         if self._new_types is None and not failures:
-            self._new_types = self.extra.new_group_types()  # from the version answer: no request
+            self._new_types = self.broker_requests.new_group_types()  # from the version answer: no request
             if not self._new_types:
                 log.info("cluster %s: the brokers have no streams or share group APIs (before "
                          "Kafka 4.x); those group types cannot exist there and are not listed",
                          self.cfg.name)
-        self.extra.learn_coordinators({g: lg.coordinator for g, lg in listed.items()
+        self.broker_requests.learn_coordinators({g: lg.coordinator for g, lg in listed.items()
                                        if lg.coordinator is not None})
         if failures and not got:
             if not self.memory.last_listed:
@@ -343,7 +348,7 @@ class Sampler:
         return owns(self.shards, group)
 
     def _forget_others(self) -> None:
-        """The groups of shards this replica no longer owns leave its listing memory at
+        """The groups of shards this replica does not own any more leave its listing memory at
         once (no listing grace: another replica reads them now)."""
         if self.shards is None:
             return
@@ -351,7 +356,7 @@ class Sampler:
             del self.memory.last_listed[gid]
             self.memory.absent.pop(gid, None)
 
-    def _topics_of(self, groups: dict[str, GroupSample], extra: set[str], md: Any) -> set[str]:
+    def _topics_of(self, groups: dict[str, GroupSample], spark_topics: set[str], md: Any) -> set[str]:
         topics = {t for g in groups.values() for (t, _) in g.committed}
         topics |= {t for g in groups.values() for m in g.members for (t, _) in m.assignment}
         # A group that could not be read this cycle (its coordinator is down) keeps its
@@ -365,15 +370,15 @@ class Sampler:
         for gid in [gid for gid in self.memory.group_topics if gid not in groups]:
             del self.memory.group_topics[gid]
             self.memory.weight.pop(gid, None)
-        topics |= extra
+        topics |= spark_topics
         return {t for t in topics if self.cfg.filters.topic_ok(t) and t in md.topics}
 
     def _drop_gone(self, groups: dict[str, GroupSample], errors: list[ErrorRecord]
                    ) -> dict[str, GroupSample]:
-        """Bridged groups that the coordinator says no longer exist go at once (deleted)."""
+        """Bridged groups that the coordinator says do not exist go at once (deleted)."""
         not_found = {e.group for e in errors if e.code == GROUP_ID_NOT_FOUND}
         gone = {gid for gid in self.memory.absent if gid in groups and (
-            groups[gid].state == "dead" or gid in not_found)}
+            groups[gid].state == KafkaGroupState.DEAD or gid in not_found)}
         for gid in gone:
             del groups[gid]
             del self.memory.absent[gid]
@@ -400,49 +405,55 @@ class Sampler:
                     self.memory.absent.pop(gid, None)
         return out
 
-    def _extra(self, stage: ErrorStage, errors: list[ErrorRecord], call: Any, *args: Any) -> dict:
+    def _batched(self, stage: ErrorStage, errors: list[ErrorRecord],
+                 call: Callable[[list[str]], dict[str, A]], group_ids: list[str],
+                 failed: Callable[[str, str], A]) -> dict[str, A]:
         """One of BrokerRequests' batched calls; a failure of the whole call is one error of
-        ``stage`` and leaves every group of it with that error."""
-        if self.extra is None or not args[0]:
+        ``stage``, and each of its groups gets the answer of a failed request (``failed``:
+        the same shape as its answer, error code REQUEST_FAILED)."""
+        if self.broker_requests is None or not group_ids:
             return {}
         try:
-            got = call(*args)
+            got = call(group_ids)
         except Exception as e:  # noqa: BLE001 - isolated to these groups
             errors.append(ErrorRecord(stage=stage, message=_err_text(e)))
-            return {g: e for g in args[0]}
+            return {g: failed(g, _err_text(e)) for g in group_ids}
         finally:
-            errors.extend(ErrorRecord(stage=stage, message=f) for f in self.extra.take_failures())
+            errors.extend(ErrorRecord(stage=stage, message=f) for f in self.broker_requests.take_failures())
         return got
 
     def _read_groups(self, listed: dict[str, ListedGroup], errors: list[ErrorRecord]
                      ) -> dict[str, GroupSample]:
-        x = self.extra
+        x = self.broker_requests
         assert x is not None
-        by_type: dict[str, list[str]] = {"classic": [], "consumer": [], "streams": [], "share": []}
+        by_type: dict[GroupType, list[str]] = {t: [] for t in _DESCRIBED_TYPES}
         for gid in sorted(listed):
-            by_type.get(listed[gid].type, by_type["classic"]).append(gid)
-        describe = {"classic": x.describe_classic, "consumer": partial(x.describe, "consumer"),
-                    "streams": partial(x.describe, "streams"), "share": partial(x.describe, "share")}
-        described = {kind: self._extra(ErrorStage.DESCRIBE_GROUP, errors, call, by_type[kind])
+            by_type[listed[gid].type].append(gid)
+        describe = {t: x.describe_classic if t == GroupType.CLASSIC else partial(x.describe, t)
+                    for t in _DESCRIBED_TYPES}
+        described = {kind: self._batched(ErrorStage.DESCRIBE_GROUP, errors, call, by_type[kind],
+                                         DescribedGroup.failed)
                      for kind, call in describe.items()}
         # Streams groups commit offsets like consumer groups: OffsetFetch reads them.
-        committing = by_type["classic"] + by_type["consumer"] + by_type["streams"]
-        offs = self._extra(ErrorStage.OFFSET_FETCH, errors,
-                           partial(x.offset_fetch, weight=self.memory.weight), committing)
-        share_offs = self._extra(ErrorStage.OFFSET_FETCH, errors, x.share_offsets, by_type["share"])
+        committing = [gid for t in _DESCRIBED_TYPES if t in COMMITTING_TYPES for gid in by_type[t]]
+        offs = self._batched(ErrorStage.OFFSET_FETCH, errors,
+                             partial(x.offset_fetch, weight=self.memory.weight), committing,
+                             Committed.failed)
+        share_offs = self._batched(ErrorStage.OFFSET_FETCH, errors, x.share_offsets,
+                                   by_type[GroupType.SHARE], ShareOffsets.failed)
         out: dict[str, GroupSample] = {}
         for kind in (GroupType.CLASSIC, GroupType.CONSUMER, GroupType.STREAMS):
             for gid in by_type[kind]:
                 out[gid] = _described(gid, kind, listed[gid], described[kind].get(gid),
                                       offs.get(gid), errors)
-        for gid in by_type["share"]:
-            out[gid] = _share(gid, described["share"].get(gid), share_offs.get(gid), errors)
+        for gid in by_type[GroupType.SHARE]:
+            out[gid] = _share(gid, described[GroupType.SHARE].get(gid), share_offs.get(gid), errors)
         return out
 
     def _partition_offsets(self, md: Any, topics: set[str], errors: list[ErrorRecord]
                            ) -> dict[TP, PartitionOffsets]:
         """Per leader one ListOffsets per offset kind, for all its partitions."""
-        assert self.extra is not None
+        assert self.broker_requests is not None
         meta: dict[TP, Any] = {(t, p): pm for t in topics for p, pm in md.topics[t].partitions.items()}
         by_leader: dict[int, list[TP]] = {}
         leaderless = 0
@@ -457,7 +468,7 @@ class Sampler:
         values: dict[str, dict[TP, int]] = {}
         for name, kwargs in _OFFSET_KINDS:
             try:
-                got, failures = self.extra.list_offsets(by_leader, **kwargs)
+                got, failures = self.broker_requests.list_offsets(by_leader, **kwargs)
             except Exception as e:  # noqa: BLE001 - the values stay unknown this cycle
                 got, failures = {}, [_err_text(e)]
             if failures:
@@ -482,30 +493,30 @@ _OFFSET_KINDS: tuple[tuple[str, dict[str, int]], ...] = (
 
 
 @dataclass(frozen=True, slots=True)
-class PartitionView:
+class PartitionMetadata:
     leader: int
     replicas: tuple[int, ...]
     isrs: tuple[int, ...]
 
 
 @dataclass(frozen=True, slots=True)
-class TopicView:
-    partitions: dict[int, PartitionView]
+class TopicMetadata:
+    partitions: dict[int, PartitionMetadata]
 
 
 @dataclass(frozen=True, slots=True)
-class ClusterView:
+class BrokerMetadata:
     """A MetadataResponse in the shape of librdkafka's ClusterMetadata (brokers by id,
     topics by name, partitions by index), which the librdkafka fallback returns."""
 
     brokers: dict[int, str]
-    topics: dict[str, TopicView]
+    topics: dict[str, TopicMetadata]
 
     @classmethod
-    def of(cls, res: Any) -> ClusterView:
+    def of(cls, res: Any) -> BrokerMetadata:
         return cls(brokers={b.node_id: f"{b.host}:{b.port}" for b in res.brokers},
-                   topics={t.name: TopicView(partitions={
-                       p.partition_index: PartitionView(p.leader_id, tuple(p.replica_nodes),
+                   topics={t.name: TopicMetadata(partitions={
+                       p.partition_index: PartitionMetadata(p.leader_id, tuple(p.replica_nodes),
                                                         tuple(p.isr_nodes)) for p in t.partitions})
                            for t in res.topics if t.name})
 
@@ -520,10 +531,8 @@ def _only_topics(g: GroupSample, topics: set[str], canon: dict[TP, TP]) -> Group
         reported_lag={canon.get(tp, tp): o for tp, o in g.reported_lag.items() if tp[0] in topics})
 
 
-def _committed(gid: str, offs: Committed | Exception | None, errors: list[ErrorRecord]
+def _committed(gid: str, offs: Committed | None, errors: list[ErrorRecord]
                ) -> tuple[dict[TP, int], str | None]:
-    if isinstance(offs, Exception):
-        return {}, f"offset fetch: {_err_text(offs)}"
     if offs is None:
         return {}, "offset fetch: no answer"
     if offs.error is not None:
@@ -539,33 +548,31 @@ def _group_error(stage: ErrorStage, gid: str, answer: Committed | DescribedGroup
     return ErrorRecord(stage=stage, group=gid, message=f"{gid}: {answer.error}", code=answer.error_code)
 
 
-def _described(gid: str, gtype: GroupType, lst: ListedGroup, d: DescribedGroup | Exception | None,
-               offs: Committed | Exception | None, errors: list[ErrorRecord]) -> GroupSample:
+def _described(gid: str, gtype: GroupType, lst: ListedGroup, d: DescribedGroup | None,
+               offs: Committed | None, errors: list[ErrorRecord]) -> GroupSample:
     """A classic, KIP-848 consumer or streams group: its describe plus its committed offsets;
     either failing is the group's error, and what the other read is kept."""
     committed, offs_error = _committed(gid, offs, errors)
     error = _described_error(gid, d, errors)
     if offs_error:
         error = f"{error}; {offs_error}" if error else offs_error
-    if not isinstance(d, DescribedGroup) or d.error is not None:
-        state = lst.state if gtype != GroupType.CLASSIC else "unknown"
+    if d is None or d.error is not None:
+        state = lst.state if gtype != GroupType.CLASSIC else KafkaGroupState.UNKNOWN
         return GroupSample(group_id=gid, type=gtype, state=state, committed=committed, error=error)
     g = GroupSample(group_id=gid, type=gtype, state=d.state, members=_members(d),
                     coordinator=d.coordinator, committed=committed, error=error,
                     epoch=None if gtype == GroupType.CLASSIC else d.group_epoch)
     if gtype == GroupType.CLASSIC and not _left_a_topic(g):
         # The members' subscriptions change a judgement only for a group that left a topic
-        # (_left_a_topic); elsewhere they stay unknown, as they always were for classic groups.
+        # (_left_a_topic); elsewhere a classic group's subscriptions are left unknown.
         g = dataclasses.replace(g, members=tuple(dataclasses.replace(m, subscribed=())
                                                  for m in g.members))
     return g
 
 
-def _described_error(gid: str, d: DescribedGroup | Exception | None,
+def _described_error(gid: str, d: DescribedGroup | None,
                      errors: list[ErrorRecord]) -> str | None:
     """The describe's error for this group, counted once (a failed batch was counted)."""
-    if isinstance(d, Exception):
-        return f"describe: {_err_text(d)}"
     if d is None:
         return "describe: no answer"
     if d.error is not None:
@@ -578,7 +585,8 @@ def _described_error(gid: str, d: DescribedGroup | Exception | None,
 def _left_a_topic(g: GroupSample) -> bool:
     """A stable classic group whose members own partitions, with committed offsets on a
     topic of which no member owns a partition."""
-    if g.type != GroupType.CLASSIC or g.state != "stable" or g.error is not None or not g.members:
+    if (g.type != GroupType.CLASSIC or g.state != KafkaGroupState.STABLE or g.error is not None
+            or not g.members):
         return False
     held = {t for m in g.members for t, _ in m.assignment}
     return bool(held) and any(t not in held for t, _ in g.committed)
@@ -592,20 +600,19 @@ def _members(d: DescribedGroup) -> tuple[Member, ...]:
                  for m in d.members)
 
 
-def _share(gid: str, d: DescribedGroup | Exception | None, offs: ShareOffsets | Exception | None,
+def _share(gid: str, d: DescribedGroup | None, offs: ShareOffsets | None,
            errors: list[ErrorRecord]) -> GroupSample:
     """A share group: its start offsets stand where a consumer group's committed offsets do."""
     error = _described_error(gid, d, errors)
-    if isinstance(offs, ShareOffsets) and offs.error is not None and offs.error_code != REQUEST_FAILED:
+    if offs is not None and offs.error is not None and offs.error_code != REQUEST_FAILED:
         errors.append(_group_error(ErrorStage.OFFSET_FETCH, gid, offs))
-    offs_error = (f"offset fetch: {_err_text(offs)}" if isinstance(offs, Exception) else
-                  f"offset fetch: {offs.error}" if offs is not None and offs.error else None)
+    offs_error = f"offset fetch: {offs.error}" if offs is not None and offs.error else None
     if offs_error:
         error = f"{error}; {offs_error}" if error else offs_error
-    start = offs.start if isinstance(offs, ShareOffsets) else {}
-    lag = offs.lag if isinstance(offs, ShareOffsets) else {}
-    if not isinstance(d, DescribedGroup) or d.error is not None:
-        return GroupSample(group_id=gid, type=GroupType.SHARE, state="unknown", committed=start,
+    start = offs.start if offs is not None else {}
+    lag = offs.lag if offs is not None else {}
+    if d is None or d.error is not None:
+        return GroupSample(group_id=gid, type=GroupType.SHARE, state=KafkaGroupState.UNKNOWN, committed=start,
                            reported_lag=lag, error=error)
     return GroupSample(group_id=gid, type=GroupType.SHARE, state=d.state, members=_members(d),
                        coordinator=d.coordinator, committed=start, reported_lag=lag,

@@ -54,7 +54,7 @@ class RecordTimestamps:
         Many groups often read one partition at different offsets: each partition is
         assigned once at its lowest wanted offset and read forward, picking up every
         wanted offset within ``max_span`` records of it (the rest wait for a later
-        call). A wanted offset that no longer holds a record (compaction, control
+        call). A wanted offset that holds no record any more (compaction, control
         records) gets the timestamp of the next record: the oldest one not consumed.
         Keys of the result are (topic, partition, offset); unreadable ones are missing.
         """

@@ -1,12 +1,11 @@
 """All Kafka I/O of one cluster, in a child process.
 
-Why a process: librdkafka kills the whole process in some failure paths. We
-hit an assertion in a real coordinator-failover test
-(``rd_kafka_enq_once_del_source_return: Assertion `eonce->refcnt > 0'`` while
-describe/offset-fetch requests were timing out, confluentinc/librdkafka#4605),
-and a segfault whenever the admin client's OffsetFetch meets a coordinator
-that moved (confluentinc/librdkafka#5040: ``rd_kafka_cgrp_op`` on the NULL
-consumer group of an admin client). With every librdkafka
+Why a process: librdkafka kills the whole process in some failure paths: an
+assertion when describe or offset-fetch requests time out during a coordinator
+failover (``rd_kafka_enq_once_del_source_return: Assertion `eonce->refcnt > 0'``,
+confluentinc/librdkafka#4605), and a segfault whenever the admin client's OffsetFetch
+meets a coordinator that moved (confluentinc/librdkafka#5040: ``rd_kafka_cgrp_op`` on
+the NULL consumer group of an admin client). With every librdkafka
 client (sampler, record-timestamp reader, report reader) in a child, such an
 abort costs one cycle: the main process keeps serving what it knew with
 ``lagwatch_up 0``, counts ``lagwatch_errors_total{stage="worker_crash"}``,
@@ -47,8 +46,10 @@ from exporter.contracts.worker import (
     Timestamps,
     TimestampsReply,
     TimestampsRequest,
+    WorkerCounters,
     WorkerStart,
 )
+from exporter.runtime import collect_less
 
 if TYPE_CHECKING:
     from exporter.kafka.sampler import Sampler
@@ -101,6 +102,7 @@ def _serve(conn: _Pipe, start: WorkerStart) -> None:
     # failovers; the Python stack of every thread, dumped to the log, says which request
     # was in flight, which a bug report upstream needs (and the exit code alone does not).
     faulthandler.enable(all_threads=True)
+    collect_less()
     cfg = start.cluster
     logs.setup(start.log_level)
     from exporter.kafka.sampler import Sampler, client_config
@@ -133,7 +135,7 @@ class _Clients:
     def __init__(self, cfg: ClusterConfig, sampler: Sampler, exact: RecordTimestamps,
                  reports: ReportReader | None) -> None:
         self.cfg, self.sampler, self.exact, self.reports = cfg, sampler, exact, reports
-        self.counts: tuple[int, dict[str, int], dict[str, int], int] = (0, {}, {}, 0)
+        self.counts = WorkerCounters()
         self.state: StateTopic | None = None  # the state topic's clients, made at first use
         self.coordinator: Coordinator | None = None  # with replicas, made at the first cycle
 
@@ -172,7 +174,7 @@ class _Clients:
             shards, load = self.coordinator.cycle()
             self.sampler.shards = shards
         sampled = _sample_or_fail(self.sampler, self.reports, req, self.counts)
-        self.counts = _counts(sampled)
+        self.counts = sampled.counters  # for a later cycle that raises
         sampled.shards, sampled.state = shards, load
         return sampled
 
@@ -188,7 +190,7 @@ class _Clients:
 
 
 def _sample_or_fail(sampler: Sampler, reports: ReportReader | None, req: SampleRequest,
-                    counts: tuple[int, dict[str, int], dict[str, int], int]) -> SampleReply:
+                    counts: WorkerCounters) -> SampleReply:
     """The cycle's reply; a Python exception is that cycle's sample_exception error."""
     try:
         return _sample(sampler, reports, req.memory)
@@ -229,11 +231,6 @@ def _state(state: StateTopic, req: StateLoadRequest | StateWriteRequest
         return StateWriteReply(0, len(req.records), error=f"{type(e).__name__}: {e}")
 
 
-def _counts(reply: SampleReply) -> tuple[int, dict[str, int], dict[str, int], int]:
-    """The counters of a reply, for a later cycle that raises (they must never go back)."""
-    return reply.requests_total, reply.reports_received, reply.reports_dropped, reply.reports_requests
-
-
 def _sample(sampler: Sampler, reports: ReportReader | None, memory: SamplerMemory | None
             ) -> SampleReply:
     if memory is not None:  # what the runner kept from the last cycle
@@ -243,20 +240,20 @@ def _sample(sampler: Sampler, reports: ReportReader | None, memory: SamplerMemor
         consumer_reports = {g: r for g, r in consumer_reports.items() if sampler.judges(g)}
         spark_reports = {g: r for g, r in spark_reports.items() if sampler.judges(g)}
     spark_topics = {t for r in spark_reports.values() for (t, _) in r.end_offsets}
-    snap = sampler.sample(extra_topics=spark_topics)
-    return SampleReply(snap, consumer_reports, spark_reports, sampler.requests_total,
-                        dict(reports.received) if reports else {},
-                        dict(reports.dropped) if reports else {},
-                        reports.requests if reports else 0, sampler.memory)
+    snap = sampler.sample(spark_topics=spark_topics)
+    counters = WorkerCounters(sampler.requests_total,
+                              dict(reports.received) if reports else {},
+                              dict(reports.dropped) if reports else {},
+                              reports.requests if reports else 0)
+    return SampleReply(snap, consumer_reports, spark_reports, counters, sampler.memory)
 
 
-def _failed(cluster: str, counts: tuple[int, dict[str, int], dict[str, int], int], error: str
-            ) -> SampleReply:
+def _failed(cluster: str, counts: WorkerCounters, error: str) -> SampleReply:
     """A cycle whose sampling raised: no data, one sample_exception error; the counters
     are the last ones known (they must never go back)."""
     snap = Snapshot(cluster=cluster, taken_at=time.time(), duration=0.0, partitions={}, groups={},
                     errors=(ErrorRecord(stage=ErrorStage.SAMPLE_EXCEPTION, message=error),), ok=False)
-    return SampleReply(snap, {}, {}, *counts)
+    return SampleReply(snap, {}, {}, counts)
 
 
 def child_main() -> None:

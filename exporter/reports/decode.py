@@ -19,13 +19,20 @@ Format (JSON object, UTF-8, at most MAX_REPORT_BYTES), version 1::
                "latest_offsets": {topic: {partition: offset}},
                "exception"?: str|null,
                "running_batch"?: null|{"batch_id": int, "start_offsets": {topic: {partition: offset}},
-                                       "end_offsets": {topic: {partition: offset}}}}
+                                       "end_offsets": {topic: {partition: offset}}},
+               "connect"?: "client"|"server", "server_seen"?: epoch s|null,
+               "server_error"?: str|null}
 
 Fields marked ``?`` are optional, so that reports of older reporters keep decoding:
 ``commit_mode`` is the consumer's own configuration (``enable.auto.commit``, with
 ``auto.commit.interval.ms`` as ``auto_commit_interval`` in seconds); ``running_batch`` is
 the micro-batch Spark has planned (its offset log) but not committed (its commit log):
-null when none is, absent when the listener cannot tell.
+null when none is, absent when the listener cannot tell. ``connect`` says where the listener
+runs under Spark Connect (absent: a classic driver, which runs the query itself): in the
+``client`` (PySpark 4.x), apart from the server that runs the query, or in the ``server``'s
+Python (3.5). A client listener adds ``server_seen``, when the server last spoke about the
+query (an event or an answer to the listener's status probe, on the reporter's clock), and
+``server_error``, why its last probe failed.
 
 ``rebalances``: how many rebalances the client took part in, cumulative (the Python
 client counts the assignments librdkafka hands it; the JVM interceptor reports the
@@ -41,15 +48,25 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
 from typing import Any
 
+from exporter.contracts.reports import (
+    REPORTED_COMMIT_MODES,
+    CommitMode,
+    ConnectSide,
+    ConsumerReport,
+    Report,
+    RunningBatch,
+    SparkEvent,
+    SparkReport,
+)
 from exporter.contracts.snapshot import TP
 from lagwatch_client.wire import MAX_NAME, MAX_REPORT_BYTES, VERSION, encode, report_key  # noqa: F401
 
 # The wire format is lagwatch_client.wire, shared with the reporters (encode and report_key
 # are re-exported for tests that build reports the way reporters do).
 
+_SPARK_EVENTS = tuple(e.value for e in SparkEvent)
 MAX_PARTITIONS = 10_000
 MAX_OFFSET = 2**63 - 1
 # Reasons are a closed set: they are a label value of lagwatch_reports_dropped_total.
@@ -62,80 +79,6 @@ class ReportError(ValueError):
         assert reason in DROP_REASONS
         super().__init__(f"{reason}: {detail}" if detail else reason)
         self.reason = reason
-
-
-@dataclass(frozen=True, slots=True)
-class ConsumerReport:
-    group: str
-    client_id: str
-    member_id: str
-    host: str
-    sent_at: float
-    last_poll: float
-    interval: float
-    positions: dict[TP, int]
-    committed: dict[TP, int]
-    closed: bool
-    received_at: float
-    rebalances: int | None = None  # the client's own cumulative rebalance count
-    commit_mode: str | None = None  # "auto" | "manual"; None from reporters that do not say
-    auto_commit_interval: float | None = None  # seconds, with commit_mode "auto"
-
-    def poll_age(self, now: float) -> float:
-        return max(0.0, self.sent_at - self.last_poll) + max(0.0, now - self.received_at)
-
-
-COMMIT_MODES = ("auto", "manual")
-
-
-@dataclass(frozen=True, slots=True)
-class RunningBatch:
-    """A Spark micro-batch planned (offset log) and not yet committed (commit log)."""
-
-    batch_id: int | None
-    start_offsets: dict[TP, int]  # where it starts: the end of the last committed batch
-    end_offsets: dict[TP, int]
-
-
-@dataclass(frozen=True, slots=True)
-class SparkReport:
-    group: str
-    query_id: str
-    run_id: str
-    name: str | None
-    sent_at: float
-    event: str
-    batch_id: int | None
-    batch_started: float | None
-    last_progress: float | None
-    batch_duration_ms: float | None
-    input_rows_per_second: float | None
-    processed_rows_per_second: float | None
-    interval: float
-    end_offsets: dict[TP, int]
-    latest_offsets: dict[TP, int]
-    exception: str | None
-    received_at: float
-    # The batch planned but not committed: None when unknown (older listeners), else
-    # RunningBatch (no batch running: empty offset maps, batch_id None).
-    running: RunningBatch | None = None
-
-    @property
-    def terminated(self) -> bool:
-        return self.event == "terminated"
-
-    def batch_running(self, now: float) -> float | None:
-        if self.batch_started is None:
-            return None
-        return max(0.0, self.sent_at - self.batch_started) + max(0.0, now - self.received_at)
-
-    def progress_age(self, now: float) -> float | None:
-        if self.last_progress is None:
-            return None
-        return max(0.0, self.sent_at - self.last_progress) + max(0.0, now - self.received_at)
-
-
-Report = ConsumerReport | SparkReport
 
 
 def _str(d: dict[str, Any], key: str, *, required: bool = True, empty: bool = False) -> str | None:
@@ -252,15 +195,15 @@ def _consumer(d: dict[str, Any], group: str, sent_at: float, interval: float,
         commit_mode=mode, auto_commit_interval=auto_interval)
 
 
-def _commit_mode(d: dict[str, Any]) -> tuple[str | None, float | None]:
+def _commit_mode(d: dict[str, Any]) -> tuple[CommitMode | None, float | None]:
     """(``commit_mode``, ``auto_commit_interval``): both optional, the interval only with "auto"."""
     mode = d.get("commit_mode")
-    if mode is not None and mode not in COMMIT_MODES:
-        raise ReportError("wrong_type", f"commit_mode must be one of {', '.join(COMMIT_MODES)}")
+    if mode is not None and mode not in REPORTED_COMMIT_MODES:
+        raise ReportError("wrong_type", f"commit_mode must be one of {', '.join(REPORTED_COMMIT_MODES)}")
     auto_interval = _num(d, "auto_commit_interval", required=False, lo=0.0, hi=86400 * 365)
-    if auto_interval is not None and mode != "auto":
+    if auto_interval is not None and mode != CommitMode.AUTO:
         raise ReportError("wrong_type", "auto_commit_interval without commit_mode auto")
-    return mode, auto_interval
+    return (None if mode is None else CommitMode(mode)), auto_interval
 
 
 def _running_batch(d: dict[str, Any]) -> RunningBatch | None:
@@ -306,7 +249,7 @@ def _spark(d: dict[str, Any], group: str, sent_at: float, interval: float,
            received_at: float) -> SparkReport:
     """A Spark listener's report (``kind: spark``): one query's progress or liveness."""
     event = d.get("event")
-    if event not in ("started", "progress", "idle", "heartbeat", "terminated"):
+    if event not in _SPARK_EVENTS:
         raise ReportError("wrong_type", f"unknown spark event {event!r}")
     batch_id = d.get("batch_id")
     if batch_id is not None:
@@ -316,7 +259,7 @@ def _spark(d: dict[str, Any], group: str, sent_at: float, interval: float,
         raise ReportError("wrong_type", "exception must be a string")
     return SparkReport(
         group=group, query_id=_str(d, "query_id") or "", run_id=_str(d, "run_id") or "",
-        name=_str(d, "name", required=False), sent_at=sent_at, event=event,
+        name=_str(d, "name", required=False), sent_at=sent_at, event=SparkEvent(event),
         batch_id=batch_id,
         batch_started=_num(d, "batch_started", required=False, lo=1e9, hi=1e11),
         last_progress=_num(d, "last_progress", required=False, lo=1e9, hi=1e11),
@@ -327,4 +270,21 @@ def _spark(d: dict[str, Any], group: str, sent_at: float, interval: float,
         end_offsets=_offset_map(d.get("end_offsets"), "end_offsets"),
         latest_offsets=_offset_map(d.get("latest_offsets"), "latest_offsets"),
         exception=(exc[:2000] if exc else None), received_at=received_at,
-        running=_running_batch(d))
+        running=_running_batch(d), **_connect(d))
+
+
+CONNECT_SIDES = tuple(ConnectSide)
+
+
+def _connect(d: dict[str, Any]) -> dict[str, Any]:
+    """A Spark report's optional Spark Connect fields (absent from classic drivers' and older
+    listeners' reports)."""
+    side = d.get("connect")
+    if side is not None and side not in CONNECT_SIDES:
+        raise ReportError("wrong_type", f"connect must be one of {', '.join(CONNECT_SIDES)}")
+    err = d.get("server_error")
+    if err is not None and not isinstance(err, str):
+        raise ReportError("wrong_type", "server_error must be a string")
+    return {"connect": None if side is None else ConnectSide(side),
+            "server_seen": _num(d, "server_seen", required=False, lo=1e9, hi=1e11),
+            "server_error": err[:200] if err else None}

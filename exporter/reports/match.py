@@ -31,9 +31,9 @@ import dataclasses
 import ipaddress
 from collections.abc import Iterable
 
+from exporter.contracts.reports import ConsumerReport
 from exporter.contracts.snapshot import Member
 from exporter.evaluate.constants import GONE_AFTER_INTERVALS
-from exporter.reports.decode import ConsumerReport
 
 IpAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 

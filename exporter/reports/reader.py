@@ -19,9 +19,10 @@ import time
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 
 from exporter.config import ClusterConfig, Thresholds
+from exporter.contracts.reports import ConsumerReport, SparkReport
 from exporter.kafka.readonly import NEVER_JOINS
 from exporter.kafka.sampler import client_config, tokens_ready
-from exporter.reports.decode import ConsumerReport, ReportError, SparkReport, decode
+from exporter.reports.decode import ReportError, decode
 
 log = logging.getLogger("lagwatch.reports")
 MAX_KEYS = 50_000

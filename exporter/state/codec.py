@@ -1,7 +1,7 @@
 """State records: what one record of the state topic holds, as bytes, and back.
 
-Key (UTF-8): ``CLUSTER/g/GROUP`` for a group's :class:`GroupState`, ``CLUSTER/t/TOPIC``
-for a topic's :class:`TopicState` (CLUSTER is lagwatch's configured cluster name, which
+Key (UTF-8): ``CLUSTER/g/GROUP`` for a group's :class:`SavedGroup`, ``CLUSTER/t/TOPIC``
+for a topic's :class:`SavedTopic` (CLUSTER is lagwatch's configured cluster name, which
 has no ``/``; a group id may have any character, so the key splits at the first two).
 A deleted group's key gets a tombstone, so compaction removes it.
 
@@ -9,7 +9,7 @@ Value: one format-version byte (:data:`VERSION`), then zlib-compressed UTF-8 JSO
 
     {"cluster_id": str, "at": epoch seconds written, "state": [...]}
 
-``state`` is the GroupState or TopicState as positional arrays
+``state`` is the SavedGroup or SavedTopic as positional arrays
 (exporter/state/plain.py). Why JSON and zlib: no dependency beyond the standard
 library, a record can be read with ``kafka-console-consumer`` and ``zlib-flate``, and
 the positional arrays of one group repeat topic names and times that zlib folds
@@ -30,8 +30,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from exporter.contracts.state import PARTITION_KINDS, GroupState, TopicState
-from exporter.state.plain import PlainError, from_plain, to_plain
+from exporter.contracts.state import PARTITION_KINDS, SavedGroup, SavedTopic
+from exporter.state.plain import PlainError, as_json, from_plain
 
 VERSION = 1
 # A record inflates to at most this many bytes: a corrupt or hostile record cannot make
@@ -62,7 +62,7 @@ class Decoded:
 
     kind: str  # GROUP or TOPIC
     name: str  # the group id or the topic
-    state: GroupState | TopicState
+    state: SavedGroup | SavedTopic
     at: float
     cluster_id: str
 
@@ -87,9 +87,9 @@ def parse_key(key: bytes | None, cluster: str) -> tuple[str, str] | None:
     return kind, name
 
 
-def encode(state: GroupState | TopicState, cluster_id: str, at: float, level: int = 6) -> bytes:
-    doc = {"cluster_id": cluster_id, "at": at, "state": to_plain(state)}
-    text = json.dumps(doc, separators=(",", ":"), allow_nan=False)
+def encode(state: SavedGroup | SavedTopic, cluster_id: str, at: float, level: int = 6) -> bytes:
+    doc = {"cluster_id": cluster_id, "at": at, "state": state}
+    text = json.dumps(doc, separators=(",", ":"), allow_nan=False, default=as_json)
     return bytes((VERSION,)) + zlib.compress(text.encode(), level)
 
 
@@ -132,7 +132,7 @@ def decode(kind: str, name: str, value: bytes, cluster_id: str | None, now: floa
     if not math.isfinite(at) or now - at > max_age:
         raise StateError(DropReason.STALE, f"written {now - at:.0f} s ago (state.max_age {max_age:g} s)")
     try:
-        state = from_plain(GroupState if kind == GROUP else TopicState, doc["state"])
+        state = from_plain(SavedGroup if kind == GROUP else SavedTopic, doc["state"])
         _check(state, name)
     except (PlainError, TypeError, RecursionError) as e:
         raise StateError(DropReason.MALFORMED, str(e)[:200]) from None
@@ -152,10 +152,10 @@ def _fits(kind: str, v: Any) -> bool:
     return isinstance(v, _KIND_TYPES[kind])
 
 
-def _check(state: GroupState | TopicState, name: str) -> None:
+def _check(state: SavedGroup | SavedTopic, name: str) -> None:
     """What the type hints leave open: the name matches the key, every partition row has
     its fields' kinds, every flat point list its (number, ...) shape."""
-    if isinstance(state, TopicState):
+    if isinstance(state, SavedTopic):
         if state.topic != name:
             raise PlainError(f"topic {state.topic!r} under the key of {name!r}")
         for row in state.partitions:

@@ -45,26 +45,46 @@ def _fields_of(cls: type) -> Callable[[Any], tuple[Any, ...]] | None:
 
 def to_plain(obj: Any) -> Any:
     kind = type(obj)
-    if kind in _SCALARS:  # the common case first: one set lookup
+    if kind in _SCALARS:  # the common cases first: one set lookup, then two identity tests
         return obj
-    if isinstance(obj, bool | int | float):
-        return obj
-    if isinstance(obj, enum.Enum):
-        return obj.value
-    if isinstance(obj, str):
-        return obj
+    if kind is tuple or kind is list:
+        return _plain_items(obj)
     fields = _fields_of(kind)
     if fields is not None:
-        return tuple(v if type(v) in _SCALARS else to_plain(v) for v in fields(obj))
+        return _plain_items(fields(obj))
+    if isinstance(obj, enum.Enum):
+        return obj.value
+    if isinstance(obj, bool | int | float | str):
+        return obj
     if isinstance(obj, dict):
         return tuple((to_plain(k), to_plain(v)) for k, v in obj.items())
     if isinstance(obj, frozenset | set):
         return tuple(sorted(to_plain(v) for v in obj))
     if isinstance(obj, tuple | list):
-        if all(type(v) in _SCALARS for v in obj):  # rows of numbers: as they are
-            return tuple(obj)
-        return tuple(v if type(v) in _SCALARS else to_plain(v) for v in obj)
+        return _plain_items(obj)
     raise PlainError(f"cannot encode {type(obj).__name__}")
+
+
+def as_json(obj: Any) -> Any:
+    """``json.dumps``'s ``default``: one level of :func:`to_plain` for what JSON has no
+    type of (a dataclass as its field values, an enum as its value, a set sorted); the
+    encoder calls it again for what those hold, so a state is walked once, in C."""
+    fields = _fields_of(type(obj))
+    if fields is not None:
+        return fields(obj)
+    if isinstance(obj, enum.Enum):
+        return obj.value
+    if isinstance(obj, frozenset | set):
+        return sorted(to_plain(v) for v in obj)
+    raise PlainError(f"cannot encode {type(obj).__name__}")
+
+
+def _plain_items(items: tuple[Any, ...] | list[Any]) -> tuple[Any, ...]:
+    """Each item plain; a row of scalars as it is (the type set is tested in C: this runs
+    for every partition of every group written)."""
+    if _SCALARS.issuperset(map(type, items)):
+        return tuple(items)
+    return tuple([v if type(v) in _SCALARS else to_plain(v) for v in items])
 
 
 def deep_tuple(v: Any) -> Any:

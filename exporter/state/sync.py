@@ -20,7 +20,7 @@ import zlib
 from collections.abc import Iterator
 
 from exporter.config import ClusterConfig
-from exporter.contracts.state import GroupState, TopicState
+from exporter.contracts.state import SavedGroup, SavedTopic
 from exporter.contracts.view import ClusterView, GroupView
 from exporter.contracts.worker import Shards, StateLoadReply, StateWriteReply
 from exporter.evaluate.evaluator import Evaluator
@@ -76,11 +76,11 @@ class StateSync:
         topics, groups, newest = 0, 0, None
         for d in self._wanted(ev, reply, now, shards):
             try:
-                if isinstance(d.state, TopicState):
+                if isinstance(d.state, SavedTopic):
                     ev.import_topic(d.state, d.at)
                     topics += 1
                     self._topics.add(d.name)
-                elif isinstance(d.state, GroupState):
+                elif isinstance(d.state, SavedGroup):
                     ev.import_group(d.name, d.state)
                     groups += 1
                 newest = d.at if newest is None else max(newest, d.at)
@@ -121,7 +121,7 @@ class StateSync:
         mine = [k for k in keys if k[2][0] == codec.GROUP
                 and shard_of(k[2][1], shards.offsets_partitions, shards.partitions) in shards.restored]
         groups = list(self._decoded(reply.cluster_id, mine, now))
-        read = {r[0] for d in groups if isinstance(d.state, GroupState) for r in d.state.partitions}
+        read = {r[0] for d in groups if isinstance(d.state, SavedGroup) for r in d.state.partitions}
         known = {t for t, _p in ev.hw_history}
         wanted = [k for k in keys if k[2][0] == codec.TOPIC and k[2][1] in read - known]
         return list(self._decoded(reply.cluster_id, wanted, now)) + groups
@@ -177,7 +177,7 @@ class StateSync:
             states = ev.export_topics()
             out += [(codec.key_of(name, codec.TOPIC, t.topic), codec.encode(t, cid, now), t.topic)
                     for t in states]
-            # With replicas a topic this one no longer reads may be another's: not deleted.
+            # With replicas a topic this one does not read any more may be another's: not deleted.
             gone = self._topics - {t.topic for t in states} if shards is None else set()
             out += [(codec.key_of(name, codec.TOPIC, t), None, t) for t in sorted(gone)]
             self._topics = {t.topic for t in states}

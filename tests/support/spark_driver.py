@@ -1,6 +1,10 @@
 """A PySpark driver with a LagListener, run as its own process and driven over stdin/stdout.
 
-    <python> tests/spark_driver.py --bootstrap HOST:PORT --jars a.jar,b.jar
+    <python> tests/support/spark_driver.py --bootstrap HOST:PORT --jars a.jar,b.jar
+    <python> tests/support/spark_driver.py --bootstrap HOST:PORT --remote sc://127.0.0.1:PORT
+
+With ``--remote`` it is a Spark Connect client of that server (the connector jars are the
+server's), and queries run on the server.
 
 The listener tests run it with the suite's interpreter (pyspark 4.0) and with the
 PySpark 3.5 virtualenv (devenv/pyenvs.py): two pyspark versions cannot share a
@@ -38,27 +42,37 @@ EXPORTER_ONLY = ("exporter", "prometheus_client", "yaml", "bcrypt")
 
 
 class Driver:
-    def __init__(self, bootstrap: str, jars: str, heartbeat: float) -> None:
+    def __init__(self, bootstrap: str, jars: str, heartbeat: float, remote: str | None = None,
+                 listener: bool = True) -> None:
         os.environ["PYSPARK_PYTHON"] = sys.executable  # Python workers (UDFs) use this venv too
         self.bootstrap = bootstrap
-        self.spark = (SparkSession.builder.master("local[2]").appName("lagwatch-tests")
-                      .config("spark.jars", jars)
-                      .config("spark.ui.enabled", "false")
-                      .config("spark.sql.shuffle.partitions", "2")
-                      .config("spark.sql.streaming.forceDeleteTempCheckpointLocation", "true")
-                      .config("spark.sql.streaming.stopTimeout", "60s")
-                      .config("spark.driver.extraJavaOptions", "-XX:+UseSerialGC")
-                      .getOrCreate())
-        self.spark.sparkContext.setLogLevel("ERROR")
-        self.listeners = {"main": spark_metrics.LagListener(bootstrap_servers=bootstrap,
-                                                            heartbeat_interval=heartbeat)}
-        self.spark.streams.addListener(self.listeners["main"])
+        self.remote = remote
+        if remote is not None:  # a Spark Connect client: the server has the jars and settings
+            self.spark = SparkSession.builder.remote(remote).getOrCreate()
+        else:
+            self.spark = (SparkSession.builder.master("local[2]").appName("lagwatch-tests")
+                          .config("spark.jars", jars)
+                          .config("spark.ui.enabled", "false")
+                          .config("spark.sql.shuffle.partitions", "2")
+                          .config("spark.sql.streaming.forceDeleteTempCheckpointLocation", "true")
+                          .config("spark.sql.streaming.stopTimeout", "60s")
+                          .config("spark.driver.extraJavaOptions", "-XX:+UseSerialGC")
+                          .getOrCreate())
+            self.spark.sparkContext.setLogLevel("ERROR")
+        self.listeners: dict[str, Any] = {}
+        if listener:
+            self.listeners["main"] = spark_metrics.LagListener(bootstrap_servers=bootstrap,
+                                                               heartbeat_interval=heartbeat)
+            self.spark.streams.addListener(self.listeners["main"])
         self.queries: dict[str, Any] = {}
         self.checkpoints: dict[str, str] = {}
 
     def hello(self) -> dict[str, Any]:
+        session = getattr(self.spark, "session_id", None)  # Spark Connect 4.x
+        if session is None and self.remote is not None:
+            session = self.spark.client._session_id  # 3.5
         return {"pyspark": pyspark.__version__, "python": sys.executable,
-                "spark_metrics": spark_metrics.__file__,
+                "spark_metrics": spark_metrics.__file__, "session_id": session,
                 "importable": [m for m in EXPORTER_ONLY if importlib.util.find_spec(m)]}
 
     def start(self, name: str, topic: str, trigger_ms: int = 500,
@@ -94,6 +108,20 @@ class Driver:
         assert lines[0] == "v1", lines
         (topic_offsets,) = json.loads(lines[2]).values()  # one source, one topic
         return {p: int(o) for p, o in topic_offsets.items()}
+
+    def query_by_id(self, query_id: str) -> dict[str, Any]:
+        """The server's view of a query of this session, found by id (a client that did not
+        start it, attached to its session)."""
+        q = self.spark.streams.get(query_id)
+        last = None if q is None else q.lastProgress
+        return {"known": q is not None, "active": q is not None and q.isActive,
+                "batch_id": None if last is None else last["batchId"]}
+
+    def stop_by_id(self, query_id: str) -> dict[str, Any]:
+        q = self.spark.streams.get(query_id)
+        if q is not None:
+            q.stop()
+        return {}
 
     def stop(self, name: str) -> dict[str, Any]:
         self.queries[name].stop()
@@ -180,10 +208,12 @@ def reply(obj: dict[str, Any]) -> None:
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--bootstrap", required=True)
-    ap.add_argument("--jars", required=True)
+    ap.add_argument("--jars", default="")
     ap.add_argument("--heartbeat", type=float, default=1.0)
+    ap.add_argument("--remote")
+    ap.add_argument("--no-listener", action="store_true")
     args = ap.parse_args()
-    driver = Driver(args.bootstrap, args.jars, args.heartbeat)
+    driver = Driver(args.bootstrap, args.jars, args.heartbeat, args.remote, not args.no_listener)
     reply({"ok": driver.hello()})
     for line in sys.stdin:
         req = json.loads(line)

@@ -11,7 +11,7 @@ from typing import Any
 
 from devenv.pyenvs import wheelhouse
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PROJECTS = {"lagwatch": ROOT, "lagwatch-client": ROOT / "client"}
 
 

@@ -19,7 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from devenv.kafka import die_with_parent, free_port
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
@@ -57,7 +57,7 @@ class ExporterProcess:
             cmd += ["--bootstrap-servers", bootstrap]
         if config:
             cmd += ["--config", config]
-        if record:  # tests/recorded.py: evaluator inputs for the replay fixtures
+        if record:  # tests/support/recorded.py: evaluator inputs for the replay fixtures
             cmd += ["--record", record]
         self.record = record
         self.cmd = cmd

@@ -1,6 +1,6 @@
 """A consumer throttled to a known rate, for tests/test_catchup.py.
 
-    python -m tests.paced_consumer BOOTSTRAP TOPIC GROUP RATE
+    python -m tests.support.paced_consumer BOOTSTRAP TOPIC GROUP RATE
 
 Consumes record i at ``start + i / RATE`` (a schedule, so poll and commit latency do not
 change its rate as long as it keeps up with it) and commits each record asynchronously.
@@ -17,6 +17,8 @@ import time
 
 from confluent_kafka import Consumer, Message, TopicPartition
 
+FETCH_BYTES = 2048  # per partition and fetch: a few record batches (tests/test_catchup.py)
+
 
 def caught_up(c: Consumer, next_offset: dict[tuple[str, int], int]) -> bool:
     assignment = c.assignment()
@@ -31,8 +33,11 @@ def caught_up(c: Consumer, next_offset: dict[tuple[str, int], int]) -> bool:
 
 def main() -> int:
     bootstrap, topic, group, rate = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4])
+    # Small fetches: each fetch response holds a little of every partition, so a backlog is
+    # consumed from all partitions in turn instead of one partition's after the other's.
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False,
-                  "auto.offset.reset": "earliest", "client.id": f"paced-{rate:g}"})
+                  "auto.offset.reset": "earliest", "client.id": f"paced-{rate:g}",
+                  "max.partition.fetch.bytes": FETCH_BYTES})
     stop = False
 
     def on_term(*_: object) -> None:

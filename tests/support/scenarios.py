@@ -14,7 +14,7 @@ from confluent_kafka import Producer
 
 from devenv.kafka import KafkaCluster
 from tests.conftest import ROOT_DIR, wait_for
-from tests.exporter_proc import ExporterProcess, select
+from tests.support.exporter_proc import ExporterProcess, select
 
 
 @dataclass

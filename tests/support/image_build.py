@@ -27,7 +27,7 @@ from typing import Any
 from devenv.procs import children
 from tests.conftest import unique
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 BASES = ("bookworm", "bookworm-pip")
 TAGS = {"bookworm": "localhost/lagwatch:test", "bookworm-pip": "localhost/lagwatch:test-pip"}
 BUILDAH = ["buildah", "--storage-driver", "vfs"]
