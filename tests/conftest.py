@@ -56,7 +56,7 @@ BROKER_FIXTURES = frozenset({"kafka", "kafka3", "exporter"})
 # tail): so they start first, and the many short files fill in around them.
 LONG_FILES = (
     "test_group_types.py", "test_faults.py", "test_spark.py", "test_spark_connect.py", "test_oauth.py",
-    "test_exporter_core.py", "test_rebalances_live.py", "test_membership.py",
+    "test_exporter_core.py", "test_rebalances_live.py", "test_membership.py", "test_replicas.py",
     "test_jvm_interceptor.py", "test_columns.py", "test_state_restart.py", "test_records_lost.py",
     "test_worker.py", "test_state.py", "test_rest.py", "test_evaluator_simulated.py", "test_demo.py",
     "test_broker_down.py", "test_catchup.py", "test_reports_fuzz.py", "test_security.py",
