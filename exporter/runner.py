@@ -148,8 +148,8 @@ class ClusterRunner:
                 if self._failures == 0:
                     log.error("cluster %s: cannot sample: %s", self.cfg.name, view.last_error,
                               extra=TRANSITION)
-                elif crash:
-                    log.error("cluster %s: %s", self.cfg.name, crash)
+                elif crash:  # every death, with its exit code: never held back as a repeat
+                    log.error("cluster %s: %s", self.cfg.name, crash, extra=TRANSITION)
             elif self._failures:
                 log.info("cluster %s: sampling recovered", self.cfg.name)
             for e in errors if ok else ():
@@ -167,6 +167,15 @@ class ClusterRunner:
                 self.store.publish(replace(self.store.record(self.cfg.name), stats=self._stats(t0)))
             return False
 
+    def _worker_crashed(self, e: WorkerCrashed) -> None:
+        """A Kafka worker that died outside sampling: counted, and logged every time (its
+        exit code tells a SIGKILL from a segfault: the log's repeat filter, which reads
+        numbers as the same, must not hold it back); nothing when our own stop killed it."""
+        if self._stop.is_set():
+            return
+        self.errors[ErrorStage.WORKER_CRASH] += 1
+        log.error("cluster %s: %s", self.cfg.name, e, extra=TRANSITION)
+
     def _exact_timestamps(self, snap: Snapshot, spark_reports: dict[str, SparkReport]
                           ) -> dict[tuple[str, int, int], float]:
         want = self.evaluator.lag_inputs(snap, self.cfg.lag_mode)
@@ -177,9 +186,7 @@ class ClusterRunner:
         try:
             return self.worker.timestamps(want)
         except WorkerCrashed as e:  # the next cycle starts a new worker
-            if not self._stop.is_set():
-                self.errors[ErrorStage.WORKER_CRASH] += 1
-                log.error("cluster %s: %s", self.cfg.name, e)
+            self._worker_crashed(e)
         except Exception as e:  # noqa: BLE001 - lag seconds fall back to interpolation
             self.errors[ErrorStage.EXACT_LAG] += 1
             log.warning("cluster %s: reading record timestamps failed: %s", self.cfg.name, e)
@@ -202,9 +209,7 @@ class ClusterRunner:
         try:
             self.state.restore(self.evaluator, self.worker.load_state(), now)
         except WorkerCrashed as e:  # the next cycle starts a new worker and tries again
-            if not self._stop.is_set():
-                self.errors[ErrorStage.WORKER_CRASH] += 1
-                log.error("cluster %s: %s", self.cfg.name, e)
+            self._worker_crashed(e)
 
     def _adopt(self, res: SampleReply) -> None:
         """The groups of shards newly assigned that no state record restored: new to this
@@ -237,9 +242,7 @@ class ClusterRunner:
         try:
             reply = self.worker.write_state(records, release)
         except WorkerCrashed as e:
-            if not self._stop.is_set():
-                self.errors[ErrorStage.WORKER_CRASH] += 1
-                log.error("cluster %s: %s", self.cfg.name, e)
+            self._worker_crashed(e)
             return
         if reply.denied is None and (reply.error is not None or reply.failed):
             # a refusal is said once and served as lagwatch_state_writable 0, not counted
