@@ -23,7 +23,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from devenv.kafka import KafkaCluster
 from exporter.state.placement import offsets_partition
@@ -39,7 +38,7 @@ from tests.conftest import (
     wait_for,
 )
 from tests.support.exporter_proc import ExporterProcess, Samples, group_offsets, select, value
-from tests.support.prometheus_proc import PrometheusProcess, promtool
+from tests.support.prometheus_proc import PrometheusProcess, fast_rules, firing_evaluations
 from tests.support.scenarios import Scenario, Workload, spawn, stop_all
 
 # The coordination group's session timeout in the test (seconds): long enough that a
@@ -49,7 +48,6 @@ HEARTBEAT = min(SESSION / 3, 1.0)  # exporter/state/coordination.py
 OFFSETS_PARTITIONS = 10  # offsets.topic.num.partitions of the test brokers (devenv/kafka.py)
 SHARDS = 10
 PER_PARTITION = 2
-RULES = Path(__file__).resolve().parent.parent / "alerts" / "lagwatch.rules.yml"
 # Cycles the new owner is watched: a clock restarted at the move would read `ok` (and a
 # stalled_seconds below the gap) from the first of them.
 WATCHED = 3
@@ -119,27 +117,6 @@ def world(kafka: KafkaCluster, tmp_path_factory: pytest.TempPathFactory) -> Iter
         stop_all([stall])
 
 
-def _fast_rules(path: Path) -> Path:
-    """The shipped group alerts, expressions and keep_firing_for untouched, with ``for: 0s``:
-    firing from their first true evaluation, as they would after their ``for:``."""
-    real = yaml.safe_load(RULES.read_text())
-    for g in real["groups"]:
-        for r in g["rules"]:
-            if "alert" in r:
-                r["for"] = "0s"
-    path.write_text(yaml.safe_dump(real, sort_keys=False))
-    promtool("check", "rules", str(path))
-    return path
-
-
-def _firing(prom: PrometheusProcess, start: float, end: float) -> dict[tuple[str, str], int]:
-    """Per firing group alert, the evaluations in [start, end] it was firing at."""
-    out: dict[tuple[str, str], int] = {}
-    for s in prom.query_range('ALERTS{alertstate="firing", group!=""}', start, end, step=1.0):
-        out[(s["metric"]["alertname"], s["metric"]["group"])] = len(s["values"])
-    return out
-
-
 def _served(reps: list[ExporterProcess]) -> list[Samples]:
     return [r.metrics() for r in reps]
 
@@ -166,7 +143,7 @@ def test_replicas_share_the_groups_and_a_killed_ones_move_with_their_clocks(worl
         reps = [stack.enter_context(ExporterProcess(None, config=world["replica"])) for _ in range(3)]
         prom = stack.enter_context(PrometheusProcess(
             tmp_path / "prometheus", targets={"lagwatch": [f"127.0.0.1:{r.port}" for r in reps]},
-            rule_files=[_fast_rules(tmp_path / "fast.rules.yml")]))
+            rule_files=[fast_rules(tmp_path / "fast.rules.yml")]))
         for p in (single, *reps):
             p.wait_ready()
         prom.wait_ready()
@@ -211,8 +188,8 @@ def test_replicas_share_the_groups_and_a_killed_ones_move_with_their_clocks(worl
         # the rules aggregate by (cluster, group), not by the replica that serves it, and
         # keep_firing_for bridges the gap while a shard moves (StoppedWithLag, without it,
         # resolved for 2 to 8 of 16 evaluations here).
-        firing = _firing(prom, moves_from, time.time())
-        at_start = _firing(prom, moves_from, moves_from)
+        firing = firing_evaluations(prom, moves_from, time.time())
+        at_start = firing_evaluations(prom, moves_from, moves_from)
         assert at_start and all(firing.get(a) == max(firing.values()) for a in at_start), firing
         assert ("KafkaConsumerGroupStalled", stalled) in at_start
 

@@ -3,12 +3,13 @@
 Real consumers (separate processes) make one group `stalled` (polls, never commits), one
 `stopped` (SIGKILLed with records waiting), one `livelocked` (kicked out by
 max.poll.interval.ms and rejoining without progress) and keep one `ok`. lagwatch is
-stopped with SIGTERM, started again, then SIGKILLed and started again. From the new
-process's first served cycle on, for as many cycles as ``stall_after`` spans and more,
-every scrape shows each troubled group in the status it had before, the stalled group's
-``stalled_seconds`` at least what it was before the restart plus the time it was down,
-and the healthy group `ok`. Without the state topic the stalled group read `ok` for
-``stall_after`` after every restart (issue 39).
+stopped with SIGTERM, started again, then SIGKILLed and started again, on the same port
+under a real Prometheus with the shipped alert rules. From the new process's first served
+cycle on, for as many cycles as ``stall_after`` spans and more, every scrape shows each
+troubled group in the status it had before, the stalled group's ``stalled_seconds`` at
+least what it was before the restart plus the time it was down, and the healthy group
+`ok`; no alert firing before the restart resolves. Without the state topic the stalled
+group read `ok` for ``stall_after`` after every restart (issue 39).
 """
 
 from __future__ import annotations
@@ -18,13 +19,14 @@ import signal
 import time
 import zlib
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, ConfigResource
 
-from devenv.kafka import KafkaCluster
+from devenv.kafka import KafkaCluster, free_port
 from exporter.contracts.state import SavedGroup
 from exporter.state import codec
 from tests.conftest import (
@@ -37,6 +39,7 @@ from tests.conftest import (
     wait_for,
 )
 from tests.support.exporter_proc import ExporterProcess, Samples, select, value
+from tests.support.prometheus_proc import PrometheusProcess, fast_rules, firing_evaluations
 from tests.support.scenarios import Scenario, Workload, spawn, stop_all
 
 TROUBLED = {"nocommit": "stalled", "killed": "stopped", "maxpoll": "livelocked"}
@@ -117,18 +120,51 @@ def _after_restart(exp: ExporterProcess, groups: dict[str, str], before: Samples
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["sigterm", "sigkill"])
-def test_a_restart_keeps_every_status_and_continues_the_stall_clock(world: dict[str, Any], sig: int
-                                                                    ) -> None:
+def test_a_restart_keeps_every_status_and_continues_the_stall_clock(world: dict[str, Any], sig: int,
+                                                                    tmp_path: Path) -> None:
+    """... and with the shipped alert rules in a real Prometheus (``for: 0s``, everything
+    else as shipped), every alert firing when lagwatch went down fires at every evaluation
+    until the new process has served WATCHED cycles: none resolves because of the restart."""
     scs = world["scenarios"]
     groups = {n: sc.group for n, sc in scs.items()}
-    killed = scs["killed"]
+    _kill_the_doomed_consumer(scs["killed"])
+    port = free_port()  # both processes listen here: Prometheus scrapes one target
+    with PrometheusProcess(tmp_path / "prometheus", targets={"lagwatch": [f"127.0.0.1:{port}"]},
+                           rule_files=[fast_rules(tmp_path / "fast.rules.yml")]) as prom:
+        prom.wait_ready()
+        before, down_at = _troubled_then_stopped(world["config"], port, groups, prom, sig)
+        with ExporterProcess(None, config=world["config"], port=port) as second:
+            second.wait_listening()
+            down = time.time() - down_at
+            checked = _after_restart(second, groups, before, down)
+            assert checked >= WATCHED // 2
+            m = second.metrics()
+            assert value(m, "lagwatch_state_writable", cluster="test") == 1
+            assert sum(select(m, "lagwatch_state_records_dropped_total").values()) == 0
+            fired = firing_evaluations(prom, down_at, time.time())
+        at_down = firing_evaluations(prom, down_at, down_at)
+        assert ("KafkaConsumerGroupStalled", groups["nocommit"]) in at_down, at_down
+        assert all(fired.get(a) == max(fired.values()) for a in at_down), (at_down, fired)
+
+
+def _kill_the_doomed_consumer(killed: Scenario) -> None:
     if killed.proc is not None and killed.proc.poll() is None:
         killed.event("READY")
         time.sleep(3)  # a few commits first: then records wait behind a committed offset
         os.kill(killed.proc.pid, signal.SIGKILL)
-    with ExporterProcess(None, config=world["config"]) as first:
+
+
+def _troubled_then_stopped(config: str, port: int, groups: dict[str, str], prom: PrometheusProcess,
+                           sig: int) -> tuple[Samples, float]:
+    """A first lagwatch run until every troubled group has its status, the stalled group's
+    alert fires and a cycle after that has written its state; then stopped with ``sig``.
+    Returns its last scrape and when it went down."""
+    with ExporterProcess(None, config=config, port=port) as first:
         first.wait_ready()
-        seen = value(_troubled(first, groups), "lagwatch_cycles_total", cluster="test") or 0
+        _troubled(first, groups)
+        wait_for(lambda: prom.query(f'ALERTS{{alertstate="firing", group="{groups["nocommit"]}"}}'), 30,
+                 "the stalled group's alert firing in Prometheus")
+        seen = value(first.metrics(), "lagwatch_cycles_total", cluster="test") or 0
 
         def next_cycle() -> Samples | None:
             m = first.metrics()
@@ -139,14 +175,7 @@ def test_a_restart_keeps_every_status_and_continues_the_stall_clock(world: dict[
         down_at = time.time()
         first.proc.send_signal(sig)
         first.proc.wait(20)
-    with ExporterProcess(None, config=world["config"]) as second:
-        second.wait_listening()
-        down = time.time() - down_at
-        checked = _after_restart(second, groups, before, down)
-        assert checked >= WATCHED // 2
-        m = second.metrics()
-        assert value(m, "lagwatch_state_writable", cluster="test") == 1
-        assert sum(select(m, "lagwatch_state_records_dropped_total").values()) == 0
+    return before, down_at
 
 
 def test_the_state_topic_is_compacted_and_holds_a_key_per_group(world: dict[str, Any]) -> None:

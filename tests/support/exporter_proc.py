@@ -46,8 +46,9 @@ def value(samples: Samples, name: str, **labels: str) -> float | None:
 
 class ExporterProcess:
     def __init__(self, bootstrap: str | None, *args: str, config: str | None = None,
-                 env: dict[str, str] | None = None, record: str | None = None) -> None:
-        self.port = free_port()
+                 env: dict[str, str] | None = None, record: str | None = None,
+                 port: int | None = None) -> None:
+        self.port = port or free_port()  # a port of its own, or (a restart) its predecessor's
         self.base = f"http://127.0.0.1:{self.port}"
         self.log = tempfile.NamedTemporaryFile(  # noqa: SIM115 - lives as long as the process
             prefix="lagwatch-exporter-", suffix=".log",
