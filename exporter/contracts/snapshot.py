@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -63,6 +64,10 @@ class PartitionOffsets:
     hw: int | None = None
     lso: int | None = None
     leo: int | None = None
+
+
+# A PartitionOffsets' HW as one C-level call: gathered for every group-partition each cycle.
+HW_OF = operator.attrgetter("hw")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -15,7 +15,6 @@ sample stands still (``exporter/evaluate/rest.py``)."""
 from __future__ import annotations
 
 import dataclasses
-import operator
 from collections.abc import Iterator, Mapping, MutableMapping, Sequence
 from typing import NamedTuple
 
@@ -25,6 +24,7 @@ from exporter.config import Config, GroupThresholds, LagMode, Thresholds, defaul
 from exporter.contracts.reports import ConnectSide, ConsumerReport, SparkReport
 from exporter.contracts.snapshot import (
     COMMITTING_TYPES,
+    HW_OF,
     TP,
     GroupSample,
     GroupType,
@@ -93,7 +93,6 @@ MAX_REASONS = 5
 # Groups are prepared and judged in chunks of about this many committed partitions: the
 # column pass's arrays and the prepared groups' facts stay small whatever the cluster.
 CHUNK_ROWS = 8192
-_HW = operator.attrgetter("hw")
 _MISSING = object()  # not in a memo
 # States in which a coordinator-driven group moves partitions between members.
 IN_FLIGHT_STATES = frozenset({KafkaGroupState.ASSIGNING, KafkaGroupState.RECONCILING,
@@ -639,7 +638,7 @@ class Evaluator:
         n, now = len(tps), c.now
         committed = list(map(g.committed.__getitem__, tps))
         pos = list(map(c.partitions.get, tps))
-        hws = list(map(_HW, pos)) if all(pos) else [None if po is None else po.hw for po in pos]
+        hws = list(map(HW_OF, pos)) if all(pos) else [None if po is None else po.hw for po in pos]
         known = None not in hws
         hw = np.array(hws, float) if known else np.array([np.nan if h is None else h for h in hws])
         lag = np.maximum(0.0, hw - np.array(committed, float)) if known else None
@@ -698,7 +697,7 @@ class Evaluator:
         views: list[PartitionView | None] = [None] * len(tps)
         e = b.step
         assert e is not None and b.ok is not None and b.changed_at is not None
-        labels = {m.member_id: _member_label(m) for m in c.owner_of.values()}
+        labels = {m.member_id: _member_label(m) for m in c.g.members}
         rows: _EvidenceRows | None = None
         ended: list[int] = []  # rows whose lag trend a more severe status ends (remember)
         for k, (i, ok, stalled) in enumerate(zip(b.rows.tolist(), b.ok.tolist(), e.stalled_seconds.tolist(),

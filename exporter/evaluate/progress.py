@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import dataclasses
 import operator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
 import numpy as np
 
-from exporter.contracts.snapshot import TP, GroupSample, PartitionOffsets
+from exporter.contracts.snapshot import HW_OF, TP, GroupSample, PartitionOffsets
 from exporter.contracts.view import GroupProgress, GroupView, PartitionProgress, PartitionView
 from exporter.evaluate.rates import (
     Points,
@@ -181,16 +182,8 @@ class ProgressTracker:
         idx = set(np.flatnonzero(known & (o.log_start > consumed)).tolist())
         idx.update(i for tp in memo.counted if (i := memo.parts.index.get(tp)) is not None and known[i])
         for i in sorted(idx):
-            tp = o.tps[i]
-            new, counted_to = lost_step(int(consumed[i]), int(o.log_start[i]), memo.counted.get(tp),
-                                        first or bool(o.unsubscribed[i]))
-            if counted_to is None:
-                memo.counted.pop(tp, None)
-            else:
-                memo.counted[tp] = counted_to
-            if new:
-                memo.lost[tp] = memo.lost.get(tp, 0) + new
-            memo.lost_total += new
+            _count_loss(memo, o.tps[i], int(consumed[i]), int(o.log_start[i]),
+                        first or bool(o.unsubscribed[i]))
 
     def _pools(self, table: RateTable, o: _Observed, rows: np.ndarray, span: float | None) -> list[_Pool]:
         """:func:`_pools` over the columns."""
@@ -202,17 +195,10 @@ class ProgressTracker:
         else:
             for i, owner in zip(idx_all, owners, strict=True):
                 by_owner.setdefault(owner, []).append(i)
-        out = []
-        for owner, idx in sorted(by_owner.items()):
-            lag = int(o.lag[idx].sum())
-            if lag <= 0:  # caught up whatever the rates
-                continue
-            pr = _summed(table, np.array(idx), span)
-            if caught_up(lag, pr.consume if pr else None, self.settle):
-                continue
-            eta = catchup_seconds(lag, pr.consume, pr.produce) if pr else None
-            out.append(_Pool(owner, tuple(o.tps[i] for i in idx), pr, eta))
-        return out
+        pools = (_pool(owner, tuple(o.tps[i] for i in idx), int(o.lag[idx].sum()),
+                       lambda idx=idx: _summed(table, np.array(idx), span), self.settle)
+                 for owner, idx in sorted(by_owner.items()))
+        return [p for p in pools if p is not None]
 
     def _partitions(self, memo: RatesMemory, o: _Observed, consumed: np.ndarray, rows: np.ndarray,
                     span: float | None, eta_of: dict[str, float | None]) -> dict[TP, PartitionProgress]:
@@ -252,18 +238,7 @@ class ProgressTracker:
         if points is None:
             points = memo.parts[tp] = Points()
         if po.log_start is not None:
-            # A topic no member subscribes to any more is read by nobody: what retention
-            # deletes there moves the baseline, it is not this group's loss (the
-            # abandoned-topic alert warns about it before).
-            new, counted_to = lost_step(consumed, po.log_start, memo.counted.get(tp),
-                                        first or p.unsubscribed)
-            if counted_to is None:
-                memo.counted.pop(tp, None)
-            else:
-                memo.counted[tp] = counted_to
-            if new:  # partitions that never lost a record hold no entry
-                memo.lost[tp] = memo.lost.get(tp, 0) + new
-            memo.lost_total += new
+            _count_loss(memo, tp, consumed, po.log_start, first or p.unsubscribed)
         points.add(now, consumed, po.hw, self.window)
         return _Row(tp, p.lag_offsets, consumed, po.log_start, rates(points, self.min_span), p.owner,
                     points)
@@ -283,7 +258,6 @@ class _Observed(NamedTuple):
 
 # What :func:`_observed` reads of a PartitionView, in one C-level call per partition.
 _VIEW_FIELDS = operator.attrgetter("topic", "partition", "committed", "lag_offsets", "unsubscribed", "owner")
-_HW = operator.attrgetter("hw")
 _LOG_START = operator.attrgetter("log_start")
 
 
@@ -293,12 +267,12 @@ def _observed(v: GroupView, partitions: dict[TP, PartitionOffsets]) -> _Observed
     fields = list(map(_VIEW_FIELDS, v.partitions))
     tps = [(f[0], f[1]) for f in fields]
     pos = list(map(partitions.get, tps))
-    hws = list(map(_HW, pos)) if all(pos) else None  # all(): no PartitionOffsets.__eq__ call
+    hws = list(map(HW_OF, pos)) if all(pos) else None  # all(): no PartitionOffsets.__eq__ call
     if hws is None or None in hws or any(f[2] is None or f[3] is None for f in fields):
         keep = [i for i, (f, po) in enumerate(zip(fields, pos, strict=True))
                 if f[2] is not None and f[3] is not None and po is not None and po.hw is not None]
         fields, tps, pos = [fields[i] for i in keep], [tps[i] for i in keep], [pos[i] for i in keep]
-        hws = list(map(_HW, pos))
+        hws = list(map(HW_OF, pos))
     if not tps:
         return None
     log_start = list(map(_LOG_START, pos))
@@ -367,17 +341,37 @@ def _pools(rows: list[_Row], settle: float, span_min: float) -> list[_Pool]:
     by_owner: dict[str, list[_Row]] = {}
     for r in rows:
         by_owner.setdefault(r.owner, []).append(r)
-    out = []
-    for owner, rs in sorted(by_owner.items()):
-        lag = sum(r.lag for r in rs)
-        if lag <= 0:  # caught up whatever the rates
-            continue
-        pr = common_rates([r.points for r in rs], span_min)
-        if caught_up(lag, pr.consume if pr else None, settle):
-            continue
-        eta = catchup_seconds(lag, pr.consume, pr.produce) if pr else None
-        out.append(_Pool(owner, tuple(r.tp for r in rs), pr, eta))
-    return out
+    pools = (_pool(owner, tuple(r.tp for r in rs), sum(r.lag for r in rs),
+                   lambda rs=rs: common_rates([r.points for r in rs], span_min), settle)
+             for owner, rs in sorted(by_owner.items()))
+    return [p for p in pools if p is not None]
+
+
+def _pool(owner: str, tps: tuple[TP, ...], lag: int, pool_rates: Callable[[], Rates | None],
+          settle: float) -> _Pool | None:
+    """One owner's partitions as a pool with a backlog; None when caught up (its rates are
+    read only then)."""
+    if lag <= 0:  # caught up whatever the rates
+        return None
+    pr = pool_rates()
+    if caught_up(lag, pr.consume if pr else None, settle):
+        return None
+    return _Pool(owner, tps, pr, catchup_seconds(lag, pr.consume, pr.produce) if pr else None)
+
+
+def _count_loss(memo: RatesMemory, tp: TP, consumed: int, log_start: int, baseline: bool) -> None:
+    """:func:`~exporter.evaluate.retention.lost_step` of one partition into the memory.
+    ``baseline``: its first look, or a topic no member subscribes to any more (read by
+    nobody: what retention deletes there moves the baseline, it is not this group's loss;
+    the abandoned-topic alert warns about it before)."""
+    new, counted_to = lost_step(consumed, log_start, memo.counted.get(tp), baseline)
+    if counted_to is None:
+        memo.counted.pop(tp, None)
+    else:
+        memo.counted[tp] = counted_to
+    if new:  # partitions that never lost a record hold no entry
+        memo.lost[tp] = memo.lost.get(tp, 0) + new
+    memo.lost_total += new
 
 
 def _partition(r: _Row, memo: RatesMemory, pool: _Pool | None,

@@ -7,8 +7,8 @@ equal)."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import ClassVar, Self
 
 from exporter.expose.metrics import COMPAT_FAMILIES, FAMILIES, FamilyDoc
 from exporter.expose.textformat import Lines
@@ -21,9 +21,25 @@ def field_of(name: str) -> str:
     return name.removeprefix(PREFIX)
 
 
+class _Families:
+    """A set of families with one field each, in the contract's order."""
+
+    __slots__ = ()
+    _DOCS: tuple[FamilyDoc, ...] = ()
+
+    @classmethod
+    def new(cls) -> Self:
+        return cls(**{field_of(f.name): Lines(f.name, f.help, f.kind) for f in cls._DOCS})
+
+    def in_order(self) -> list[Lines]:
+        return [getattr(self, f.name) for f in dataclasses.fields(self)]  # type: ignore[arg-type]
+
+
 @dataclass(slots=True)
-class CycleFamilies:
+class CycleFamilies(_Families):
     """lagwatch's own per-cycle families."""
+
+    _DOCS: ClassVar[tuple[FamilyDoc, ...]] = tuple(f for f in FAMILIES if f.name.startswith(PREFIX))
 
     partition_log_start_offset: Lines
     partition_high_watermark_offset: Lines
@@ -59,17 +75,12 @@ class CycleFamilies:
     spark_query_last_progress_age_seconds: Lines
     spark_query_batch_running_seconds: Lines
 
-    @classmethod
-    def new(cls) -> CycleFamilies:
-        return cls(**_lines(f for f in FAMILIES if f.name.startswith(PREFIX)))
-
-    def in_order(self) -> list[Lines]:
-        return [getattr(self, f.name) for f in dataclasses.fields(self)]
-
 
 @dataclass(slots=True)
-class CompatFamilies:
+class CompatFamilies(_Families):
     """kafka_exporter's families (``--compat kafka_exporter``)."""
+
+    _DOCS: ClassVar[tuple[FamilyDoc, ...]] = COMPAT_FAMILIES
 
     topic_partition_current_offset: Lines
     topic_partition_oldest_offset: Lines
@@ -83,14 +94,3 @@ class CompatFamilies:
     consumergroup_current_offset_sum: Lines
     consumergroup_lag: Lines
     consumergroup_lag_sum: Lines
-
-    @classmethod
-    def new(cls) -> CompatFamilies:
-        return cls(**_lines(COMPAT_FAMILIES))
-
-    def in_order(self) -> list[Lines]:
-        return [getattr(self, f.name) for f in dataclasses.fields(self)]
-
-
-def _lines(docs: Iterable[FamilyDoc]) -> dict[str, Lines]:
-    return {field_of(f.name): Lines(f.name, f.help, f.kind) for f in docs}
