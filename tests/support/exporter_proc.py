@@ -44,6 +44,18 @@ def value(samples: Samples, name: str, **labels: str) -> float | None:
     return next(iter(got.values()), None)
 
 
+def terminate(proc: subprocess.Popen) -> int:
+    """SIGTERM, 20 s to exit, then SIGKILL; the exit code."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+    return proc.returncode
+
+
 class ExporterProcess:
     def __init__(self, bootstrap: str | None, *args: str, config: str | None = None,
                  env: dict[str, str] | None = None, record: str | None = None,
@@ -113,15 +125,9 @@ class ExporterProcess:
         return json.loads(body)
 
     def stop(self) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
+        code = terminate(self.proc)
         self.log.close()
-        return self.proc.returncode
+        return code
 
     def __enter__(self) -> ExporterProcess:
         return self

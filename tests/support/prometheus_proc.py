@@ -16,7 +16,6 @@ import contextlib
 import json
 import math
 import shutil
-import signal
 import subprocess
 import time
 import urllib.error
@@ -29,6 +28,7 @@ from typing import Any
 import yaml
 
 from devenv.kafka import die_with_parent, free_port
+from tests.support.exporter_proc import terminate
 
 PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
 PROMTOOL = shutil.which("promtool") or "/usr/bin/promtool"
@@ -94,14 +94,7 @@ class PrometheusProcess:
         raise AssertionError(f"prometheus not ready after {timeout}s:\n{self.output()}")
 
     def stop(self) -> int | None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
-        return self.proc.returncode
+        return terminate(self.proc)
 
     def __enter__(self) -> PrometheusProcess:
         return self
