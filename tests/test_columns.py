@@ -31,15 +31,18 @@ pytestmark = pytest.mark.unit
 RECORDINGS = sorted((Path(__file__).resolve().parent / "recordings").glob("*.jsonl.xz"))
 
 
-def _compare(cycles, make) -> int:  # noqa: ANN001
+def _compare(cycles, make, statuses: set[Status] | None = None) -> int:  # noqa: ANN001
     """Feed cycles to an evaluator judging in columns and one judging one partition at a
-    time; assert equal views and memories; return the partitions judged in columns."""
+    time; assert equal views and memories; return the partitions judged in columns. The
+    groups' statuses seen are added to ``statuses``."""
     cols, one = make(True), make(False)
     in_columns = 0
     for i, (snap, consumer, spark, exact_ts, now) in enumerate(cycles):
         a = cols.evaluate(snap, consumer, spark, exact_ts, now=now)
         b = one.evaluate(snap, consumer, spark, exact_ts, now=now)
         assert a == b, f"cycle {i}: the views differ"
+        if statuses is not None:
+            statuses |= {v.status for v in b.groups.values()}
         in_columns += cols.judged_in_columns
         assert one.judged_in_columns == 0
         for gid in b.groups if snap.ok else ():
@@ -160,16 +163,14 @@ def test_a_cluster_in_use_runs_the_same_judged_in_columns(seed: int, interval: f
     run = _LiveRun(seed)
     th = Thresholds(stall_after=20, livelock_after=20, lag_seconds=120, window=300, report_stale_after=20)
     rnd = random.Random(seed)
-    now, timeline, statuses = 1_767_225_600.0, [], set()
+    now, timeline, statuses = 1_767_225_600.0, [], set[Status]()
     for i in range(cycles):
         now += interval * rnd.uniform(0.7, 1.6)  # cycles are never evenly spaced
         timeline.append(run.cycle(i, now))
-    ref = Evaluator("live", th, interval, columns=False)
-    for snap, *_rest, t in timeline:
-        statuses |= {v.status for v in ref.evaluate(snap, now=t).groups.values()}
+    in_columns = _compare(timeline, lambda columns: Evaluator("live", th, interval, columns=columns),
+                          statuses)
     # the run shows every status a cluster without reports or Spark can show
     assert {Status.OK, Status.LAGGING, Status.STALLED, Status.STOPPED, Status.REWIND} <= statuses
-    in_columns = _compare(timeline, lambda columns: Evaluator("live", th, interval, columns=columns))
     assert in_columns > cycles * 30  # most partitions, most cycles
 
 
