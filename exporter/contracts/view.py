@@ -34,8 +34,12 @@ class RebalanceSource(StrEnum):
     CLIENTS = "clients"  # the instrumented clients' own counters, when they have seen more
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class PartitionView:
+    """One partition of a group as judged in one cycle. Read-only by contract, not frozen:
+    one is built for every group-partition every cycle, and a frozen dataclass's
+    ``__init__`` (one ``object.__setattr__`` per field) costs several times as much."""
+
     topic: str
     partition: int
     committed: int | None
