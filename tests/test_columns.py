@@ -19,7 +19,7 @@ import pytest
 from bench.footprint import live_snapshot, snapshot
 from exporter import recording
 from exporter.config import Thresholds
-from exporter.contracts.snapshot import GroupSample, GroupType, Member, PartitionOffsets, Snapshot
+from exporter.contracts.snapshot import TP, GroupSample, GroupType, Member, PartitionOffsets, Snapshot
 from exporter.contracts.status import Status
 from exporter.evaluate.columns import Columns, PartitionTable
 from exporter.evaluate.evaluator import Evaluator
@@ -31,18 +31,19 @@ pytestmark = pytest.mark.unit
 RECORDINGS = sorted((Path(__file__).resolve().parent / "recordings").glob("*.jsonl.xz"))
 
 
-def _compare(cycles, make, statuses: set[Status] | None = None) -> int:  # noqa: ANN001
+def _compare(cycles, make, seen: set[Status | str] | None = None) -> int:  # noqa: ANN001
     """Feed cycles to an evaluator judging in columns and one judging one partition at a
     time; assert equal views and memories; return the partitions judged in columns. The
-    groups' statuses seen are added to ``statuses``."""
+    groups' statuses seen are added to ``seen``, and "lost" once a group lost records."""
     cols, one = make(True), make(False)
     in_columns = 0
     for i, (snap, consumer, spark, exact_ts, now) in enumerate(cycles):
         a = cols.evaluate(snap, consumer, spark, exact_ts, now=now)
         b = one.evaluate(snap, consumer, spark, exact_ts, now=now)
         assert a == b, f"cycle {i}: the views differ"
-        if statuses is not None:
-            statuses |= {v.status for v in b.groups.values()}
+        if seen is not None:
+            seen |= {v.status for v in b.groups.values()}
+            seen |= {"lost" for v in b.groups.values() if v.progress and v.progress.records_lost_total}
         in_columns += cols.judged_in_columns
         assert one.judged_in_columns == 0
         for gid in b.groups if snap.ok else ():
@@ -87,6 +88,8 @@ class _LiveRun:
         self.rnd = random.Random(seed)
         self.topics = {f"t{i}": parts for i in range(6)}
         self.hw = {(t, p): 500 for t, n in self.topics.items() for p in range(n)}
+        self.log_start: dict[TP, int] = {}
+        self.retention = random.Random(seed + 100)  # its own stream: the fleet's is unchanged
         self.groups = {f"g{g:03d}": self._new_group(g) for g in range(groups)}
 
     def _new_group(self, g: int) -> dict:
@@ -103,6 +106,20 @@ class _LiveRun:
         if i == 60:  # a topic grows a partition
             self.topics["t0"] += 1
             self.hw[("t0", self.topics["t0"] - 1)] = 0
+        self._retain(i)
+
+    def _retain(self, i: int) -> None:
+        """Retention deletes records now and then, under slow and stopped groups too (losses),
+        and a topic is recreated once (its log start falls below where losses were counted)."""
+        rnd = self.retention
+        for tp, hw in self.hw.items():
+            if rnd.random() < 0.05:
+                self.log_start[tp] = max(self.log_start.get(tp, 0), hw - rnd.randint(20, 200))
+        if i == 120:  # its groups start again from the beginning (auto.offset.reset)
+            for tp in [tp for tp in self.hw if tp[0] == "t2"]:
+                self.hw[tp], self.log_start[tp] = 0, 0
+            for g in self.groups.values():
+                g["committed"] = {tp: 0 if tp[0] == "t2" else c for tp, c in g["committed"].items()}
 
     def _consume(self, g: dict, i: int) -> None:
         rnd, kind = self.rnd, g["kind"]
@@ -149,7 +166,7 @@ class _LiveRun:
             gid = self.rnd.choice(sorted(self.groups))
             self.groups[gid] = self._new_group(int(gid[1:]))
         ok = self.rnd.random() > 0.01
-        parts = {tp: PartitionOffsets(leader=1, replicas=1, isr=1, log_start=0,
+        parts = {tp: PartitionOffsets(leader=1, replicas=1, isr=1, log_start=self.log_start.get(tp, 0),
                                       hw=None if self.rnd.random() < 0.01 else hw, leo=hw)
                  for tp, hw in self.hw.items()}
         snap = Snapshot(cluster="live", taken_at=now, duration=0.1, partitions=parts if ok else {},
@@ -163,14 +180,14 @@ def test_a_cluster_in_use_runs_the_same_judged_in_columns(seed: int, interval: f
     run = _LiveRun(seed)
     th = Thresholds(stall_after=20, livelock_after=20, lag_seconds=120, window=300, report_stale_after=20)
     rnd = random.Random(seed)
-    now, timeline, statuses = 1_767_225_600.0, [], set[Status]()
+    now, timeline, statuses = 1_767_225_600.0, [], set[Status | str]()
     for i in range(cycles):
         now += interval * rnd.uniform(0.7, 1.6)  # cycles are never evenly spaced
         timeline.append(run.cycle(i, now))
     in_columns = _compare(timeline, lambda columns: Evaluator("live", th, interval, columns=columns),
                           statuses)
-    # the run shows every status a cluster without reports or Spark can show
-    assert {Status.OK, Status.LAGGING, Status.STALLED, Status.STOPPED, Status.REWIND} <= statuses
+    # the run shows every status a cluster without reports or Spark can show, and losses
+    assert {Status.OK, Status.LAGGING, Status.STALLED, Status.STOPPED, Status.REWIND, "lost"} <= statuses
     assert in_columns > cycles * 30  # most partitions, most cycles
 
 

@@ -176,12 +176,13 @@ class ProgressTracker:
                          _retained(o, consumed, rows))
 
     def _lost(self, memo: RatesMemory, o: _Observed, consumed: np.ndarray, first: bool) -> None:
-        """:func:`~exporter.evaluate.retention.lost_step` of the partitions it may count for:
-        those below their log start, and those counted before."""
-        known = ~np.isnan(o.log_start)
-        idx = set(np.flatnonzero(known & (o.log_start > consumed)).tolist())
-        idx.update(i for tp in memo.counted if (i := memo.parts.index.get(tp)) is not None and known[i])
-        for i in sorted(idx):
+        """:func:`~exporter.evaluate.retention.lost_step` of the partitions where it changes
+        something: a log start above the floor (the consumed offset, or where losses were
+        counted to when that is higher), or below where they were counted to (recreated)."""
+        counted = np.array([np.nan if c is None else c for c in map(memo.counted.get, memo.parts.tps)]
+                           if memo.counted else np.full(len(consumed), np.nan))
+        log_start = o.log_start  # NaN where unknown: no comparison holds
+        for i in np.flatnonzero((log_start > np.fmax(consumed, counted)) | (log_start < counted)).tolist():
             _count_loss(memo, o.tps[i], int(consumed[i]), int(o.log_start[i]),
                         first or bool(o.unsubscribed[i]))
 
