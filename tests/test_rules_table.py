@@ -21,6 +21,7 @@ from exporter.evaluate.memory import extend_run, lag_trend
 from exporter.evaluate.rules import (
     EVIDENCE,
     INSTRUMENTATION_DOCS,
+    NEEDS,
     RULES,
     Evidence,
     PartitionFacts,
@@ -213,6 +214,32 @@ def test_rows_are_numbered_and_every_rule_has_a_row() -> None:
     for _, _, changes, _, _ in ROWS:
         decided.add(classify(dataclasses.replace(BASE, **changes), TH)[1])
     assert {name for name, _, _ in RULES} <= decided
+
+
+def test_a_rule_never_holds_without_the_evidence_it_needs() -> None:
+    """classify skips a rule whose evidence (NEEDS) a partition lacks: sound only if the
+    rule's predicate is false without it, whatever else the facts say."""
+    predicate = {name: holds for name, _, holds in RULES}
+    held = set()
+    for _, what, changes, _, _ in ROWS:
+        facts = dataclasses.replace(BASE, **changes)
+        for name, need in NEEDS.items():
+            held |= {name} if predicate[name](facts, TH) else set()
+            without = dataclasses.replace(facts, **{need: False})
+            assert not predicate[name](without, TH), f"{name} holds without {need} ({what})"
+    assert held == set(NEEDS)  # each held in some row, with its evidence
+
+
+def test_a_reason_reads_as_its_template_says() -> None:
+    """The numbered templates the reasons are formatted from (rules._positional) give the
+    text of the named template, for every row and every rule's template."""
+    from exporter.evaluate.rules import _FIELD, _REASONS, _text
+
+    for _, _, changes, _, _ in ROWS:
+        facts = dataclasses.replace(BASE, **changes)
+        for rule, template in _REASONS.items():
+            named = template.format(**{name: get(facts, TH) for name, get in _FIELD.items()})
+            assert _text(rule, facts, TH) == named
 
 
 def test_note_of_a_topic_no_member_subscribes_to() -> None:

@@ -179,7 +179,7 @@ _LIVELOCK_RULES: tuple[Predicate, ...] = (batch_hung, not_polling, reports_stopp
 
 
 def _any_livelock(f: PartitionFacts, th: Thresholds) -> bool:
-    return any(rule(f, th) for rule in _LIVELOCK_RULES)
+    return any(rule(f, th) for rule in _APPLICABLE_LIVELOCK[f.spark, f.has_report])
 
 
 # -- stalled, rewind, lagging ----------------------------------------------------------
@@ -257,6 +257,27 @@ RULES: tuple[tuple[str, Status, Predicate], ...] = (
 )
 
 
+# The evidence a rule cannot hold without: a Spark query's (``f.spark``) or the owner's
+# own reports (``f.has_report``). Each such rule's predicate checks it first; classify
+# skips the rules whose evidence a partition lacks (most partitions have neither), and
+# tests/test_rules_table.py holds each of them false without it.
+NEEDS: dict[str, str] = {
+    "spark_server_unreachable": "spark", "spark_client_gone": "spark", "spark_terminated": "spark",
+    "spark_driver_gone": "spark", "batch_hung": "spark", "not_polling": "has_report",
+    "reports_stopped": "has_report",
+}
+
+
+def _applicable(spark: bool, has_report: bool) -> tuple[tuple[str, Status, Predicate], ...]:
+    have = {"spark": spark, "has_report": has_report}
+    return tuple(r for r in RULES if r[0] not in NEEDS or have[NEEDS[r[0]]])
+
+
+_APPLICABLE = {(s, r): _applicable(s, r) for s in (False, True) for r in (False, True)}
+_APPLICABLE_LIVELOCK = {key: tuple(p for _name, _status, p in rules if p in _LIVELOCK_RULES)
+                        for key, rules in _APPLICABLE.items()}
+
+
 def classify(f: PartitionFacts, th: Thresholds) -> tuple[Status, str | None]:
     """(status, name of the rule that decided it); ``(OK, None)`` when no rule holds or the
     topic is one no member subscribes to any more (:func:`note` says so). An unknown lag is
@@ -264,7 +285,7 @@ def classify(f: PartitionFacts, th: Thresholds) -> tuple[Status, str | None]:
     # lag 0, or unknown (unknown high watermark; never committed and not instrumented)
     if f.unsubscribed or (not f.lag_offsets and not (f.never_committed and f.lag_offsets is None)):
         return Status.OK, None
-    for name, status, holds in RULES:
+    for name, status, holds in _APPLICABLE[f.spark, f.has_report]:
         if holds(f, th):
             return status, name
     return Status.OK, None
@@ -462,11 +483,28 @@ def _fields(template: str) -> tuple[str, ...]:
     return tuple(name for _text, name, _spec, _conv in string.Formatter().parse(template) if name)
 
 
-_TEMPLATE_FIELDS = {rule: _fields(t) for rule, t in _REASONS.items()}
+def _positional(template: str) -> tuple[str, tuple[Callable[[PartitionFacts, Thresholds], object], ...]]:
+    """A reason's template with its named fields numbered, and the getters of the numbers
+    in order: formatting from a list skips building a dict of fields per partition."""
+    names: list[str] = []
+    out: list[str] = []
+    for literal, name, spec, conv in string.Formatter().parse(template):
+        out.append(literal.replace("{", "{{").replace("}", "}}"))
+        if name:
+            if name not in names:
+                names.append(name)
+            conversion, format_spec = f"!{conv}" if conv else "", f":{spec}" if spec else ""
+            out.append(f"{{{names.index(name)}{conversion}{format_spec}}}")
+    return "".join(out), tuple(_FIELD[name] for name in names)
+
+
+_POSITIONAL = {rule: _positional(t) for rule, t in _REASONS.items()}
 _EVIDENCE_FIELDS: dict[str, tuple[str, ...]] = {}
 _STATUS_OF = {name: status for name, status, _ in RULES}
 
 
 def _text(rule: str, f: PartitionFacts, th: Thresholds) -> str:
-    """The reason's own part: the partition, what holds, the numbers."""
-    return _REASONS[rule].format(**{name: _FIELD[name](f, th) for name in _TEMPLATE_FIELDS[rule]})
+    """The reason's own part: the partition, what holds, the numbers (its template in
+    :data:`_REASONS`, its fields in :data:`_FIELD`)."""
+    template, getters = _POSITIONAL[rule]
+    return template.format(*[get(f, th) for get in getters])
