@@ -5,7 +5,10 @@ partitions, each with its own lag) and one real consumer that polls and never co
 (`stalled`). Three replicas with ``state.replicas`` and one plain process (the reference)
 watch them. The union of the replicas' series equals the reference's exposition (every
 group's status and lag), no group is served by two replicas, and each serves only its
-shards' groups. Then the replica serving the stalled group is SIGKILLed: within the
+shards' groups. Then the Kafka worker of the replica serving the stalled group is
+SIGKILLed: the replica starts a new one, no group is served twice, and every group is
+served again within the session timeout and a few cycles, the stalled group's clock
+continued. Then the replica serving the stalled group is SIGKILLed: within the
 coordination group's session timeout and two cycles another replica serves its groups,
 the stalled group `stalled` from its first served cycle with ``stalled_seconds``
 continuing (not restarted). Last the new owner is stopped with SIGTERM: it leaves the
@@ -14,6 +17,7 @@ group, and the last replica serves everything within a few cycles, the clock con
 
 from __future__ import annotations
 
+import os
 import signal
 import time
 from collections.abc import Iterator
@@ -25,6 +29,7 @@ from typing import Any
 import pytest
 
 from devenv.kafka import KafkaCluster
+from devenv.procs import children
 from exporter.state.placement import offsets_partition
 from tests.conftest import (
     INTERVAL,
@@ -176,6 +181,9 @@ def test_replicas_share_the_groups_and_a_killed_ones_move_with_their_clocks(worl
         wait_for(lambda: prom.query(f'ALERTS{{alertstate="firing", group="{stalled}"}}'), 20,
                  "the stalled group's alert firing in Prometheus")
         moves_from = time.time()
+        # The Kafka worker of the stalled group's replica crashes: the replica starts a new
+        # one, whose member joins beside the old one until that one's session times out.
+        _crash_the_stalled_groups_worker(reps, stalled, every, cycles(SESSION + HEARTBEAT) + 3)
         # Killed: expired after the session timeout; the others learn of the rebalance at
         # their next heartbeat, and serve its groups at the end of the cycle after the one
         # in progress then (a loaded machine's cycle outlasts its interval: one more).
@@ -233,6 +241,38 @@ def _stop_the_stalled_groups_replica(reps: list[ExporterProcess], stalled: str, 
     _stalled_continues(survivors, ms, stalled, clock_before,
                        value(before, "lagwatch_last_sample_timestamp_seconds", cluster="test") or 0)
     return survivors
+
+
+def _crash_the_stalled_groups_worker(reps: list[ExporterProcess], stalled: str, every: set[str],
+                                     bound: int) -> None:
+    """SIGKILL to the Kafka worker of the replica serving the stalled group: the replica
+    lives on, no group is served twice at any scrape, every group is served again within
+    ``bound`` of the replicas' cycles, the stalled group's clock continued."""
+    ms = _served(reps)
+    (victim,) = [r for r, m in zip(reps, ms, strict=True) if stalled in _statuses(m)]
+    before = victim.metrics()
+    clock_before = _stalled_seconds(before, stalled)
+    start_cycles = [value(m, "lagwatch_cycles_total", cluster="test") or 0 for m in ms]
+    (worker,) = wait_for(lambda: children(victim.proc.pid), 30, "the replica's Kafka worker")
+    os.kill(worker, signal.SIGKILL)
+    last_miss = list(start_cycles)
+
+    def whole() -> list[Samples] | None:
+        got = _served(reps)
+        statuses, _lags_now, twice = _union(got)
+        assert not twice, f"served by two replicas after the worker crash: {twice}"
+        crashes = value(got[reps.index(victim)], "lagwatch_errors_total", cluster="test",
+                        stage="worker_crash")
+        if statuses.keys() != every or not crashes:
+            last_miss[:] = [value(m, "lagwatch_cycles_total", cluster="test") or 0 for m in got]
+            return None
+        return got
+    ms = wait_for(whole, SESSION + 10 * INTERVAL, "every group served again after the worker crash")
+    took = max(miss + 1 - s for miss, s in zip(last_miss, start_cycles, strict=True))
+    assert took <= bound, f"{took} cycles to serve every group after the worker crash"
+    assert victim.proc.poll() is None, "the replica died with its worker"
+    _stalled_continues(reps, ms, stalled, clock_before,
+                       value(before, "lagwatch_last_sample_timestamp_seconds", cluster="test") or 0)
 
 
 def _stalled_continues(survivors: list[ExporterProcess], ms: list[Samples], stalled: str,
