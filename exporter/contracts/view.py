@@ -48,11 +48,24 @@ class PartitionView:
     lag_seconds: float | None
     stalled_seconds: float
     status: Status
-    reason: str
+    reason: str  # what holds, with the partition's numbers; "" for ``ok`` without a note
     owner: str  # "client_id@host (member_id)" or ""
     # No member subscribes to the topic any more: shown, not judged, and left out of the
     # group's lag totals (they feed the lag alerts).
     unsubscribed: bool = False
+    # What the status rests on (exporter/evaluate/rules.py EVIDENCE): one text per status
+    # and evidence, mostly the same string object in every partition it applies to.
+    evidence: str = ""
+
+    @property
+    def explained(self) -> str:
+        """The reason as served (API, a group's reasons): with its evidence."""
+        return explained(self.reason, self.evidence)
+
+
+def explained(reason: str, evidence: str) -> str:
+    """A reason followed by what its status rests on."""
+    return f"{reason}; evidence: {evidence}" if evidence else reason
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

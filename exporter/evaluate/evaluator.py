@@ -85,7 +85,7 @@ from exporter.evaluate.memory import (
 from exporter.evaluate.progress import ProgressTracker
 from exporter.evaluate.rebalances import RebalanceTracker
 from exporter.evaluate.rest import Resting, changed_topics, enter, possible, served, settle, still
-from exporter.evaluate.rules import PartitionFacts, classify, client_gone, fmt_seconds, note, reason
+from exporter.evaluate.rules import PartitionFacts, classify, client_gone, fmt_seconds, note, reason_parts
 from exporter.evaluate.unread import UnreadOffsets
 from exporter.reports.match import match_reports
 
@@ -568,10 +568,11 @@ class Evaluator:
             rejoins=joins_since(c.st, now - owned_s), never_committed=True,
             **_report_facts(rep, now, c.th))
         status, rule = classify(facts, c.th)
+        text, evidence = reason_parts(rule, facts, c.th)
         return PartitionView(topic=tp[0], partition=tp[1], committed=None, position=position,
                              lag_offsets=lag_off, lag_seconds=lag_s,
                              stalled_seconds=owned_s if new_data_s is not None else 0.0,
-                             status=status, reason=reason(rule, facts, c.th), owner=facts.owner)
+                             status=status, reason=text, evidence=evidence, owner=facts.owner)
 
     def _partition(self, c: _GroupCycle, tp: TP) -> PartitionView:
         """One committed partition: observe, classify, remember. At rest
@@ -620,10 +621,11 @@ class Evaluator:
             **_spark_facts(spark, now, c.th))
         status, rule = classify(facts, c.th)
         st.parts[tp] = remember(obs, status, c.share_dates.get(tp))
+        text, evidence = reason_parts(rule, facts, c.th)
         return PartitionView(topic=tp[0], partition=tp[1], committed=committed, position=position,
                              lag_offsets=lag_off, lag_seconds=lag_s,
                              stalled_seconds=obs.stalled_seconds if lag_off else 0.0, status=status,
-                             reason=reason(rule, facts, c.th) or note(facts), owner=facts.owner,
+                             reason=text or note(facts), evidence=evidence, owner=facts.owner,
                              unsubscribed=unsubscribed)
 
     def _column_batch(self, c: _GroupCycle, tps: list[TP]) -> _Columns | None:
@@ -736,10 +738,11 @@ class Evaluator:
             departure="" if facts_owned else departure_text(c.st.departed, tp, not c.g.members, now),
             outside=c.st.outside_at is not None, stall_allowance=c.allowance)
         status, rule = classify(facts, c.th)
+        text, evidence = reason_parts(rule, facts, c.th)
         return PartitionView(topic=tp[0], partition=tp[1], committed=b.committed[i], position=None,
                              lag_offsets=lag_off, lag_seconds=lag_s,
                              stalled_seconds=stalled if lag_off else 0.0, status=status,
-                             reason=reason(rule, facts, c.th), owner=facts.owner)
+                             reason=text, evidence=evidence, owner=facts.owner)
 
     def _lag_seconds(self, tp: TP, committed: int, hw: int, lag_off: int,
                      exact_ts: dict[tuple[str, int, int], float], now: float) -> float | None:
@@ -979,7 +982,7 @@ def _group_reasons(g: GroupSample, st: GroupMemory, parts: list[PartitionView], 
     """The worst partitions' reasons first, then what the group as a whole has to say."""
     bad = sorted((p for p in parts if p.status != Status.OK),
                  key=lambda p: (-SEVERITY[p.status], -(p.lag_offsets or 0)))
-    reasons = [p.reason for p in bad[:MAX_REASONS]]
+    reasons = [p.explained for p in bad[:MAX_REASONS]]
     if len(bad) > MAX_REASONS:
         reasons.append(f"... and {len(bad) - MAX_REASONS} more partition(s)")
     if g.type == GroupType.SPARK and spark is not None and not bad:

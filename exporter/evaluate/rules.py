@@ -24,6 +24,7 @@ from enum import StrEnum
 
 from exporter.config import Thresholds
 from exporter.contracts.status import Status
+from exporter.contracts.view import explained
 
 
 @dataclass(slots=True, kw_only=True)
@@ -411,10 +412,18 @@ def fmt_seconds(v: float | None) -> str:
 
 
 def reason(rule: str | None, f: PartitionFacts, th: Thresholds) -> str:
-    """The human-readable reason for the rule that decided a partition's status."""
+    """The human-readable reason for the rule that decided a partition's status, with its
+    evidence (:func:`reason_parts` joined)."""
+    return explained(*reason_parts(rule, f, th))
+
+
+def reason_parts(rule: str | None, f: PartitionFacts, th: Thresholds) -> tuple[str, str]:
+    """(what holds, with the numbers; what the status rests on) for the rule that decided a
+    partition's status; ("", "") for none. Kept apart in a PartitionView: the evidence is
+    one text per status and evidence, stored once for all the partitions it applies to."""
     if rule is None:
-        return ""
-    return f"{_text(rule, f, th)}; evidence: {_evidence_text(rule, f)}"
+        return "", ""
+    return _text(rule, f, th), _evidence_text(rule, f)
 
 
 def _evidence_text(rule: str, f: PartitionFacts) -> str:

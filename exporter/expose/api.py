@@ -98,7 +98,7 @@ def group_doc(cluster: str, g: GroupView) -> dict[str, Any]:
         {"topic": p.topic, "partition": p.partition, "committed_offset": p.committed,
          "position_offset": p.position, "lag_offsets": p.lag_offsets,
          "lag_seconds": _round(p.lag_seconds), "stalled_seconds": _round(p.stalled_seconds),
-         "status": p.status, "reason": p.reason or None, "owner": p.owner or None,
+         "status": p.status, "reason": p.explained or None, "owner": p.owner or None,
          "subscribed": not p.unsubscribed, **_partition_progress(g, p.topic, p.partition),
          "redelivery_exposure_records": g.exposure.partitions.get((p.topic, p.partition))
          if g.exposure else None}
