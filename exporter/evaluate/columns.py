@@ -103,12 +103,21 @@ class PartitionTable(MutableMapping[TP, PartitionMemory]):
         for j, t in enumerate(self.tps[i:], i):
             self._index[t] = j
 
+    def reserve(self, n: int) -> None:
+        """Room for ``n`` rows in all (a group's partitions, before they are added one at a
+        time): no more than they need, where growing by half would leave a quarter unused."""
+        if n > self._buf.shape[1]:
+            self._grow(n)
+
+    def _grow(self, capacity: int) -> None:
+        grown = np.zeros((len(COLUMNS), capacity))
+        grown[:, :len(self.tps)] = self._buf[:, :len(self.tps)]
+        self._buf = grown
+
     def _append(self, tp: TP) -> int:
         i = len(self.tps)
         if i == self._buf.shape[1]:  # room for half as many again: appends cost O(1) each
-            grown = np.zeros((len(COLUMNS), max(4, i + i // 2)))
-            grown[:, :i] = self._buf
-            self._buf = grown
+            self._grow(max(4, i + i // 2))
         self.tps.append(tp)
         self._index[tp] = i
         return i

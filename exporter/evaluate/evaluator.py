@@ -443,6 +443,8 @@ class Evaluator:
         if p.columns is not None:
             parts = self._columns_views(c, p.tps, p.columns)
         else:
+            if isinstance(st.parts, PartitionTable):  # rows for all of them at once
+                st.parts.reserve(len(p.tps))
             parts = [self._partition(c, tp) for tp in p.tps]
         fresh = self._uncommitted(c)
         if fresh:
