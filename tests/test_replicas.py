@@ -247,32 +247,51 @@ def _crash_the_stalled_groups_worker(reps: list[ExporterProcess], stalled: str, 
                                      bound: int) -> None:
     """SIGKILL to the Kafka worker of the replica serving the stalled group: the replica
     lives on, no group is served twice at any scrape, every group is served again within
-    ``bound`` of the replicas' cycles, the stalled group's clock continued."""
+    ``bound`` of the replicas' cycles, and wherever the stalled group is served (its shard
+    may move twice: once the dead member expires, again as the new one is given its share)
+    it is `stalled` with its clock continued."""
     ms = _served(reps)
     (victim,) = [r for r, m in zip(reps, ms, strict=True) if stalled in _statuses(m)]
     before = victim.metrics()
     clock_before = _stalled_seconds(before, stalled)
+    sampled_before = value(before, "lagwatch_last_sample_timestamp_seconds", cluster="test") or 0
     start_cycles = [value(m, "lagwatch_cycles_total", cluster="test") or 0 for m in ms]
     (worker,) = wait_for(lambda: children(victim.proc.pid), 30, "the replica's Kafka worker")
     os.kill(worker, signal.SIGKILL)
     last_miss = list(start_cycles)
+    served_stalled = [0]
 
     def whole() -> list[Samples] | None:
         got = _served(reps)
         statuses, _lags_now, twice = _union(got)
         assert not twice, f"served by two replicas after the worker crash: {twice}"
+        for m in got:
+            if stalled in _statuses(m):
+                _assert_continued(m, stalled, clock_before, sampled_before)
+                served_stalled[0] += 1
         crashes = value(got[reps.index(victim)], "lagwatch_errors_total", cluster="test",
                         stage="worker_crash")
         if statuses.keys() != every or not crashes:
             last_miss[:] = [value(m, "lagwatch_cycles_total", cluster="test") or 0 for m in got]
             return None
         return got
-    ms = wait_for(whole, SESSION + 10 * INTERVAL, "every group served again after the worker crash")
+    wait_for(whole, SESSION + 10 * INTERVAL, "every group served again after the worker crash")
     took = max(miss + 1 - s for miss, s in zip(last_miss, start_cycles, strict=True))
     assert took <= bound, f"{took} cycles to serve every group after the worker crash"
     assert victim.proc.poll() is None, "the replica died with its worker"
-    _stalled_continues(reps, ms, stalled, clock_before,
-                       value(before, "lagwatch_last_sample_timestamp_seconds", cluster="test") or 0)
+    # settled: every group served once, at every scrape of a few cycles
+    wait_for(lambda: whole() is not None and served_stalled[0] >= WATCHED * 3, SESSION + 10 * INTERVAL,
+             "the replicas settled after the worker crash")
+
+
+def _assert_continued(m: Samples, stalled: str, clock_before: float, sampled_before: float) -> None:
+    """`stalled` in the scrape ``m``, its clock gone on over the gap since ``sampled_before``
+    (restarted, it would be at most the time since the move)."""
+    assert _statuses(m).get(stalled) == "stalled", _statuses(m).get(stalled)
+    clock = _stalled_seconds(m, stalled)
+    gap = (value(m, "lagwatch_last_sample_timestamp_seconds", cluster="test") or 0) - sampled_before
+    assert clock >= clock_before + gap - INTERVAL, (
+        f"stalled_seconds {clock}; {clock_before} in a sample {gap:.1f} s earlier")
 
 
 def _stalled_continues(survivors: list[ExporterProcess], ms: list[Samples], stalled: str,
@@ -285,14 +304,7 @@ def _stalled_continues(survivors: list[ExporterProcess], ms: list[Samples], stal
     while cycle < first + WATCHED and time.monotonic() < deadline:
         m = owner.metrics()
         cycle = value(m, "lagwatch_cycles_total", cluster="test") or 0
-        assert _statuses(m).get(stalled) == "stalled", (cycle, _statuses(m).get(stalled))
-        clock = _stalled_seconds(m, stalled)
-        gap = (value(m, "lagwatch_last_sample_timestamp_seconds", cluster="test") or 0) - sampled_before
-        # the clock went on over the gap between the two samples (restarted it would be
-        # at most the time since the move)
-        assert clock >= clock_before + gap - INTERVAL, (
-            f"stalled_seconds {clock} at cycle {cycle}; {clock_before} in the killed replica's "
-            f"sample {gap:.1f} s earlier")
+        _assert_continued(m, stalled, clock_before, sampled_before)
         time.sleep(0.3)
     assert cycle >= first + WATCHED, "the new owner did not serve enough cycles"
     assert (value(m, "lagwatch_state_restored_groups", cluster="test") or 0) > 0
