@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import IO
 
 from confluent_kafka import Producer
 
@@ -27,13 +29,27 @@ class Scenario:
     lines: list[tuple[float, str]] = field(default_factory=list)
     produced_until: float = float("inf")
 
+    errors: IO[str] | None = None  # the consumer's stderr, read back when an event never comes
+
     def event(self, word: str, timeout: float = 60) -> float:
         def find() -> float | None:
             for _t, line in self.lines:
                 if line.startswith(word):
                     return float(line.split()[1])
             return None
-        return wait_for(find, timeout, f"{self.name} to print {word}")
+        try:
+            return wait_for(find, timeout, f"{self.name} to print {word}")
+        except AssertionError as e:
+            raise AssertionError(f"{e}; {self.said()}") from None
+
+    def said(self) -> str:
+        """What the consumer printed and whether it still runs: why an event did not come."""
+        code = None if self.proc is None else self.proc.poll()
+        err = ""
+        if self.errors is not None:
+            self.errors.seek(0)
+            err = self.errors.read()[-2000:]
+        return f"exit code {code}; printed {[line for _t, line in self.lines][-10:]}; stderr: {err!r}"
 
 
 class Recorder(threading.Thread):
@@ -115,11 +131,12 @@ class Recorder(threading.Thread):
 def spawn(kafka: KafkaCluster, sc: Scenario, mode: str, *extra: str,
           module: str = "devenv.scenario_consumer") -> None:
     """Start the scenario's consumer (``module``'s, with ``--mode`` unless ``mode`` is "")
-    and collect the lines it prints."""
+    and collect the lines it prints; its stderr goes to a temporary file (:meth:`Scenario.said`)."""
+    sc.errors = tempfile.TemporaryFile("w+")  # noqa: SIM115 - kept open while the consumer runs
     sc.proc = subprocess.Popen(
         [sys.executable, "-m", module, *(("--mode", mode) if mode else ()), "--bootstrap",
          kafka.bootstrap_servers, "--group", sc.group, "--topic", sc.topic, *extra],
-        cwd=ROOT_DIR, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        cwd=ROOT_DIR, stdout=subprocess.PIPE, stderr=sc.errors, text=True)
 
     def pump() -> None:
         assert sc.proc and sc.proc.stdout
