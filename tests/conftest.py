@@ -76,10 +76,11 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     last, so that its build (started in the background once collected) overlaps the rest;
     before them the LONG_FILES, longest first, then the rest in collection order.
 
-    `make test` runs four pytest-xdist workers on two cores with ``--dist loadfile``
-    (most tests wait on thresholds, brokers and JVMs, not on the CPU; four use about one
-    and a half cores): each file stays on one worker with its module-scoped workload and
-    its own broker, and every test of the 3-broker cluster is in tests/test_faults.py."""
+    `make test` runs three pytest-xdist workers on two cores with ``--dist loadfile``
+    (most tests wait on thresholds, brokers and JVMs, not on the CPU; a fourth worker
+    leaves a fresh clone's time as it is and starves the JVMs of a loaded machine): each
+    file stays on one worker with its module-scoped workload and its own broker, and
+    every test of the 3-broker cluster is in tests/test_faults.py."""
     for item in items:
         if item.get_closest_marker("unit") and BROKER_FIXTURES & set(getattr(item, "fixturenames", ())):
             raise pytest.UsageError(f"{item.nodeid} is marked unit but uses a broker fixture")
