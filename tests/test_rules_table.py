@@ -15,7 +15,7 @@ import pytest
 from exporter.config import Thresholds
 from exporter.contracts.snapshot import GroupSample, Member, PartitionOffsets, Snapshot
 from exporter.contracts.status import Status
-from exporter.contracts.view import SEVERITY, STATUSES
+from exporter.contracts.view import SEVERITY, STATUSES, explained
 from exporter.evaluate.evaluator import Evaluator
 from exporter.evaluate.memory import extend_run, lag_trend
 from exporter.evaluate.rules import (
@@ -27,7 +27,7 @@ from exporter.evaluate.rules import (
     PartitionFacts,
     classify,
     note,
-    reason,
+    reason_parts,
 )
 
 pytestmark = pytest.mark.unit
@@ -203,7 +203,7 @@ def test_rule_row(row: int, what: str, changes: dict, status: Status, fragment: 
     facts = dataclasses.replace(BASE, **changes)
     got, rule = classify(facts, TH)
     assert got == status, f"row {row} ({what}): {got} by rule {rule}"
-    text = reason(rule, facts, TH)
+    text = explained(*reason_parts(rule, facts, TH))
     assert fragment in text, f"row {row}: {text!r}"
     assert (text == "") == (status == Status.OK)
 
@@ -373,7 +373,7 @@ def test_reason_names_its_evidence(what: str, changes: dict, status: Status, fra
     facts = dataclasses.replace(BASE, **changes)
     got, rule = classify(facts, TH)
     assert got == status, what
-    text = reason(rule, facts, TH)
+    text = explained(*reason_parts(rule, facts, TH))
     assert fragment in text, (what, text)
     assert text.count("; evidence: ") == 1, text
 

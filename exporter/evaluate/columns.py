@@ -63,10 +63,12 @@ class PartitionTable(MutableMapping[TP, PartitionMemory]):
 
     __slots__ = ("tps", "_index", "_buf", "owners", "_owner_ids")
 
-    def __init__(self) -> None:
+    def __init__(self, capacity: int = 0) -> None:
+        """``capacity``: rows to make room for at once (a new group's partitions, added one
+        at a time in its first cycle), where growing by half would leave a quarter unused."""
         self.tps: list[TP] = []
         self._index: dict[TP, int] = {}
-        self._buf = np.zeros((len(COLUMNS), 0))  # the rows, then room for more
+        self._buf = np.zeros((len(COLUMNS), capacity))  # the rows, then room for more
         self.owners: list[str] = []
         self._owner_ids: dict[str, int] = {}
 
@@ -103,21 +105,12 @@ class PartitionTable(MutableMapping[TP, PartitionMemory]):
         for j, t in enumerate(self.tps[i:], i):
             self._index[t] = j
 
-    def reserve(self, n: int) -> None:
-        """Room for ``n`` rows in all (a group's partitions, before they are added one at a
-        time): no more than they need, where growing by half would leave a quarter unused."""
-        if n > self._buf.shape[1]:
-            self._grow(n)
-
-    def _grow(self, capacity: int) -> None:
-        grown = np.zeros((len(COLUMNS), capacity))
-        grown[:, :len(self.tps)] = self._buf[:, :len(self.tps)]
-        self._buf = grown
-
     def _append(self, tp: TP) -> int:
         i = len(self.tps)
         if i == self._buf.shape[1]:  # room for half as many again: appends cost O(1) each
-            self._grow(max(4, i + i // 2))
+            grown = np.zeros((len(COLUMNS), max(4, i + i // 2)))
+            grown[:, :i] = self._buf
+            self._buf = grown
         self.tps.append(tp)
         self._index[tp] = i
         return i

@@ -335,7 +335,7 @@ class Evaluator:
         (:meth:`_judge_columns`, :meth:`_judged`)."""
         state = self.groups.get(gid)
         if state is None:
-            state = self.groups[gid] = GroupMemory(parts=PartitionTable())
+            state = self.groups[gid] = GroupMemory(parts=PartitionTable(len(g.committed)))
         if r is not None:
             settle(r, state, self.progress.groups[gid])
         if g.error is not None:
@@ -443,8 +443,6 @@ class Evaluator:
         if p.columns is not None:
             parts = self._columns_views(c, p.tps, p.columns)
         else:
-            if isinstance(st.parts, PartitionTable):  # rows for all of them at once
-                st.parts.reserve(len(p.tps))
             parts = [self._partition(c, tp) for tp in p.tps]
         fresh = self._uncommitted(c)
         if fresh:

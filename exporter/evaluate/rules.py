@@ -11,7 +11,7 @@ The classifier walks :data:`RULES` from the most to the least severe status and
 takes the first rule that holds. Where a less severe status must win over a
 more severe one, the more severe rule says so itself (``unowned`` yields to an
 offset reset and to a rejoin loop), so each rule can be read on its own.
-Reason texts are built in one place, :func:`reason`.
+Reason texts are built in one place, :func:`reason_parts`.
 """
 
 from __future__ import annotations
@@ -24,7 +24,6 @@ from enum import StrEnum
 
 from exporter.config import Thresholds
 from exporter.contracts.status import Status
-from exporter.contracts.view import explained
 
 
 @dataclass(slots=True, kw_only=True)
@@ -409,12 +408,6 @@ def fmt_seconds(v: float | None) -> str:
     if v is None:
         return "unknown"
     return f"{v:.0f}s" if v >= 10 else f"{v:.1f}s"
-
-
-def reason(rule: str | None, f: PartitionFacts, th: Thresholds) -> str:
-    """The human-readable reason for the rule that decided a partition's status, with its
-    evidence (:func:`reason_parts` joined)."""
-    return explained(*reason_parts(rule, f, th))
 
 
 def reason_parts(rule: str | None, f: PartitionFacts, th: Thresholds) -> tuple[str, str]:
