@@ -38,6 +38,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from devenv.kafka import KafkaCluster, die_with_parent
+from devenv.procs import terminate
 from exporter.evaluate.constants import REWIND_HOLD_CYCLES  # cycles a rewind is shown
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -299,13 +300,7 @@ class Proc:
 
     def terminate(self, timeout: float = 20) -> None:
         self.expected_exit = True
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
+        terminate(self.proc, timeout)
 
     def kill(self) -> None:
         self.expected_exit = True

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from devenv.jars import CACHE, CLIENTS_KAFKA_VERSION, interceptor_jar, kafka_libs, kafka_streams_libs
 from devenv.kafka import die_with_parent, java_binary
+from devenv.procs import terminate
 
 SOURCES = Path(__file__).resolve().parent / "jvm"
 INTERCEPTOR = "dev.lagwatch.interceptor.LagwatchConsumerInterceptor"
@@ -92,13 +93,7 @@ class JvmApp:
         return Path(self.stderr.name).read_text(errors="replace")
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
+        terminate(self.proc, 15)
         self.stderr.close()
         if os.path.exists(self.stderr.name):
             os.unlink(self.stderr.name)

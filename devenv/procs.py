@@ -1,8 +1,22 @@
-"""What /proc says about a process: its children, memory and open files (benchmarks, tests)."""
+"""What /proc says about a process (its children, memory and open files), and how to stop
+one (benchmarks, tests)."""
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
+
+
+def terminate(proc: subprocess.Popen, timeout: float = 20) -> int:
+    """SIGTERM, ``timeout`` seconds to exit, then SIGKILL; the exit code."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+    return proc.returncode
 
 
 def children(pid: int) -> list[int]:

@@ -24,7 +24,7 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
 
@@ -122,6 +122,36 @@ def world(kafka: KafkaCluster, tmp_path_factory: pytest.TempPathFactory) -> Iter
         stop_all([stall])
 
 
+def _cycles(m: Samples) -> float:
+    return value(m, "lagwatch_cycles_total", cluster="test") or 0
+
+
+def _sampled_at(m: Samples) -> float:
+    return value(m, "lagwatch_last_sample_timestamp_seconds", cluster="test") or 0
+
+
+class _Stalled(NamedTuple):
+    """The replica serving the stalled group, and its clock there before a fault."""
+
+    replica: ExporterProcess
+    status: str
+    clock: float
+    sampled_at: float
+
+
+def _stalled_at(reps: list[ExporterProcess], stalled: str) -> _Stalled:
+    (replica,) = [r for r, m in zip(reps, _served(reps), strict=True) if stalled in _statuses(m)]
+    before = replica.metrics()
+    return _Stalled(replica, _statuses(before)[stalled], _stalled_seconds(before, stalled),
+                    _sampled_at(before))
+
+
+def _cycles_taken(last_miss: list[float], start: list[float]) -> float:
+    """Cycles from a fault to the first scrapes serving every group: a lower bound (counted
+    to the cycle after the last scrape that missed some), the most of any replica."""
+    return max(miss + 1 - s for miss, s in zip(last_miss, start, strict=True))
+
+
 def _served(reps: list[ExporterProcess]) -> list[Samples]:
     return [r.metrics() for r in reps]
 
@@ -207,7 +237,7 @@ def _requests_per_cycle(ms: list[Samples], ref: Samples) -> None:
     cycle (each request carries only its shards' groups and topics)."""
     def rate(m: Samples) -> float:
         return (value(m, "lagwatch_kafka_requests_total", cluster="test") or 0) / max(
-            1.0, value(m, "lagwatch_cycles_total", cluster="test") or 0)
+            1.0, _cycles(m))
     assert all(rate(m) <= rate(ref) * 1.25 for m in ms), ([rate(m) for m in ms], rate(ref))
 
 
@@ -215,31 +245,25 @@ def _stop_the_stalled_groups_replica(reps: list[ExporterProcess], stalled: str, 
                                      bound: int) -> list[ExporterProcess]:
     """``sig`` to the replica serving the stalled group: the others serve all its groups
     within ``bound`` of their cycles, the stalled group's clock continued. The survivors."""
-    ms = _served(reps)
-    (victim,) = [r for r, m in zip(reps, ms, strict=True) if stalled in _statuses(m)]
-    survivors = [r for r in reps if r is not victim]
-    before = victim.metrics()
-    clock_before = _stalled_seconds(before, stalled)
-    assert _statuses(before)[stalled] == "stalled" and clock_before >= STALL_AFTER
-    start_cycles = [value(m, "lagwatch_cycles_total", cluster="test") or 0 for m in _served(survivors)]
-    victim.proc.send_signal(sig)
-    victim.proc.wait(30)
+    was = _stalled_at(reps, stalled)
+    assert was.status == "stalled" and was.clock >= STALL_AFTER
+    survivors = [r for r in reps if r is not was.replica]
+    start_cycles = [_cycles(m) for m in _served(survivors)]
+    was.replica.proc.send_signal(sig)
+    was.replica.proc.wait(30)
     last_miss = list(start_cycles)
 
     def moved() -> list[Samples] | None:
         got = _served(survivors)
         if _union(got)[0].keys() != every:
-            last_miss[:] = [value(m, "lagwatch_cycles_total", cluster="test") or 0 for m in got]
+            last_miss[:] = [_cycles(m) for m in got]
             return None
         return got
     ms = wait_for(moved, SESSION + 10 * INTERVAL,
                   f"the groups of the replica sent {sig!r} served by the others")
-    # Survivor cycles from the signal to the first serving all: a lower bound (counted to
-    # the cycle after the last scrape that missed some).
-    took = max(miss + 1 - s for miss, s in zip(last_miss, start_cycles, strict=True))
+    took = _cycles_taken(last_miss, start_cycles)
     assert took <= bound, f"{took} cycles to move the shards of the replica sent {sig!r}"
-    _stalled_continues(survivors, ms, stalled, clock_before,
-                       value(before, "lagwatch_last_sample_timestamp_seconds", cluster="test") or 0)
+    _stalled_continues(survivors, ms, stalled, was)
     return survivors
 
 
@@ -250,13 +274,9 @@ def _crash_the_stalled_groups_worker(reps: list[ExporterProcess], stalled: str, 
     ``bound`` of the replicas' cycles, and wherever the stalled group is served (its shard
     may move twice: once the dead member expires, again as the new one is given its share)
     it is `stalled` with its clock continued."""
-    ms = _served(reps)
-    (victim,) = [r for r, m in zip(reps, ms, strict=True) if stalled in _statuses(m)]
-    before = victim.metrics()
-    clock_before = _stalled_seconds(before, stalled)
-    sampled_before = value(before, "lagwatch_last_sample_timestamp_seconds", cluster="test") or 0
-    start_cycles = [value(m, "lagwatch_cycles_total", cluster="test") or 0 for m in ms]
-    (worker,) = wait_for(lambda: children(victim.proc.pid), 30, "the replica's Kafka worker")
+    was = _stalled_at(reps, stalled)
+    start_cycles = [_cycles(m) for m in _served(reps)]
+    (worker,) = wait_for(lambda: children(was.replica.proc.pid), 30, "the replica's Kafka worker")
     os.kill(worker, signal.SIGKILL)
     last_miss = list(start_cycles)
     served_stalled = [0]
@@ -267,44 +287,44 @@ def _crash_the_stalled_groups_worker(reps: list[ExporterProcess], stalled: str, 
         assert not twice, f"served by two replicas after the worker crash: {twice}"
         for m in got:
             if stalled in _statuses(m):
-                _assert_continued(m, stalled, clock_before, sampled_before)
+                _assert_continued(m, stalled, was)
                 served_stalled[0] += 1
-        crashes = value(got[reps.index(victim)], "lagwatch_errors_total", cluster="test",
+        crashes = value(got[reps.index(was.replica)], "lagwatch_errors_total", cluster="test",
                         stage="worker_crash")
         if statuses.keys() != every or not crashes:
-            last_miss[:] = [value(m, "lagwatch_cycles_total", cluster="test") or 0 for m in got]
+            last_miss[:] = [_cycles(m) for m in got]
             return None
         return got
     wait_for(whole, SESSION + 10 * INTERVAL, "every group served again after the worker crash")
-    took = max(miss + 1 - s for miss, s in zip(last_miss, start_cycles, strict=True))
+    took = _cycles_taken(last_miss, start_cycles)
     assert took <= bound, f"{took} cycles to serve every group after the worker crash"
-    assert victim.proc.poll() is None, "the replica died with its worker"
+    assert was.replica.proc.poll() is None, "the replica died with its worker"
     # settled: every group served once, at every scrape of a few cycles
     wait_for(lambda: whole() is not None and served_stalled[0] >= WATCHED * 3, SESSION + 10 * INTERVAL,
              "the replicas settled after the worker crash")
 
 
-def _assert_continued(m: Samples, stalled: str, clock_before: float, sampled_before: float) -> None:
-    """`stalled` in the scrape ``m``, its clock gone on over the gap since ``sampled_before``
-    (restarted, it would be at most the time since the move)."""
+def _assert_continued(m: Samples, stalled: str, was: _Stalled) -> None:
+    """`stalled` in the scrape ``m``, its clock gone on over the gap since ``was`` sampled
+    it (restarted, it would be at most the time since the move)."""
     assert _statuses(m).get(stalled) == "stalled", _statuses(m).get(stalled)
     clock = _stalled_seconds(m, stalled)
-    gap = (value(m, "lagwatch_last_sample_timestamp_seconds", cluster="test") or 0) - sampled_before
-    assert clock >= clock_before + gap - INTERVAL, (
-        f"stalled_seconds {clock}; {clock_before} in a sample {gap:.1f} s earlier")
+    gap = _sampled_at(m) - was.sampled_at
+    assert clock >= was.clock + gap - INTERVAL, (
+        f"stalled_seconds {clock}; {was.clock} in a sample {gap:.1f} s earlier")
 
 
 def _stalled_continues(survivors: list[ExporterProcess], ms: list[Samples], stalled: str,
-                       clock_before: float, sampled_before: float) -> None:
+                       was: _Stalled) -> None:
     """From the new owner's first served cycle on: `stalled`, its clock continued."""
     (owner,) = [r for r, m in zip(survivors, ms, strict=True) if stalled in _statuses(m)]
-    first = value(owner.metrics(), "lagwatch_cycles_total", cluster="test") or 0
+    first = _cycles(owner.metrics())
     deadline = time.monotonic() + 60  # a hang guard: the bound is in cycles
     cycle = first
     while cycle < first + WATCHED and time.monotonic() < deadline:
         m = owner.metrics()
-        cycle = value(m, "lagwatch_cycles_total", cluster="test") or 0
-        _assert_continued(m, stalled, clock_before, sampled_before)
+        cycle = _cycles(m)
+        _assert_continued(m, stalled, was)
         time.sleep(0.3)
     assert cycle >= first + WATCHED, "the new owner did not serve enough cycles"
     assert (value(m, "lagwatch_state_restored_groups", cluster="test") or 0) > 0

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import tempfile
@@ -18,6 +17,7 @@ from typing import Any
 from prometheus_client.parser import text_string_to_metric_families
 
 from devenv.kafka import die_with_parent, free_port
+from devenv.procs import terminate
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -42,18 +42,6 @@ def value(samples: Samples, name: str, **labels: str) -> float | None:
     if len(got) > 1:
         raise AssertionError(f"{name}{labels} matches {len(got)} series")
     return next(iter(got.values()), None)
-
-
-def terminate(proc: subprocess.Popen) -> int:
-    """SIGTERM, 20 s to exit, then SIGKILL; the exit code."""
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
-    return proc.returncode
 
 
 class ExporterProcess:

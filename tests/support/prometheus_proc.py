@@ -28,7 +28,7 @@ from typing import Any
 import yaml
 
 from devenv.kafka import die_with_parent, free_port
-from tests.support.exporter_proc import terminate
+from devenv.procs import terminate
 
 PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
 PROMTOOL = shutil.which("promtool") or "/usr/bin/promtool"

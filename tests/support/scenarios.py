@@ -172,7 +172,8 @@ class Workload(threading.Thread):
 
 
 def stop_all(scs: Iterable[Scenario]) -> None:
-    """Terminate the scenarios' processes still running, then wait for each (killed after 15 s)."""
+    """Terminate the scenarios' processes still running, then wait for each (killed after 15 s);
+    their stderr files are closed."""
     scs = list(scs)
     for s in scs:
         if s.proc and s.proc.poll() is None:
@@ -183,3 +184,6 @@ def stop_all(scs: Iterable[Scenario]) -> None:
                 s.proc.wait(15)
             except subprocess.TimeoutExpired:
                 s.proc.kill()
+        if s.errors is not None:
+            s.errors.close()
+            s.errors = None
