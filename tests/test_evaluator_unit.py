@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from exporter.config import Thresholds
+from exporter.config import LagMode, Thresholds
 from exporter.contracts.reports import ConsumerReport, SparkReport
 from exporter.contracts.snapshot import GroupSample, Member, PartitionOffsets, Snapshot
 from exporter.evaluate.evaluator import Evaluator
@@ -481,3 +481,22 @@ def test_wedged_share_group_is_stalled_although_the_brokers_lag_trails_our_hw() 
     wedged = [cycle(5 + i, 1160, skew) for i, skew in enumerate((5, 12, 20, 30, 38, 45, 49))]
     assert [st for st, _ in wedged] == ["ok", "ok"] + ["stalled"] * 5, wedged
     assert all("frozen" in r for _, r in wedged[2:]), wedged
+
+
+def test_lag_inputs_name_the_offsets_interpolation_cannot_place() -> None:
+    """Exact mode wants every committed offset below the HW; interpolation only those older
+    than the partition's HW history (or all of a partition with none yet), each once."""
+    ev = Evaluator("c", TH, 10.0)
+    first = Snapshot(cluster="c", taken_at=T0, duration=0.01, partitions={TP: _offsets(3, 100)},
+                     groups={"a": GroupSample(group_id="a", type="classic", state="empty", members=(),
+                                              coordinator=1, committed={TP: 40})})
+    assert ev.lag_inputs(first, LagMode.INTERPOLATE) == [(TP, 40)]  # no history yet
+    ev.evaluate(first, now=T0)  # the history starts at HW 100
+    groups = {gid: GroupSample(group_id=gid, type="classic", state="empty", members=(), coordinator=1,
+                               committed={TP: off})
+              for gid, off in (("older", 99), ("same", 99), ("at_history", 100), ("newer", 120),
+                               ("at_hw", 150))}
+    snap = Snapshot(cluster="c", taken_at=T0 + 10, duration=0.01, partitions={TP: _offsets(3, 150)},
+                    groups=groups)
+    assert ev.lag_inputs(snap, LagMode.INTERPOLATE) == [(TP, 99)]
+    assert ev.lag_inputs(snap, LagMode.EXACT) == [(TP, 99), (TP, 100), (TP, 120)]

@@ -53,12 +53,13 @@ def learn_commit_gaps(gaps: Gaps, prev: GroupView | None, committed: Mapping[TP,
     if prev is None:
         return
     waited = []
-    for p in prev.partitions:
-        tp = (p.topic, p.partition)
-        if (p.committed is None or p.status not in _LEARNT_AFTER or p.stalled_seconds <= 0
-                or committed.get(tp, p.committed) <= p.committed):
+    rows = prev.partitions
+    for tp, before, status, stalled in zip(rows.tps, rows.committed.tolist(), rows.status,
+                                           rows.stalled_seconds.tolist(), strict=True):
+        if (before < 0 or status not in _LEARNT_AFTER or stalled <= 0
+                or committed.get(tp, before) <= before):
             continue
-        gap = p.stalled_seconds + interval
+        gap = stalled + interval
         if gap <= stall_after or _flowed(history.get(tp), now - gap, now - interval):
             waited.append(gap)
     if waited:

@@ -36,14 +36,19 @@ from exporter.contracts.snapshot import (
 from exporter.contracts.state import SavedGroup, SavedTopic
 from exporter.contracts.status import Status
 from exporter.contracts.view import (
+    NO_OFFSET,
     SEVERITY,
     ClusterView,
     GroupExposure,
     GroupView,
     Membership,
     MemberView,
+    PartitionRows,
     PartitionView,
     SparkInfo,
+    explained,
+    offsets,
+    seconds,
 )
 from exporter.evaluate import persist
 from exporter.evaluate.cadence import Gaps, learn_commit_gaps, member_allowance, new_gaps
@@ -105,22 +110,6 @@ def _member_label(m: Member | None) -> str:
     return f"{m.client_id or '?'}@{m.host or '?'} ({m.member_id})"
 
 
-class _LastViews:
-    """Last cycle's partition views of a group by partition, indexed when first asked:
-    only a partition without lag reuses its view (:func:`_kept`)."""
-
-    __slots__ = ("_by_tp", "_view")
-
-    def __init__(self, view: GroupView | None) -> None:
-        self._view, self._by_tp = view, None
-
-    def get(self, tp: TP) -> PartitionView | None:
-        if self._by_tp is None:
-            parts = self._view.partitions if self._view is not None else ()
-            self._by_tp = {(p.topic, p.partition): p for p in parts}
-        return self._by_tp.get(tp)
-
-
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class _GroupCycle:
     """One group in one cycle: what each of its partitions is judged with."""
@@ -143,7 +132,6 @@ class _GroupCycle:
     allowance: float  # stall allowance of a client outside group membership
     left: frozenset[str]  # topics no member subscribes to any more
     tuning: Tuning  # the group's thresholds, as the memory step reads them
-    prev_views: _LastViews  # last cycle's views of the committed partitions
 
 
 @dataclasses.dataclass(slots=True, kw_only=True)
@@ -217,6 +205,7 @@ class Evaluator:
         self.groups: dict[str, GroupMemory] = {}
         self.last_good: ClusterView | None = None
         self._lag_memo: dict[tuple[str, int, int], float | None] = {}
+        self._keys: dict[TP, TP] = {}
         # Rates, time to catch up, records lost (exporter/evaluate/progress.py).
         self.progress = ProgressTracker(thresholds.window, interval, columns=columns)
         # Rebalances per group (exporter/evaluate/rebalances.py).
@@ -257,7 +246,10 @@ class Evaluator:
         consumer_reports = consumer_reports or {}
         spark_reports = spark_reports or {}
         samples = self._samples(snap, spark_reports, now)
-        self.progress.begin(snap.partitions)
+        # The snapshot's own (topic, partition) keys: one object per partition, not one per
+        # group-partition, in the views and memory kept.
+        self._keys = {tp: tp for tp in snap.partitions}
+        self.progress.begin(self._keys)
         views = self._views(snap, samples, changed, consumer_reports, spark_reports, exact_ts or {}, now)
         for gid in list(self.groups):
             if gid not in samples:
@@ -358,8 +350,10 @@ class Evaluator:
         by group, so a group entering rest drops its per-partition rate points before the
         next group is judged: a cycle that wakes every group holds one group's points."""
         v = self._group(p, now)
-        v = self.progress.one(p.gid, v, p.g, partitions, now)
-        v = self.rebalances.one(p.gid, v, p.g, p.reports, now)
+        progress = self.progress.one(p.gid, v, p.g, partitions, now)
+        rebalances = self.rebalances.one(p.gid, v, p.g, p.reports, now)
+        if progress is not None or rebalances is not None:  # one copy of the view, not two
+            v = dataclasses.replace(v, progress=progress or v.progress, rebalances=rebalances or v.rebalances)
         if self.skip_at_rest and not p.reports:
             th = p.th
             rest = enter(p.g, v, p.st, self.progress.groups.get(p.gid), self.rebalances.groups.get(p.gid),
@@ -416,19 +410,19 @@ class Evaluator:
 
     def lag_inputs(self, snap: Snapshot, lag_mode: LagMode) -> list[tuple[TP, int]]:
         """(tp, committed) pairs whose lag seconds need the record's own timestamp, each
-        once (many groups often stand at the same offset of a partition)."""
+        once (many groups often stand at the same offset of a partition): every committed
+        offset below the HW in exact mode; else those older than the partition's HW
+        history (or with none yet), where interpolation cannot tell."""
+        below: dict[TP, int] = {}  # per partition: a committed offset below this is wanted
+        for tp, po in snap.partitions.items():
+            if po.hw is None:
+                continue
+            h = None if lag_mode == LagMode.EXACT else self.hw_history.get(tp)
+            below[tp] = min(po.hw, h.points[0][1]) if h is not None and h.points else po.hw
         want: dict[tuple[TP, int], None] = {}
         for g in snap.groups.values():
             for tp, off in g.committed.items():
-                po = snap.partitions.get(tp)
-                if po is None or po.hw is None or off >= po.hw:
-                    continue
-                if lag_mode == LagMode.EXACT:
-                    want[tp, off] = None
-                    continue
-                h = self.hw_history.get(tp)
-                # Older than our table (or no table yet): interpolation cannot tell.
-                if h is None or not h.points or h.points[0][1] > off:
+                if off < below.get(tp, -1):
                     want[tp, off] = None
         return list(want)
 
@@ -441,16 +435,16 @@ class Evaluator:
             return self._unreadable(p.g, p.st, now)
         g, st = c.g, c.st
         if p.columns is not None:
-            parts = self._columns_views(c, p.tps, p.columns)
+            parts = self._columns_rows(c, p.tps, p.columns)
         else:
-            parts = [self._partition(c, tp) for tp in p.tps]
+            parts = PartitionRows.of([self._partition(c, tp) for tp in p.tps])
         fresh = self._uncommitted(c)
         if fresh:
-            parts = sorted((*parts, *fresh), key=lambda p: (p.topic, p.partition))
+            parts = PartitionRows.of(sorted((*parts, *fresh), key=lambda p: (p.topic, p.partition)))
         worst, membership = _group_status(g, parts, c.spark, c.membership)
         view = GroupView(group=g.group_id, type=g.type, state=g.state, status=worst,
                          reasons=tuple(_group_reasons(g, st, parts, c.spark, membership, now)),
-                         members=_member_views(g, c.report_by_member, now), partitions=tuple(parts),
+                         members=_member_views(g, c.report_by_member, now), partitions=parts,
                          spark=_spark_info(c.spark, now) if c.spark else None, epoch=g.epoch,
                          membership=membership, exposure=_exposure(c, parts))
         st.last_view = view
@@ -477,8 +471,7 @@ class Evaluator:
             report_by_member=report_by_member, offsets=offsets, share_dates=share_dates,
             membership=membership, allowance=allowance,
             left=_unsubscribed_topics(g, assignment_known),
-            tuning=Tuning(self.interval, th.lag_seconds, th.stall_after),
-            prev_views=_LastViews(st.last_view))
+            tuning=Tuning(self.interval, th.lag_seconds, th.stall_after))
 
     def _unreadable(self, g: GroupSample, st: GroupMemory, now: float) -> GroupView:
         """A group that could not be read this cycle."""
@@ -597,8 +590,7 @@ class Evaluator:
             mem = PartitionMemory.first(followed, now)
         elif g.type != GroupType.SHARE and not unsubscribed and at_rest(mem, followed, hw, owner_id):
             st.parts[tp] = rest_step(mem, owned, owner_id, now)
-            return (_kept(c.prev_views.get(tp), committed, position, owner)
-                    or _caught_up(tp, committed, 0, 0.0, position, owner))
+            return _caught_up(tp, committed, 0, 0.0, position, owner)
         lag_off = None if hw is None else max(0, hw - consumed)
         lag_s = None if lag_off is None else self._lag_seconds(tp, consumed, hw, lag_off, c.exact_ts, now)
         sample = StepInput(followed, hw, lag_off, lag_s, owned, now, owner_id,
@@ -606,8 +598,7 @@ class Evaluator:
         obs = observe(mem, sample, c.tuning)
         if not lag_off and not unsubscribed:
             st.parts[tp] = remember(obs, Status.OK, c.share_dates.get(tp))
-            kept = lag_off == 0 and lag_s == 0.0 and _kept(c.prev_views.get(tp), committed, position, owner)
-            return kept or _caught_up(tp, committed, lag_off, lag_s, position, owner)
+            return _caught_up(tp, committed, lag_off, lag_s, position, owner)
         facts = PartitionFacts(
             topic=tp[0], partition=tp[1], committed=committed, hw=hw, lag_offsets=lag_off,
             lag_seconds=lag_s, stalled_seconds=obs.stalled_seconds,
@@ -692,32 +683,38 @@ class Evaluator:
             lo += n
         self.judged_in_columns += len(ok)
 
-    def _columns_views(self, c: _GroupCycle, tps: list[TP], b: _Columns) -> list[PartitionView]:
-        """The group's committed partitions: those judged in columns (found ``ok`` there,
-        or classified from the evidence the columns give), the others one at a time
-        (:meth:`_partition`)."""
-        views: list[PartitionView | None] = [None] * len(tps)
+    def _columns_rows(self, c: _GroupCycle, tps: list[TP], b: _Columns) -> PartitionRows:
+        """The group's committed partitions: those judged in columns (found ``ok`` there, or
+        classified from the evidence the columns give), the others one at a time
+        (:meth:`_partition`). The rows of those ``ok`` are their columns as they are."""
         e = b.step
         assert e is not None and b.ok is not None and b.changed_at is not None
-        labels = {m.member_id: _member_label(m) for m in c.g.members}
-        rows: _EvidenceRows | None = None
+        n, rows = len(tps), b.rows
+        stalled = np.zeros(n)
+        stalled[rows] = np.where(b.samples.lag_off > 0, e.stalled_seconds, 0.0)
+        labels: dict[int, str] = {}  # owners' labels, by the Member object's id
+        owner = [""] * n if not any(b.owners) else [
+            "" if m is None else labels.get(id(m)) or labels.setdefault(id(m), _member_label(m))
+            for m in b.owners]
+        views: dict[int, PartitionView] = {}  # the rows some rule may hold for, and the others
+        judged = np.zeros(n, bool)
+        judged[rows] = True
+        evidence: _EvidenceRows | None = None
         ended: list[int] = []  # rows whose lag trend a more severe status ends (remember)
-        for k, (i, ok, stalled) in enumerate(zip(b.rows.tolist(), b.ok.tolist(), e.stalled_seconds.tolist(),
-                                                 strict=True)):
-            if ok:
-                views[i] = _ok_view(tps[i], b.committed[i], b.lag_off[i], b.lag_s[i], stalled, b.owners[i],
-                                    c.prev_views, labels)
-                continue
-            if rows is None:  # as lists once: indexing arrays costs per element
-                rows = _EvidenceRows(*(a.tolist() for a in (
+        for k in np.flatnonzero(~b.ok).tolist():
+            if evidence is None:  # as lists once: indexing arrays costs per element
+                evidence = _EvidenceRows(*(a.tolist() for a in (
                     b.changed_at, e.new_data_seconds, e.lagging, e.rewinding, b.samples.owned,
                     e.unowned_confirmed)))
-            views[i] = self._classified(c, tps[i], i, k, b, rows, stalled)
-            if views[i].status not in (Status.OK, Status.LAGGING):  # type: ignore[union-attr]
+            i = int(rows[k])
+            v = views[i] = self._classified(c, tps[i], i, k, b, evidence, float(stalled[i]))
+            if v.status not in (Status.OK, Status.LAGGING):
                 ended.append(i)
         if ended:
             c.st.parts.rows[LAGGING, ended] = 0.0
-        return [v if v is not None else self._partition(c, tp) for v, tp in zip(views, tps, strict=True)]
+        for i in np.flatnonzero(~judged).tolist():
+            views[i] = self._partition(c, tps[i])
+        return _rows(self._keys, tps, b, stalled, owner, views)
 
     def _classified(self, c: _GroupCycle, tp: TP, i: int, k: int, b: _Columns, e: _EvidenceRows,
                     stalled: float) -> PartitionView:
@@ -783,24 +780,33 @@ class Evaluator:
 
 
 
-def _ok_view(tp: TP, committed: int, lag_off: int, lag_s: float | None, stalled: float,
-             owner: Member | None, prev_views: _LastViews, labels: dict[str, str]) -> PartitionView:
-    """The view of a committed partition every rule leaves ``ok``, as :meth:`Evaluator._partition`
-    builds it; ``labels``: :func:`_member_label` of the group's owners, by member id."""
-    if not lag_off:
-        return _kept(prev_views.get(tp), committed, None, owner) or _caught_up(
-            tp, committed, lag_off, lag_s, None, owner)
-    return PartitionView(topic=tp[0], partition=tp[1], committed=committed, position=None,
-                         lag_offsets=lag_off, lag_seconds=lag_s, stalled_seconds=stalled,
-                         status=Status.OK, reason="", owner=labels[owner.member_id] if owner else "")
-
+def _rows(keys: dict[TP, TP], tps: list[TP], b: _Columns, stalled: np.ndarray, owner: list[str],
+          views: dict[int, PartitionView]) -> PartitionRows:
+    """A group's rows: its columns, as :meth:`Evaluator._partition` would judge an ``ok``
+    partition (no position, its stall only while it lags), the rows of ``views`` as they say.
+    ``keys``: the snapshot's own (topic, partition) keys, one object per partition kept
+    for every group that reads it, not one per group-partition."""
+    n = len(tps)
+    committed, lag_off, lag_s = list(b.committed), list(b.lag_off), list(b.lag_s)
+    status: list[Status] = [Status.OK] * n
+    reason, evidence, position = [""] * n, [""] * n, [NO_OFFSET] * n
+    unsubscribed = np.zeros(n, bool)
+    for i, v in views.items():
+        committed[i], lag_off[i], lag_s[i] = v.committed, v.lag_offsets, v.lag_seconds
+        stalled[i] = v.stalled_seconds
+        status[i], reason[i], evidence[i], owner[i] = v.status, v.reason, v.evidence, v.owner
+        position[i] = NO_OFFSET if v.position is None else v.position
+        unsubscribed[i] = v.unsubscribed
+    return PartitionRows([keys.get(tp, tp) for tp in tps], offsets(committed),
+                         np.array(position, np.int64), offsets(lag_off), seconds(lag_s), stalled,
+                         status, reason, owner, unsubscribed, evidence)
 
 def _caught_up(tp: TP, committed: int, lag_off: int | None, lag_s: float | None,
                position: int | None, owner: Member | None) -> PartitionView:
     """The view of a committed partition without lag (or with an unknown HW)."""
-    return PartitionView(topic=tp[0], partition=tp[1], committed=committed, position=position,
-                         lag_offsets=lag_off, lag_seconds=lag_s, stalled_seconds=0.0,
-                         status=Status.OK, reason="", owner=_member_label(owner))
+    # topic, partition, committed, position, lag offsets and seconds, stalled, status, reason, owner
+    return PartitionView(tp[0], tp[1], committed, position, lag_off, lag_s, 0.0, Status.OK, "",
+                         _member_label(owner))
 
 
 def _unread(tp: TP, committed: int, position: int | None, owner: Member | None,
@@ -813,20 +819,6 @@ def _unread(tp: TP, committed: int, position: int | None, owner: Member | None,
                                 "(lagwatch_errors_total, stage list_offsets)",
                          owner=_member_label(owner))
 
-
-def _kept(prev: PartitionView | None, committed: int, position: int | None,
-          owner: Member | None) -> PartitionView | None:
-    """Last cycle's view of a partition at rest when it is this cycle's too, so the record
-    being served and the one being built share it."""
-    if (prev is not None and not prev.unsubscribed and prev.status == Status.OK
-            and prev.committed == committed and prev.lag_offsets == 0 and prev.lag_seconds == 0.0
-            and prev.stalled_seconds == 0.0 and prev.position == position
-            and prev.owner == _member_label(owner)):
-        return prev
-    return None
-
-
-# -- per group type: who owns a committed partition, what the group's status is ----------
 
 def _moved_forward(parts: MutableMapping[TP, PartitionMemory],
                    offsets: Mapping[TP, tuple[int, int]]) -> bool:
@@ -877,12 +869,12 @@ def _report_for(c: _GroupCycle, tp: TP, owner: Member | None) -> ConsumerReport 
     return c.report_of.get(tp)
 
 
-def _group_status(g: GroupSample, parts: list[PartitionView], spark: SparkReport | None,
+def _group_status(g: GroupSample, parts: PartitionRows, spark: SparkReport | None,
                   membership: Membership) -> tuple[Status, Membership]:
     """(the group's status: its worst partition's, a terminated Spark query's ``stopped``
     even with nothing left to read; the membership model, ``none`` once the client outside
     group membership is gone)."""
-    worst = max((p.status for p in parts), key=SEVERITY.__getitem__, default=Status.OK)
+    worst = max(set(parts.status), key=SEVERITY.__getitem__, default=Status.OK)
     if g.type == GroupType.SPARK and spark is not None and spark.terminated:
         worst = Status.STOPPED
     if membership == Membership.OUTSIDE and worst == Status.STOPPED:
@@ -977,12 +969,16 @@ def _assignment_known(g: GroupSample) -> bool:
     return g.state not in IN_FLIGHT_STATES or not g.members
 
 
-def _group_reasons(g: GroupSample, st: GroupMemory, parts: list[PartitionView], spark: SparkReport | None,
+def _group_reasons(g: GroupSample, st: GroupMemory, parts: PartitionRows, spark: SparkReport | None,
                    membership: Membership, now: float) -> list[str]:
     """The worst partitions' reasons first, then what the group as a whole has to say."""
-    bad = sorted((p for p in parts if p.status != Status.OK),
-                 key=lambda p: (-SEVERITY[p.status], -(p.lag_offsets or 0)))
-    reasons = [p.explained for p in bad[:MAX_REASONS]]
+    status = parts.status
+    bad: list[int] = []
+    if set(status) != {Status.OK}:
+        lag = parts.lag_offsets.tolist()  # NO_OFFSET, an unknown lag, sorts as 0
+        bad = sorted((i for i, s in enumerate(status) if s != Status.OK),
+                     key=lambda i: (-SEVERITY[status[i]], -max(0, lag[i])))
+    reasons = [explained(parts.reason[i], parts.evidence[i]) for i in bad[:MAX_REASONS]]
     if len(bad) > MAX_REASONS:
         reasons.append(f"... and {len(bad) - MAX_REASONS} more partition(s)")
     if g.type == GroupType.SPARK and spark is not None and not bad:

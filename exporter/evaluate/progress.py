@@ -9,7 +9,6 @@ of :mod:`exporter.evaluate.retention`) and attaches a :class:`GroupProgress` to 
 
 from __future__ import annotations
 
-import dataclasses
 import operator
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -92,26 +91,26 @@ class ProgressTracker:
         self._by_figures: dict[tuple, PartitionProgress] = {}
         self._canon: dict[TP, TP] = {}
 
-    def begin(self, partitions: dict[TP, PartitionOffsets]) -> None:
+    def begin(self, keys: dict[TP, TP]) -> None:
         """A cycle's groups follow; the evaluator annotates each as soon as it is judged,
-        so that a group entering rest drops its rate points before the next is judged."""
+        so that a group entering rest drops its rate points before the next is judged.
+        ``keys``: the snapshot's own (topic, partition) keys, by themselves, used in the
+        memory kept and in the figures served (one object per partition)."""
         self._shared, self._by_figures = {}, {}
-        # The snapshot's own (topic, partition) keys: one object per partition, not one per
-        # group-partition, in the memory kept and in the figures served.
-        self._canon = {tp: tp for tp in partitions}
+        self._canon = keys
 
     def rested(self, gid: str, v: GroupView) -> None:
         """A group at rest: its view carries its figures already (exporter/evaluate/rest.py)."""
         self.groups.setdefault(gid, RatesMemory()).last = v.progress
 
     def one(self, gid: str, v: GroupView, sample: GroupSample,
-            partitions: dict[TP, PartitionOffsets], now: float) -> GroupView:
-        """One group's view with its figures."""
+            partitions: dict[TP, PartitionOffsets], now: float) -> GroupProgress | None:
+        """One group's figures, for its view (None: none yet)."""
         memo = self.groups.setdefault(gid, RatesMemory())
         if sample.error is None:
             memo.last = self._group(memo, v, partitions, now)
         # An unreadable group keeps its last figures, like its last judgement.
-        return dataclasses.replace(v, progress=memo.last) if memo.last else v
+        return memo.last
 
     def end(self, views: dict[str, GroupView]) -> None:
         """The cycle's groups are done: ``views`` holds every group of the cycle."""
@@ -257,30 +256,34 @@ class _Observed(NamedTuple):
     owners: list[str]
 
 
-# What :func:`_observed` reads of a PartitionView, in one C-level call per partition.
-_VIEW_FIELDS = operator.attrgetter("topic", "partition", "committed", "lag_offsets", "unsubscribed", "owner")
 _LOG_START = operator.attrgetter("log_start")
 
 
 def _observed(v: GroupView, partitions: dict[TP, PartitionOffsets]) -> _Observed | None:
-    """What :meth:`ProgressTracker._observe` reads of each partition, as columns; None for
-    a group without any."""
-    fields = list(map(_VIEW_FIELDS, v.partitions))
-    tps = [(f[0], f[1]) for f in fields]
+    """What :meth:`ProgressTracker._observe` reads of each partition, as columns (from the
+    view's rows); None for a group without any."""
+    rows = v.partitions
+    tps = rows.tps
     pos = list(map(partitions.get, tps))
     hws = list(map(HW_OF, pos)) if all(pos) else None  # all(): no PartitionOffsets.__eq__ call
-    if hws is None or None in hws or any(f[2] is None or f[3] is None for f in fields):
-        keep = [i for i, (f, po) in enumerate(zip(fields, pos, strict=True))
-                if f[2] is not None and f[3] is not None and po is not None and po.hw is not None]
-        fields, tps, pos = [fields[i] for i in keep], [tps[i] for i in keep], [pos[i] for i in keep]
+    known = (rows.committed >= 0) & (rows.lag_offsets >= 0)
+    if hws is not None and None not in hws and known.all():
+        lag, unsubscribed, owners = rows.lag_offsets, rows.unsubscribed, rows.owner
+    else:
+        keep = [i for i, (k, po) in enumerate(zip(known.tolist(), pos, strict=True))
+                if k and po is not None and po.hw is not None]
+        idx = np.array(keep, np.int64)
+        tps, pos = [tps[i] for i in keep], [pos[i] for i in keep]
+        lag, unsubscribed = rows.lag_offsets[idx], rows.unsubscribed[idx]
+        owners = [rows.owner[i] for i in keep]
         hws = list(map(HW_OF, pos))
     if not tps:
         return None
     log_start = list(map(_LOG_START, pos))
-    return _Observed(tps, np.array([f[3] for f in fields], float), np.array(hws, float),
+    return _Observed(list(tps), lag.astype(np.float64), np.array(hws, float),
                      np.array(log_start, float) if None not in log_start else
                      np.array([np.nan if x is None else x for x in log_start], float),
-                     np.array([f[4] for f in fields], bool), [f[5] for f in fields])
+                     unsubscribed, list(owners))
 
 
 def summarize(rows: list[_Row], memo: RatesMemory, settle: float, span_min: float,

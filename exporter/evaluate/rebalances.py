@@ -35,7 +35,6 @@ changes a status or a judgement reason.
 from __future__ import annotations
 
 import collections
-import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -119,17 +118,17 @@ class RebalanceTracker:
         self.groups: dict[str, RebalanceMemory] = {}
 
     def one(self, gid: str, v: GroupView, sample: GroupSample, reports: list[ConsumerReport],
-            now: float) -> GroupView:
-        """One group's view with its rebalances (a group at rest is not given them again:
-        its view carries them)."""
+            now: float) -> GroupRebalances | None:
+        """One group's rebalances, for its view (a group at rest is not given them again:
+        its view carries them); None for a Spark query, or none yet."""
         if v.type == GroupType.SPARK:
-            return v
+            return None
         memo = self.groups.setdefault(gid, RebalanceMemory())
         if sample.error is None:
             self._observe(memo, sample, reports, now)
             memo.last = self._summary(memo, v, now)
         # An unreadable group keeps its last figures, like its last judgement.
-        return dataclasses.replace(v, rebalances=memo.last) if memo.last else v
+        return memo.last
 
     def end(self, views: dict[str, GroupView]) -> None:
         """The cycle's groups are done: ``views`` holds every group of the cycle."""

@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 
 from exporter.contracts.snapshot import COMMITTING_TYPES, TP, GroupSample, PartitionOffsets
 from exporter.contracts.status import Status
-from exporter.contracts.view import GroupView, PartitionView
+from exporter.contracts.view import GroupView, PartitionRows
 from exporter.evaluate.memory import (
     GroupMemory,
     at_rest,
@@ -210,19 +210,18 @@ def _shared_times(keys: tuple[TP, ...], pm: RatesMemory) -> tuple[list[Points], 
     return times, which if len(times) > 1 else {}
 
 
-def _memory_at_rest(g: GroupSample, parts: tuple[PartitionView, ...], st: GroupMemory,
+def _memory_at_rest(g: GroupSample, parts: PartitionRows, st: GroupMemory,
                     partitions: Mapping[TP, PartitionOffsets]) -> bool:
     """Every partition committed, ``ok`` without lag, and its memory at rest."""
     if len(parts) != len(g.committed):
         return False
+    if (set(parts.status) - {Status.OK} or (parts.committed < 0).any() or parts.lag_offsets.any()
+            or parts.lag_seconds.any() or parts.stalled_seconds.any() or parts.unsubscribed.any()
+            or (parts.position >= 0).any()):
+        return False
     owner_of = {tp: m.member_id for m in g.members for tp in m.assignment}
-    for p in parts:
-        if (p.status != Status.OK or p.committed is None or p.lag_offsets != 0
-                or p.lag_seconds != 0.0 or p.stalled_seconds or p.unsubscribed
-                or p.position is not None):
-            return False
-        tp = (p.topic, p.partition)
+    for tp, committed in zip(parts.tps, parts.committed.tolist(), strict=True):
         mem, po = st.parts.get(tp), partitions.get(tp)
-        if mem is None or po is None or not at_rest(mem, p.committed, po.hw, owner_of.get(tp)):
+        if mem is None or po is None or not at_rest(mem, committed, po.hw, owner_of.get(tp)):
             return False
     return True

@@ -49,7 +49,7 @@ def detail_of(g: GroupView) -> Detail:
     if pr is not None and (pr.records_lost_total or pr.below_log_start or (
             pr.retained_position is not None and pr.retained_position < RETENTION_WATCH)):
         return Detail.PARTITIONS
-    if any(p.unsubscribed for p in g.partitions):
+    if g.partitions.unsubscribed.any():
         return Detail.PARTITIONS
     if g.type == GroupType.SPARK or (g.rebalances is not None and g.rebalances.recent > 0):
         return Detail.GROUP

@@ -12,14 +12,15 @@ record it publishes (exporter/store.py); a scrape only writes those bytes
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 
-from exporter.contracts.view import STATUSES, ClusterView, GroupView, PartitionView
+from exporter.contracts.view import STATUSES, ClusterView, GroupView, PartitionRows
 from exporter.expose.compat import kafka_exporter_lines
 from exporter.expose.detail import Detail, detail_of
 from exporter.expose.families import CycleFamilies
 from exporter.expose.labels import group_labels, partition_labels
-from exporter.expose.textformat import Lines, Packed, escape_label, finite, fmt_value
+from exporter.expose.textformat import Lines, Packed, escape_label, finite, float_text
 
 # One family of one cluster: (name, "# HELP/# TYPE" header, read-only sample lines, or
 # the deflated lines of a large family: exporter/expose/textformat.py).
@@ -84,8 +85,9 @@ def render_groups(v: ClusterView, fam: CycleFamilies, compat: frozenset[str],
             members.add(gl, len(g.members))
         if g.epoch is not None and g.epoch >= 0:
             epoch.add(gl, g.epoch)
-        if g.total_lag is not None:
-            lag_sum.add(gl, g.total_lag)
+        total = g.total_lag
+        if total is not None:
+            lag_sum.add(gl, total)
         seen_clients: set[str] = set()
         for m in g.members:
             if m.last_poll_age is not None and m.client_id not in seen_clients:
@@ -95,37 +97,38 @@ def render_groups(v: ClusterView, fam: CycleFamilies, compat: frozenset[str],
             _partition_lines(gl, g.partitions, per_partition)
 
 
-def _partition_lines(gl: str, partitions: Iterable[PartitionView],
-                     out: tuple[Lines, Lines, Lines, Lines, Lines]) -> None:
+def _partition_lines(gl: str, rows: PartitionRows, out: tuple[Lines, Lines, Lines, Lines, Lines]) -> None:
     """One group's per-partition series (committed, position, lag in offsets and seconds,
     stalled), formatted into one text per family and added at once: the most numerous
-    lines of a large cluster, so each costs a list append, not an encode and a copy."""
+    lines of a large cluster, so each costs a list append, not an encode and a copy. Read
+    from the rows' columns (NO_OFFSET and NaN: no line), no PartitionView made."""
     committed, position, lag_o, lag_s, stalled = (f"{f.name}{{" for f in out)
+    isfinite = math.isfinite
     cl: list[str] = []
     po: list[str] = []
     lo: list[str] = []
     ls: list[str] = []
     st: list[str] = []
     gtl: dict[str, str] = {}
-    for p in partitions:
-        tl = gtl.get(p.topic)
+    for (topic, partition), c, p, lag, secs, stall in zip(
+            rows.tps, rows.committed.tolist(), rows.position.tolist(), rows.lag_offsets.tolist(),
+            rows.lag_seconds.tolist(), rows.stalled_seconds.tolist(), strict=True):
+        tl = gtl.get(topic)
         if tl is None:
-            tl = gtl[p.topic] = f'{gl},topic="{escape_label(p.topic)}"'
-        pl = f'{tl},partition="{p.partition}"}} '
-        if p.committed is not None:
-            cl.append(f"{committed}{pl}{p.committed}\n")
-        if p.position is not None:
-            po.append(f"{position}{pl}{p.position}\n")
-        if p.lag_offsets is not None:
-            lo.append(f"{lag_o}{pl}{p.lag_offsets}\n")
+            tl = gtl[topic] = f'{gl},topic="{escape_label(topic)}"'
+        pl = f'{tl},partition="{partition}"}} '
+        if c >= 0:
+            cl.append(f"{committed}{pl}{c}\n")
+        if p >= 0:
+            po.append(f"{position}{pl}{p}\n")
+        if lag >= 0:
+            lo.append(f"{lag_o}{pl}{lag}\n")
         # Most partitions of a large cluster are caught up: 0 s needs no formatting.
-        v = p.lag_seconds
-        if v == 0:
+        if secs == 0:
             ls.append(f"{lag_s}{pl}0\n")
-        elif finite(v):
-            ls.append(f"{lag_s}{pl}{fmt_value(v)}\n")  # type: ignore[arg-type]
-        v = p.stalled_seconds
-        st.append(f"{stalled}{pl}{fmt_value(v) if v else '0'}\n")
+        elif isfinite(secs):  # NaN: unknown, no line
+            ls.append(f"{lag_s}{pl}{float_text(secs)}\n")
+        st.append(f"{stalled}{pl}{float_text(stall) if stall else '0'}\n")
     for lines, text in zip(out, (cl, po, lo, ls, st), strict=True):
         if text:
             lines.add_text("".join(text))
@@ -199,7 +202,7 @@ def render_unsubscribed(v: ClusterView, fam: CycleFamilies, groups: Iterable[Gro
     one (its partitions' own series are served as for any other)."""
     out = fam.consumergroup_topic_unsubscribed
     for g in groups:
-        for topic in sorted({p.topic for p in g.partitions if p.unsubscribed}):
+        for topic in g.partitions.unsubscribed_topics():
             out.add(f'{group_labels(v, g.group)},topic="{escape_label(topic)}"', 1)
 
 

@@ -42,6 +42,11 @@ def escape_help(v: str) -> str:
 def fmt_value(v: float | int) -> str:
     if isinstance(v, int):
         return str(v)
+    return float_text(v)
+
+
+def float_text(v: float) -> str:
+    """:func:`fmt_value` of a float: a whole number without its ".0"."""
     if v.is_integer() and abs(v) < 1e15:
         return str(int(v))
     return repr(v)

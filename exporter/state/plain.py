@@ -19,6 +19,8 @@ from collections.abc import Callable
 from functools import cache
 from typing import Any
 
+from exporter.contracts.view import PartitionRows, PartitionView
+
 
 class PlainError(ValueError):
     """The plain data does not fit the declared type."""
@@ -49,6 +51,8 @@ def to_plain(obj: Any) -> Any:
         return obj
     if kind is tuple or kind is list:
         return _plain_items(obj)
+    if kind is PartitionRows:  # plain as the PartitionViews it is read as
+        return tuple(_plain_items(_fields_of(PartitionView)(p)) for p in obj)  # type: ignore[misc]
     fields = _fields_of(kind)
     if fields is not None:
         return _plain_items(fields(obj))
@@ -76,6 +80,8 @@ def as_json(obj: Any) -> Any:
         return obj.value
     if isinstance(obj, frozenset | set):
         return sorted(to_plain(v) for v in obj)
+    if isinstance(obj, PartitionRows):
+        return list(obj)
     raise PlainError(f"cannot encode {type(obj).__name__}")
 
 
@@ -108,6 +114,9 @@ def decoder(tp: Any) -> Decoder:
     100k group-partitions is decoded without inspecting a type hint per value."""
     if tp is Any:
         return deep_tuple
+    if tp is PartitionRows:  # as the PartitionViews it is read as
+        views = decoder(tuple[PartitionView, ...])
+        return lambda v: PartitionRows.of(views(v))
     origin = typing.get_origin(tp)
     if origin is typing.Union or origin is types.UnionType:
         return _union(typing.get_args(tp))

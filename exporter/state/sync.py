@@ -39,7 +39,7 @@ def fingerprint(v: GroupView) -> tuple:
     it (rebalances, records lost) must never be restored below what was served."""
     return (v.status, v.state, len(v.members), v.rebalances.total if v.rebalances else None,
             v.progress.records_lost_total if v.progress else None,
-            tuple(p.status for p in v.partitions))
+            tuple(v.partitions.status))
 
 
 class StateSync:

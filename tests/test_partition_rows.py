@@ -1,0 +1,75 @@
+"""A group's partitions in columns (exporter/contracts/view.py PartitionRows): read back
+as the PartitionViews they were made from, None kept apart from every number, the
+totals the lag alerts read, and the state topic's plain form unchanged."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from exporter.contracts.snapshot import GroupType, KafkaGroupState
+from exporter.contracts.status import Status
+from exporter.contracts.view import EMPTY_ROWS, GroupView, PartitionRows, PartitionView
+from exporter.state.plain import from_plain, to_plain
+
+pytestmark = pytest.mark.unit  # no broker: runs with `make test-unit`
+
+VIEWS = (
+    # committed and HW known, lagging, an owner
+    PartitionView("orders", 0, 1200, None, 40, 12.5, 0.0, Status.OK, "", "app@/10.0.0.5 (m-1)"),
+    # stalled, with a position from the consumer's reports, a reason and its evidence
+    PartitionView("orders", 1, 7, 9, 2_000_000_000_000, 301.25, 300.0, Status.STALLED,
+                  "orders[1]: committed offset frozen for 300s", "app@/10.0.0.5 (m-1)",
+                  evidence="broker-side evidence only"),
+    # never committed: no offset, lag unknown
+    PartitionView("orders", 2, None, 0, None, None, 0.0, Status.OK, "", "app@/10.0.0.5 (m-1)"),
+    # a topic the group left: shown, not judged
+    PartitionView("legacy", 0, 0, None, 5000, 90.0, 0.0, Status.OK, "legacy[0]: no member subscribes",
+                  "", unsubscribed=True),
+)
+
+
+def test_rows_read_back_as_the_views_they_were_made_from() -> None:
+    rows = PartitionRows.of(VIEWS)
+    assert list(rows) == list(VIEWS) and len(rows) == 4
+    assert rows[1] == VIEWS[1] and rows[-1] == VIEWS[-1] and rows[1:3] == list(VIEWS[1:3])
+    assert rows == VIEWS and rows != VIEWS[:3]
+    # None is no number: a committed offset of 0 and a lag of 0 s stay what they are
+    assert (rows[2].committed, rows[2].lag_offsets, rows[2].lag_seconds) == (None, None, None)
+    assert (rows[3].committed, rows[2].position) == (0, 0)
+    # numbers read back as Python's, not numpy's (the JSON API encodes them)
+    assert {type(rows[0].committed), type(rows[0].lag_seconds), type(rows[3].unsubscribed)} == {
+        int, float, bool}
+    assert type(next(iter(rows)).committed) is int
+    with pytest.raises(IndexError):
+        rows[4]  # noqa: B018 - the read is the test
+
+
+def test_totals_leave_out_the_topics_left_and_the_unknown() -> None:
+    rows = PartitionRows.of(VIEWS)
+    assert rows.total_lag() == 40 + 2_000_000_000_000
+    assert rows.max_lag_seconds() == 301.25
+    assert rows.unsubscribed_topics() == ["legacy"]
+    unknown = PartitionRows.of([VIEWS[2]])
+    assert (unknown.total_lag(), unknown.max_lag_seconds(), unknown.unsubscribed_topics()) == (None, None, [])
+    assert (EMPTY_ROWS.total_lag(), EMPTY_ROWS.max_lag_seconds(), len(EMPTY_ROWS)) == (None, None, 0)
+    assert not np.isnan(rows.stalled_seconds).any()
+
+
+def _view(partitions: object) -> GroupView:
+    return GroupView(group="g", type=GroupType.CLASSIC, state=KafkaGroupState.STABLE, status=Status.STALLED,
+                     reasons=(), members=(), partitions=partitions)  # type: ignore[arg-type]
+
+
+def test_a_group_view_keeps_any_sequence_of_views_as_rows_and_its_plain_form_as_views() -> None:
+    v = _view(VIEWS)
+    assert isinstance(v.partitions, PartitionRows) and v.partitions == VIEWS
+    assert v.total_lag == 40 + 2_000_000_000_000 and v.max_lag_seconds == 301.25
+    # The state topic's form is the views' own, field by field, as before rows
+    plain = to_plain(v)
+    assert plain[6] == tuple(to_plain(p) for p in VIEWS)
+    back = from_plain(GroupView, plain)
+    assert isinstance(back.partitions, PartitionRows) and back == v
+    assert dataclasses.replace(v, reasons=("x",)).partitions is v.partitions
