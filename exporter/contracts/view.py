@@ -10,7 +10,7 @@ import operator
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, overload
+from typing import Any, Protocol, overload
 
 import numpy as np
 
@@ -92,6 +92,15 @@ def seconds(values: Iterable[float | None]) -> np.ndarray:
     return np.array([np.nan if v is None else v for v in values], np.float64)
 
 
+class Reason(Protocol):
+    """A partition's reason not written yet: the evaluator keeps what its text needs beyond
+    the row's own columns, and the text is written when the reason is read (a group's
+    worst few every cycle, the others when the API or the status page asks)."""
+
+    def text(self, tp: TP, committed: int | None, lag_offsets: int | None, lag_seconds: float | None,
+             stalled_seconds: float, owner: str) -> str: ...
+
+
 class PartitionRows(Sequence[PartitionView]):
     """A group's partitions as judged in one cycle, in columns: a row per partition in
     (topic, partition) order, the numbers in arrays (8 bytes a value, where a
@@ -105,14 +114,15 @@ class PartitionRows(Sequence[PartitionView]):
 
     def __init__(self, tps: list[TP], committed: np.ndarray, position: np.ndarray,
                  lag_offsets: np.ndarray, lag_seconds: np.ndarray, stalled_seconds: np.ndarray,
-                 status: list[Status], reason: list[str], owner: list[str], unsubscribed: np.ndarray,
-                 evidence: list[str]) -> None:
+                 status: list[Status], reason: list[str | Reason], owner: list[str],
+                 unsubscribed: np.ndarray, evidence: list[str]) -> None:
         self.tps = tps  # the snapshot's own (topic, partition) keys where it has them
         self.committed = committed  # offsets: int64, NO_OFFSET for None
         self.position = position
         self.lag_offsets = lag_offsets
         self.lag_seconds = lag_seconds  # seconds: float64, NaN for None
         self.stalled_seconds = stalled_seconds
+        # a reason is its text, or a Reason written when read (:meth:`reason_at`)
         self.status, self.reason, self.owner, self.evidence = status, reason, owner, evidence
         self.unsubscribed = unsubscribed  # bool
 
@@ -147,16 +157,26 @@ class PartitionRows(Sequence[PartitionView]):
         return PartitionView(self.tps[i][0], self.tps[i][1], None if c < 0 else int(c),
                              None if po < 0 else int(po), None if lo < 0 else int(lo),
                              None if ls != ls else float(ls), float(self.stalled_seconds[i]),
-                             self.status[i], self.reason[i], self.owner[i], bool(self.unsubscribed[i]),
+                             self.status[i], self.reason_at(i), self.owner[i], bool(self.unsubscribed[i]),
                              self.evidence[i])
+
+    def reason_at(self, i: int) -> str:
+        """The ``i``-th row's reason, written now if it was kept as a :class:`Reason`."""
+        r = self.reason[i]
+        if isinstance(r, str):
+            return r
+        c, lo, ls = int(self.committed[i]), int(self.lag_offsets[i]), float(self.lag_seconds[i])
+        return r.text(self.tps[i], None if c < 0 else c, None if lo < 0 else lo, None if ls != ls else ls,
+                      float(self.stalled_seconds[i]), self.owner[i])
 
     def __iter__(self) -> Iterator[PartitionView]:
         cols = (optional(self.committed), optional(self.position), optional(self.lag_offsets),
                 [None if v != v else v for v in self.lag_seconds.tolist()], self.stalled_seconds.tolist())
-        for tp, c, po, lo, ls, st, status, reason, owner, unsub, ev in zip(
+        for i, (tp, c, po, lo, ls, st, status, reason, owner, unsub, ev) in enumerate(zip(
                 self.tps, *cols, self.status, self.reason, self.owner, self.unsubscribed.tolist(),
-                self.evidence, strict=True):
-            yield PartitionView(tp[0], tp[1], c, po, lo, ls, st, status, reason, owner, unsub, ev)
+                self.evidence, strict=True)):
+            text = reason if isinstance(reason, str) else self.reason_at(i)
+            yield PartitionView(tp[0], tp[1], c, po, lo, ls, st, status, text, owner, unsub, ev)
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, PartitionRows | tuple | list):

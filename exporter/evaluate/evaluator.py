@@ -45,6 +45,7 @@ from exporter.contracts.view import (
     MemberView,
     PartitionRows,
     PartitionView,
+    Reason,
     SparkInfo,
     explained,
     offsets,
@@ -90,7 +91,16 @@ from exporter.evaluate.memory import (
 from exporter.evaluate.progress import ProgressTracker
 from exporter.evaluate.rebalances import RebalanceTracker
 from exporter.evaluate.rest import Resting, changed_topics, enter, possible, served, settle, still
-from exporter.evaluate.rules import PartitionFacts, classify, client_gone, fmt_seconds, note, reason_parts
+from exporter.evaluate.rules import (
+    LaterReason,
+    PartitionFacts,
+    classify,
+    client_gone,
+    evidence_text,
+    fmt_seconds,
+    note,
+    reason_parts,
+)
 from exporter.evaluate.unread import UnreadOffsets
 from exporter.reports.match import match_reports
 
@@ -151,6 +161,11 @@ class _Columns:
     ok: np.ndarray | None = None
     step: RowStep | None = None
     changed_at: np.ndarray | None = None
+
+
+# A partition classified from the columns: its status, its reason (written when read) and
+# the evidence that status rests on.
+Judged = tuple[Status, "str | Reason", str]
 
 
 class _EvidenceRows(NamedTuple):
@@ -696,7 +711,7 @@ class Evaluator:
         owner = [""] * n if not any(b.owners) else [
             "" if m is None else labels.get(id(m)) or labels.setdefault(id(m), _member_label(m))
             for m in b.owners]
-        views: dict[int, PartitionView] = {}  # the rows some rule may hold for, and the others
+        classified: dict[int, Judged] = {}  # the rows some rule may hold for
         judged = np.zeros(n, bool)
         judged[rows] = True
         evidence: _EvidenceRows | None = None
@@ -707,20 +722,20 @@ class Evaluator:
                     b.changed_at, e.new_data_seconds, e.lagging, e.rewinding, b.samples.owned,
                     e.unowned_confirmed)))
             i = int(rows[k])
-            v = views[i] = self._classified(c, tps[i], i, k, b, evidence, float(stalled[i]))
-            if v.status not in (Status.OK, Status.LAGGING):
+            got = classified[i] = self._classified(c, tps[i], i, k, b, evidence, float(stalled[i]))
+            if got[0] not in (Status.OK, Status.LAGGING):
                 ended.append(i)
         if ended:
             c.st.parts.rows[LAGGING, ended] = 0.0
-        for i in np.flatnonzero(~judged).tolist():
-            views[i] = self._partition(c, tps[i])
-        return _rows(self._keys, tps, b, stalled, owner, views)
+        views = {i: self._partition(c, tps[i]) for i in np.flatnonzero(~judged).tolist()}
+        return _rows(self._keys, tps, b, stalled, owner, classified, views)
 
     def _classified(self, c: _GroupCycle, tp: TP, i: int, k: int, b: _Columns, e: _EvidenceRows,
-                    stalled: float) -> PartitionView:
+                    stalled: float) -> Judged:
         """A partition of ``b`` (its ``i``-th, the ``k``-th row judged, ``e`` the rows'
         evidence) that some rule may hold for: classified from the evidence of its memory
-        step in columns, as :meth:`_partition` classifies it from its own."""
+        step in columns, as :meth:`_partition` classifies it from its own. Its reason is
+        kept to be written when read (:class:`~exporter.evaluate.rules.LaterReason`)."""
         now, owner = c.now, b.owners[i]
         changed_at, nd = e.changed_at[k], e.new_data_seconds[k]
         lag_off, lag_s = b.lag_off[i], b.lag_s[i]
@@ -735,11 +750,9 @@ class Evaluator:
             departure="" if facts_owned else departure_text(c.st.departed, tp, not c.g.members, now),
             outside=c.st.outside_at is not None, stall_allowance=c.allowance)
         status, rule = classify(facts, c.th)
-        text, evidence = reason_parts(rule, facts, c.th)
-        return PartitionView(topic=tp[0], partition=tp[1], committed=b.committed[i], position=None,
-                             lag_offsets=lag_off, lag_seconds=lag_s,
-                             stalled_seconds=stalled if lag_off else 0.0, status=status,
-                             reason=text, evidence=evidence, owner=facts.owner)
+        if rule is None:
+            return status, "", ""
+        return status, LaterReason(rule, facts, c.th), evidence_text(rule, facts)
 
     def _lag_seconds(self, tp: TP, committed: int, hw: int, lag_off: int,
                      exact_ts: dict[tuple[str, int, int], float], now: float) -> float | None:
@@ -781,16 +794,20 @@ class Evaluator:
 
 
 def _rows(keys: dict[TP, TP], tps: list[TP], b: _Columns, stalled: np.ndarray, owner: list[str],
-          views: dict[int, PartitionView]) -> PartitionRows:
+          classified: dict[int, Judged], views: dict[int, PartitionView]) -> PartitionRows:
     """A group's rows: its columns, as :meth:`Evaluator._partition` would judge an ``ok``
-    partition (no position, its stall only while it lags), the rows of ``views`` as they say.
+    partition (no position, its stall only while it lags), with the status, reason and
+    evidence of the rows ``classified``, and the rows of ``views`` as they say.
     ``keys``: the snapshot's own (topic, partition) keys, one object per partition kept
     for every group that reads it, not one per group-partition."""
     n = len(tps)
     committed, lag_off, lag_s = list(b.committed), list(b.lag_off), list(b.lag_s)
     status: list[Status] = [Status.OK] * n
-    reason, evidence, position = [""] * n, [""] * n, [NO_OFFSET] * n
+    reason: list[str | Reason] = [""] * n
+    evidence, position = [""] * n, [NO_OFFSET] * n
     unsubscribed = np.zeros(n, bool)
+    for i, (judged, why, what) in classified.items():
+        status[i], reason[i], evidence[i] = judged, why, what
     for i, v in views.items():
         committed[i], lag_off[i], lag_s[i] = v.committed, v.lag_offsets, v.lag_seconds
         stalled[i] = v.stalled_seconds
@@ -978,7 +995,7 @@ def _group_reasons(g: GroupSample, st: GroupMemory, parts: PartitionRows, spark:
         lag = parts.lag_offsets.tolist()  # NO_OFFSET, an unknown lag, sorts as 0
         bad = sorted((i for i, s in enumerate(status) if s != Status.OK),
                      key=lambda i: (-SEVERITY[status[i]], -max(0, lag[i])))
-    reasons = [explained(parts.reason[i], parts.evidence[i]) for i in bad[:MAX_REASONS]]
+    reasons = [explained(parts.reason_at(i), parts.evidence[i]) for i in bad[:MAX_REASONS]]
     if len(bad) > MAX_REASONS:
         reasons.append(f"... and {len(bad) - MAX_REASONS} more partition(s)")
     if g.type == GroupType.SPARK and spark is not None and not bad:

@@ -416,10 +416,37 @@ def reason_parts(rule: str | None, f: PartitionFacts, th: Thresholds) -> tuple[s
     one text per status and evidence, stored once for all the partitions it applies to."""
     if rule is None:
         return "", ""
-    return _text(rule, f, th), _evidence_text(rule, f)
+    return _text(rule, f, th), evidence_text(rule, f)
 
 
-def _evidence_text(rule: str, f: PartitionFacts) -> str:
+class LaterReason:
+    """The reason of a partition judged in columns, written when it is read
+    (:class:`exporter.contracts.view.Reason`): what its template reads beyond the row's
+    own columns is kept here, the rest comes from the row, so the text is the one
+    :func:`reason_parts` writes for the same facts."""
+
+    __slots__ = ("departure", "frozen_seconds", "group_state", "new_data_seconds", "rejoins", "rule", "th")
+
+    def __init__(self, rule: str, f: PartitionFacts, th: Thresholds) -> None:
+        self.rule, self.th = rule, th
+        self.frozen_seconds, self.new_data_seconds = f.frozen_seconds, f.new_data_seconds
+        self.departure, self.group_state, self.rejoins = f.departure, f.group_state, f.rejoins
+
+    def text(self, tp: tuple[str, int], committed: int | None, lag_offsets: int | None,
+             lag_seconds: float | None, stalled_seconds: float, owner: str) -> str:
+        # A row with a reason has a lag: its HW is its committed offset plus its lag.
+        hw = None if committed is None or lag_offsets is None else committed + lag_offsets
+        f = PartitionFacts(topic=tp[0], partition=tp[1], committed=committed, hw=hw, lag_offsets=lag_offsets,
+                           lag_seconds=lag_seconds, stalled_seconds=stalled_seconds,
+                           frozen_seconds=self.frozen_seconds, new_data_seconds=self.new_data_seconds,
+                           lagging=False, rewinding=False, owned=False, unowned_confirmed=False, owner=owner,
+                           departure=self.departure, group_state=self.group_state, rejoins=self.rejoins)
+        return _text(self.rule, f, self.th)
+
+
+def evidence_text(rule: str, f: PartitionFacts) -> str:
+    """What the status ``rule`` decides for ``f`` rests on (one text per status and
+    evidence, the same object for every partition it applies to)."""
     template = EVIDENCE[_STATUS_OF[rule], evidence_of(rule, f)]
     if template not in _EVIDENCE_FIELDS:
         _EVIDENCE_FIELDS[template] = _fields(template)
