@@ -21,9 +21,18 @@ from exporter import recording
 from exporter.config import Thresholds
 from exporter.contracts.snapshot import TP, GroupSample, GroupType, Member, PartitionOffsets, Snapshot
 from exporter.contracts.status import Status
-from exporter.evaluate.columns import Columns, PartitionTable
+from exporter.evaluate.columns import COLUMN_RULES, Columns, PartitionTable, RowStep, first_rules
 from exporter.evaluate.evaluator import Evaluator
 from exporter.evaluate.memory import Floor, NewData, Ownership, PartitionMemory, Rewind, Run, Trend
+from exporter.evaluate.rules import (
+    NEEDS,
+    RULES,
+    PartitionFacts,
+    broker_evidence,
+    classify,
+    evidence_text,
+    status_of,
+)
 from tests.test_rest import _memory, _Run
 
 pytestmark = pytest.mark.unit
@@ -219,3 +228,46 @@ def test_a_partition_memory_is_kept_whole_in_its_row() -> None:
     assert table[("t", 1)] == full
     del table[("t", 0)]
     assert dict(table) == {("t", 1): full} and not table.aligned([("t", 0)])
+
+
+def test_the_column_rules_are_the_table_s_rules_a_plain_row_can_meet() -> None:
+    """first_rules mirrors RULES for rows without a Spark query or reports, committed and
+    subscribed: the same rules in the same order (never_committed needs no committed
+    offset), each status's evidence the brokers' alone."""
+    assert tuple(name for name, _status, _p in RULES
+                                 if name not in NEEDS and name != "never_committed") == COLUMN_RULES
+    for rule in COLUMN_RULES:
+        f = PartitionFacts(topic="t", partition=0, committed=1, hw=9, lag_offsets=8, lag_seconds=1.0,
+                           stalled_seconds=0.0, frozen_seconds=0.0, lagging=False, rewinding=False,
+                           owned=True, unowned_confirmed=False)
+        assert broker_evidence(status_of(rule)) == evidence_text(rule, f)
+
+
+def test_first_rules_agree_with_classify_at_every_threshold_s_edge() -> None:
+    """Each row one fact away from a threshold (equal, just below, just above): the rule
+    first_rules names is the one classify names for the same facts."""
+    th = Thresholds(stall_after=30, lag_seconds=60, livelock_after=20)
+    rows = []
+    for stalled in (29.999, 30.0, 30.001):
+        for nd in (None, 29.999, 30.0, 31.0):
+            for lag_s in (59.999, 60.0, 60.001, None):
+                for unowned, rewinding, lagging, rejoins, outside, allowance in (
+                        (False, False, False, 0, False, 0.0), (True, False, False, 0, False, 0.0),
+                        (True, False, False, 2, False, 0.0), (True, True, False, 0, False, 0.0),
+                        (True, False, False, 0, True, 45.0), (False, False, True, 0, False, 0.0),
+                        (False, False, False, 1, True, 30.0), (False, False, False, 3, False, 0.0)):
+                    rows.append((stalled, nd, lag_s, unowned, rewinding, lagging, rejoins, outside,
+                                 allowance))
+    for stalled, nd, lag_s, unowned, rewinding, lagging, rejoins, outside, allowance in rows:
+        step = RowStep(np.array([stalled]), np.array([np.nan if nd is None else nd]), np.array([rewinding]),
+                       np.array([unowned]), np.array([lagging]))
+        got = first_rules(step, np.array([np.nan if lag_s is None else lag_s]), np.array([rejoins]), outside,
+                          allowance, th.stall_after, th.lag_seconds)[0]
+        f = PartitionFacts(topic="t", partition=0, committed=1, hw=9, lag_offsets=8, lag_seconds=lag_s,
+                           stalled_seconds=stalled, frozen_seconds=stalled, new_data_seconds=nd,
+                           lagging=lagging, rewinding=rewinding, owned=not unowned,
+                           unowned_confirmed=unowned, rejoins=rejoins, outside=outside,
+                           stall_allowance=allowance)
+        _status, rule = classify(f, th)
+        assert (COLUMN_RULES[got] if got >= 0 else None) == rule, (stalled, nd, lag_s, unowned, rewinding,
+                                                                   lagging, rejoins, outside, allowance)

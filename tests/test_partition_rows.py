@@ -73,3 +73,28 @@ def test_a_group_view_keeps_any_sequence_of_views_as_rows_and_its_plain_form_as_
     back = from_plain(GroupView, plain)
     assert isinstance(back.partitions, PartitionRows) and back == v
     assert dataclasses.replace(v, reasons=("x",)).partitions is v.partitions
+
+
+def test_a_group_s_reasons_name_its_worst_partitions_first() -> None:
+    """The most severe status first, then the largest lag (unknown counts as 0), then the
+    rows' own order; five at most, then how many more."""
+    import random
+
+    from exporter.contracts.snapshot import GroupSample
+    from exporter.contracts.view import SEVERITY
+    from exporter.evaluate.evaluator import MAX_REASONS, _group_reasons
+    from exporter.evaluate.memory import GroupMemory
+
+    rnd = random.Random(7)
+    g = GroupSample(group_id="g", type=GroupType.CLASSIC, state=KafkaGroupState.EMPTY, members=(),
+                    coordinator=1, committed={})
+    for _ in range(200):
+        views = [PartitionView("t", i, 5, None, rnd.choice([None, 0, 3, 3, 70]), None, 0.0,
+                               rnd.choice(list(Status)), f"r{i}", "") for i in range(rnd.randint(0, 12))]
+        bad = sorted((p for p in views if p.status != Status.OK),
+                     key=lambda p: (-SEVERITY[p.status], -(p.lag_offsets or 0)))
+        want = [p.reason for p in bad[:MAX_REASONS]]
+        if len(bad) > MAX_REASONS:
+            want.append(f"... and {len(bad) - MAX_REASONS} more partition(s)")
+        got = _group_reasons(g, GroupMemory(), PartitionRows.of(views), None, None, 0.0)  # type: ignore[arg-type]
+        assert got == want

@@ -309,3 +309,26 @@ def ok_rows(e: RowStep, s: Samples, outside: np.ndarray, allowance: np.ndarray,
     judged_ok = (unowned_clear & (e.stalled_seconds < th_stall_after) & ~e.rewinding
                  & ~(s.lag_s > th_lag_seconds) & ~e.lagging)
     return (s.lag_off == 0) | judged_ok
+
+
+# The rules of exporter/evaluate/rules.py RULES that may hold for a row :func:`ok_rows`
+# does not find ``ok`` (no Spark query, no reports, committed, its topic subscribed), in
+# the table's order. tests/test_columns.py holds the list to the table.
+COLUMN_RULES: tuple[str, ...] = ("unowned", "rejoin_loop", "stalled", "rewind", "lag_above_threshold",
+                                 "lag_growing")
+
+
+def first_rules(e: RowStep, lag_s: np.ndarray, rejoins: np.ndarray, outside: bool, allowance: float,
+                stall_after: float, lag_threshold: float) -> np.ndarray:
+    """For rows of one group that :func:`ok_rows` does not find ``ok`` (so with lag): the
+    index in :data:`COLUMN_RULES` of the first rule that holds, -1 for none; each rule's
+    predicate of exporter/evaluate/rules.py over the rows' evidence at once. ``rejoins``:
+    each row's :func:`~exporter.evaluate.memory.joins_since` its committed offset froze."""
+    nd, stalled = e.new_data_seconds, e.stalled_seconds  # NaN new data: no comparison holds
+    limit = max(stall_after, allowance)
+    rejoin_loop = (rejoins >= 2) & (stalled >= stall_after) & (nd >= stall_after)
+    unowned = (e.unowned_confirmed & ~e.rewinding & ~(outside & (stalled < limit))
+               & ~rejoin_loop)  # a rejoin loop is the only livelock rule here
+    holds = np.stack([unowned, rejoin_loop, (stalled >= limit) & (nd >= limit) & ~e.rewinding,
+                      e.rewinding, lag_s > lag_threshold, e.lagging.astype(bool)])
+    return np.where(holds.any(axis=0), holds.argmax(axis=0), -1)

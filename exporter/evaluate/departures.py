@@ -72,13 +72,16 @@ def last_owner(departed: Iterable[Departure], tp: TP, empty: bool) -> Departure 
     return latest if empty else None
 
 
+NOBODY_SEEN = "no member seen leaving since lagwatch watched the group"
+
+
 def departure_text(departed: Iterable[Departure], tp: TP, empty: bool, now: float) -> str:
     """What the reason of a partition nobody owns says about who left: its last owner, else
     (an empty group) the group's last member to leave or that lagwatch saw nobody leave;
     "" in a group with members none of which was seen leaving it."""
     d = last_owner(departed, tp, empty)
     if d is None:
-        return "no member seen leaving since lagwatch watched the group" if empty else ""
+        return NOBODY_SEEN if empty else ""
     who = "last owner" if tp in d.assignment else "last member to leave"
     ago = now - d.gone_at
     return f"{who} {d.label()} left {ago:.0f}s ago" if ago >= 10 else \

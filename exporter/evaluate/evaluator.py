@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterator, Mapping, MutableMapping, Sequence
-from typing import NamedTuple
 
 import numpy as np
 
@@ -54,11 +53,13 @@ from exporter.contracts.view import (
 from exporter.evaluate import persist
 from exporter.evaluate.cadence import Gaps, learn_commit_gaps, member_allowance, new_gaps
 from exporter.evaluate.columns import (
+    COLUMN_RULES,
     LAGGING,
     Columns,
     PartitionTable,
     RowStep,
     Samples,
+    first_rules,
     observe_rows,
     ok_rows,
     plain,
@@ -68,7 +69,7 @@ from exporter.evaluate.constants import (
     UNREADABLE_GRACE_CYCLES,
     UNREADABLE_GRACE_SECONDS,
 )
-from exporter.evaluate.departures import departure_text, remember_departures
+from exporter.evaluate.departures import NOBODY_SEEN, departure_text, remember_departures
 from exporter.evaluate.exposure import consumer_exposure, group_exposure, spark_exposure
 from exporter.evaluate.lag import HwHistory, lag_seconds
 from exporter.evaluate.memory import (
@@ -94,12 +95,13 @@ from exporter.evaluate.rest import Resting, changed_topics, enter, possible, ser
 from exporter.evaluate.rules import (
     LaterReason,
     PartitionFacts,
+    broker_evidence,
     classify,
     client_gone,
-    evidence_text,
     fmt_seconds,
     note,
     reason_parts,
+    status_of,
 )
 from exporter.evaluate.unread import UnreadOffsets
 from exporter.reports.match import match_reports
@@ -166,17 +168,8 @@ class _Columns:
 # A partition classified from the columns: its status, its reason (written when read) and
 # the evidence that status rests on.
 Judged = tuple[Status, "str | Reason", str]
-
-
-class _EvidenceRows(NamedTuple):
-    """A group's :class:`RowStep` and change times as lists (row k: the k-th judged)."""
-
-    changed_at: list[float]
-    new_data_seconds: list[float]  # NaN: None
-    lagging: list[bool]
-    rewinding: list[bool]
-    owned: list[bool]
-    unowned_confirmed: list[bool]
+# Each rule of COLUMN_RULES with its status and the brokers' evidence for it.
+_COLUMN_JUDGEMENTS = tuple((rule, status_of(rule), broker_evidence(status_of(rule))) for rule in COLUMN_RULES)
 
 
 @dataclasses.dataclass(slots=True, kw_only=True)
@@ -711,48 +704,51 @@ class Evaluator:
         owner = [""] * n if not any(b.owners) else [
             "" if m is None else labels.get(id(m)) or labels.setdefault(id(m), _member_label(m))
             for m in b.owners]
-        classified: dict[int, Judged] = {}  # the rows some rule may hold for
         judged = np.zeros(n, bool)
         judged[rows] = True
-        evidence: _EvidenceRows | None = None
-        ended: list[int] = []  # rows whose lag trend a more severe status ends (remember)
-        for k in np.flatnonzero(~b.ok).tolist():
-            if evidence is None:  # as lists once: indexing arrays costs per element
-                evidence = _EvidenceRows(*(a.tolist() for a in (
-                    b.changed_at, e.new_data_seconds, e.lagging, e.rewinding, b.samples.owned,
-                    e.unowned_confirmed)))
-            i = int(rows[k])
-            got = classified[i] = self._classified(c, tps[i], i, k, b, evidence, float(stalled[i]))
-            if got[0] not in (Status.OK, Status.LAGGING):
-                ended.append(i)
-        if ended:
+        classified, ended = self._classified(c, tps, b)
+        if ended:  # rows whose lag trend a more severe status ends (remember)
             c.st.parts.rows[LAGGING, ended] = 0.0
         views = {i: self._partition(c, tps[i]) for i in np.flatnonzero(~judged).tolist()}
         return _rows(self._keys, tps, b, stalled, owner, classified, views)
 
-    def _classified(self, c: _GroupCycle, tp: TP, i: int, k: int, b: _Columns, e: _EvidenceRows,
-                    stalled: float) -> Judged:
-        """A partition of ``b`` (its ``i``-th, the ``k``-th row judged, ``e`` the rows'
-        evidence) that some rule may hold for: classified from the evidence of its memory
-        step in columns, as :meth:`_partition` classifies it from its own. Its reason is
-        kept to be written when read (:class:`~exporter.evaluate.rules.LaterReason`)."""
-        now, owner = c.now, b.owners[i]
-        changed_at, nd = e.changed_at[k], e.new_data_seconds[k]
-        lag_off, lag_s = b.lag_off[i], b.lag_s[i]
-        facts_owned = e.owned[k]
-        facts = PartitionFacts(
-            topic=tp[0], partition=tp[1], committed=b.committed[i], hw=b.hw[i],
-            lag_offsets=lag_off, lag_seconds=lag_s, stalled_seconds=stalled,
-            frozen_seconds=now - changed_at, new_data_seconds=None if nd != nd else nd,
-            lagging=e.lagging[k], rewinding=e.rewinding[k], rewind_pending=False,
-            owned=facts_owned, unowned_confirmed=e.unowned_confirmed[k],
-            owner=_member_label(owner), group_state=c.g.state, rejoins=joins_since(c.st, changed_at),
-            departure="" if facts_owned else departure_text(c.st.departed, tp, not c.g.members, now),
-            outside=c.st.outside_at is not None, stall_allowance=c.allowance)
-        status, rule = classify(facts, c.th)
-        if rule is None:
-            return status, "", ""
-        return status, LaterReason(rule, facts, c.th), evidence_text(rule, facts)
+    def _classified(self, c: _GroupCycle, tps: list[TP], b: _Columns) -> tuple[dict[int, Judged], list[int]]:
+        """The rows of ``b`` some rule may hold for (:func:`ok_rows` did not find them
+        ``ok``), by partition index: classified at once from the evidence of their memory
+        step (:func:`first_rules`, the rules :meth:`_partition` runs one at a time), each
+        reason kept to be written when read (:class:`~exporter.evaluate.rules.LaterReason`);
+        and those whose status is more severe than ``lagging``."""
+        e, now, st = b.step, c.now, c.st
+        assert e is not None and b.ok is not None and b.changed_at is not None
+        bad = np.flatnonzero(~b.ok)
+        if not len(bad):
+            return {}, []
+        step = RowStep(*(col[bad] for col in e))
+        changed_at = b.changed_at[bad]
+        rejoins = (len(st.joins) - np.searchsorted(np.array(st.joins), changed_at, side="right")
+                   if st.joins else np.zeros(len(bad), np.int64))
+        first = first_rules(step, b.samples.lag_s[bad], rejoins, st.outside_at is not None, c.allowance,
+                            c.th.stall_after, c.th.lag_seconds).tolist()
+        owned = b.samples.owned[bad].tolist()
+        empty = not c.g.members
+        # nobody seen leaving: one text for every partition nobody owns
+        nobody = None if st.departed else NOBODY_SEEN if empty else ""
+        classified: dict[int, Judged] = {}
+        ended: list[int] = []
+        for rule_at, i, since, nd, joins, is_owned in zip(
+                first, b.rows[bad].tolist(), changed_at.tolist(), step.new_data_seconds.tolist(),
+                rejoins.tolist(), owned, strict=True):
+            if rule_at < 0:
+                classified[i] = (Status.OK, "", "")
+                continue
+            rule, status, evidence = _COLUMN_JUDGEMENTS[rule_at]
+            departure = "" if is_owned else nobody if nobody is not None else departure_text(
+                st.departed, tps[i], empty, now)
+            classified[i] = (status, LaterReason(rule, c.th, now - since, None if nd != nd else nd, departure,
+                                                 c.g.state, joins), evidence)
+            if status not in (Status.OK, Status.LAGGING):
+                ended.append(i)
+        return classified, ended
 
     def _lag_seconds(self, tp: TP, committed: int, hw: int, lag_off: int,
                      exact_ts: dict[tuple[str, int, int], float], now: float) -> float | None:
@@ -989,12 +985,11 @@ def _assignment_known(g: GroupSample) -> bool:
 def _group_reasons(g: GroupSample, st: GroupMemory, parts: PartitionRows, spark: SparkReport | None,
                    membership: Membership, now: float) -> list[str]:
     """The worst partitions' reasons first, then what the group as a whole has to say."""
-    status = parts.status
     bad: list[int] = []
-    if set(status) != {Status.OK}:
-        lag = parts.lag_offsets.tolist()  # NO_OFFSET, an unknown lag, sorts as 0
-        bad = sorted((i for i, s in enumerate(status) if s != Status.OK),
-                     key=lambda i: (-SEVERITY[status[i]], -max(0, lag[i])))
+    if set(parts.status) != {Status.OK}:  # the worst first, then the largest lag (unknown: 0)
+        severity = np.fromiter(map(SEVERITY.__getitem__, parts.status), np.int64, len(parts))
+        order = np.lexsort((-np.maximum(parts.lag_offsets, 0), -severity))  # stable: rows' order next
+        bad = order[severity[order] != SEVERITY[Status.OK]].tolist()
     reasons = [explained(parts.reason_at(i), parts.evidence[i]) for i in bad[:MAX_REASONS]]
     if len(bad) > MAX_REASONS:
         reasons.append(f"... and {len(bad) - MAX_REASONS} more partition(s)")

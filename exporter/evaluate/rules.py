@@ -427,10 +427,11 @@ class LaterReason:
 
     __slots__ = ("departure", "frozen_seconds", "group_state", "new_data_seconds", "rejoins", "rule", "th")
 
-    def __init__(self, rule: str, f: PartitionFacts, th: Thresholds) -> None:
+    def __init__(self, rule: str, th: Thresholds, frozen_seconds: float, new_data_seconds: float | None,
+                 departure: str, group_state: str, rejoins: int) -> None:
         self.rule, self.th = rule, th
-        self.frozen_seconds, self.new_data_seconds = f.frozen_seconds, f.new_data_seconds
-        self.departure, self.group_state, self.rejoins = f.departure, f.group_state, f.rejoins
+        self.frozen_seconds, self.new_data_seconds = frozen_seconds, new_data_seconds
+        self.departure, self.group_state, self.rejoins = departure, group_state, rejoins
 
     def text(self, tp: tuple[str, int], committed: int | None, lag_offsets: int | None,
              lag_seconds: float | None, stalled_seconds: float, owner: str) -> str:
@@ -442,6 +443,17 @@ class LaterReason:
                            lagging=False, rewinding=False, owned=False, unowned_confirmed=False, owner=owner,
                            departure=self.departure, group_state=self.group_state, rejoins=self.rejoins)
         return _text(self.rule, f, self.th)
+
+
+def status_of(rule: str) -> Status:
+    """The status a rule of :data:`RULES` decides."""
+    return _STATUS_OF[rule]
+
+
+def broker_evidence(status: Status) -> str:
+    """What ``status`` rests on for a partition without a Spark query or reports: the
+    brokers' evidence alone (:func:`evidence_text` of such a partition)."""
+    return EVIDENCE[status, Evidence.BROKER]
 
 
 def evidence_text(rule: str, f: PartitionFacts) -> str:
