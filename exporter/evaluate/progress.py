@@ -212,20 +212,23 @@ class ProgressTracker:
             produce = ((table.hw[-1][rows] - table.hw[0][rows]) / span).tolist()
         known = ~np.isnan(o.log_start[rows])
         below = np.where(known, np.maximum(0.0, o.log_start[rows] - consumed[rows]), 0.0)
-        lost = memo.lost
+        idx = rows.tolist()
+        tps = [table.tps[i] for i in idx]
+        owners = [o.owners[i] for i in idx]
+        lagging = o.lag[rows] > 0  # only a partition with lag has a time to catch up
+        if lagging.all():
+            eta: list[float | None] = list(map(eta_of.get, owners))
+        else:
+            eta = [eta_of.get(w) if lags else None for w, lags in zip(owners, lagging.tolist(), strict=True)]
+        lost = [memo.lost.get(tp, 0) for tp in tps] if memo.lost else [0] * n
+        # (consume, produce, catch-up, lost, below the log start): one object per distinct
+        # figures, made for the figures first seen this cycle; the rows mapped in C
+        keys = list(zip(consume, produce, eta, lost, below.astype(np.int64).tolist(), strict=True))
         shared = self._by_figures
-        out: dict[TP, PartitionProgress] = {}
-        for i, c, p, b in zip(rows.tolist(), consume, produce, below.astype(np.int64).tolist(), strict=True):
-            tp = table.tps[i]
-            key = (c, p, eta_of.get(o.owners[i]) if o.lag[i] > 0 else None,
-                   lost.get(tp, 0) if lost else 0, b)
-            pp = shared.get(key)
-            if pp is None:
-                pp = shared[key] = PartitionProgress(consume_rate=key[0], produce_rate=key[1],
-                                                     catchup_seconds=key[2], lost_total=key[3],
-                                                     below_log_start=key[4])
-            out[tp] = pp
-        return out
+        for key in set(keys) - shared.keys():
+            shared[key] = PartitionProgress(consume_rate=key[0], produce_rate=key[1], catchup_seconds=key[2],
+                                            lost_total=key[3], below_log_start=key[4])
+        return dict(zip(tps, map(shared.__getitem__, keys), strict=True))
 
     def _observe(self, memo: RatesMemory, tp: TP, p: PartitionView, po: PartitionOffsets | None,
                  now: float) -> _Row | None:
