@@ -119,10 +119,14 @@ def statuses(body: bytes) -> Counter[str]:
     return Counter(m.decode() for m in STATUS_LINE.findall(body))
 
 
-def _exporter(cluster: KafkaCluster, tag: str, detail: str, port: int, tmp: str) -> subprocess.Popen:
+def _exporter(cluster: KafkaCluster, tag: str, detail: str, port: int, tmp: str,
+              group_partitions: int) -> subprocess.Popen:
+    """lagwatch on the groups of ``tag``, its cardinality cap above the fleet's size (the
+    default, 500,000, would drop groups past it from what is served)."""
     cfg = Path(tmp) / "bench.yml"
     cfg.write_text(yaml.safe_dump({
         "interval": 15, "request_timeout": 30, "listen": f"127.0.0.1:{port}",
+        "max_group_partitions": max(500_000, group_partitions),
         "metrics_detail": detail,
         "clusters": [{"name": "bench", "bootstrap_servers": cluster.bootstrap_servers,
                       "groups": {"allow": f"^bench-{tag}-"}, "reports": {"enabled": False}}]}))
@@ -181,7 +185,7 @@ def measure(cluster: KafkaCluster, tag: str, groups: int, partitions: int, cycle
     """Run lagwatch on the groups of ``tag`` until ``cycles`` cycles are seen; its figures."""
     port = free_port()
     with tempfile.TemporaryDirectory() as tmp:
-        proc = _exporter(cluster, tag, detail, port, tmp)
+        proc = _exporter(cluster, tag, detail, port, tmp, groups * partitions)
         try:
             deadline = time.monotonic() + 120 + cycles * (40 + groups * partitions / 2000)
             w = _watch(proc, f"http://127.0.0.1:{port}", cycles, deadline)
