@@ -158,6 +158,7 @@ class _Columns:
     committed: list[int]
     hw: list[int | None]
     lag_off: list[int]
+    whole: bool = False  # ``rows`` is every row of the table, in order
     # set by Evaluator._judge_columns: of each row judged, whether every rule leaves it
     # ok, the evidence and when its committed offset last moved
     ok: np.ndarray | None = None
@@ -657,8 +658,9 @@ class Evaluator:
         if c.left:
             is_plain &= np.fromiter((tp[0] not in c.left for tp in tps), bool, n)
         rows = np.flatnonzero(is_plain)
-        return _Columns(rows=rows, samples=Samples(*(col[rows] for col in s)), owners=owners,
-                        lag_s=lag_s, committed=committed, hw=hws, lag_off=lag_off)
+        whole = len(rows) == n  # every row, in order: the table's own columns, not copies
+        return _Columns(rows=rows, samples=s if whole else Samples(*(col[rows] for col in s)),
+                        owners=owners, lag_s=lag_s, committed=committed, hw=hws, lag_off=lag_off, whole=whole)
 
     def _judge_columns(self, groups: list[_Pending], now: float) -> None:
         """The memory step of every group's plain partitions at once, and which of them
@@ -676,8 +678,8 @@ class Evaluator:
         cycles = [p.cycle for p in judged]
         stall_after = per_row([p.th.stall_after for p in judged])
         lag_threshold = per_row([p.th.lag_seconds for p in judged])
-        before = np.concatenate([c.st.parts.rows[:, b.rows] for c, b in zip(cycles, batches, strict=True)],
-                                axis=1)
+        before = np.concatenate([c.st.parts.rows if b.whole else c.st.parts.rows[:, b.rows]
+                                 for c, b in zip(cycles, batches, strict=True)], axis=1)
         s = Samples(*(np.concatenate(col) for col in zip(*(b.samples for b in batches), strict=True)))
         after, e = observe_rows(before, s, now, Tuning(self.interval, lag_threshold, stall_after))
         ok = ok_rows(e, s, per_row([c.st.outside_at is not None for c in cycles]),
@@ -685,7 +687,7 @@ class Evaluator:
         changed_at = Columns(*after).changed_at
         lo = 0
         for c, b, n in zip(cycles, batches, sizes, strict=True):
-            c.st.parts.rows[:, b.rows] = after[:, lo:lo + n]
+            c.st.parts.rows[:, slice(None) if b.whole else b.rows] = after[:, lo:lo + n]
             b.ok, b.changed_at = ok[lo:lo + n], changed_at[lo:lo + n]
             b.step = RowStep(*(col[lo:lo + n] for col in e))
             lo += n
