@@ -11,13 +11,20 @@ sets that zlib's fastest level shrinks about 15 times. It is deflated as it is e
 so no full text of a large family is ever held, and a record holds only the deflated
 bytes, also while the next cycle's exposition is rendered next to it; a scrape inflates
 it piece by piece as it writes the body.
+
+The deflating runs on one helper thread (:data:`_DEFLATER`) while the cycle's thread
+formats the next lines: zlib releases the interpreter lock while it compresses, so on a
+second core the deflate costs the cycle almost nothing. Each family keeps at most
+:data:`IN_FLIGHT` pieces waiting, so the text held stays bounded.
 """
 
 from __future__ import annotations
 
+import collections
 import math
 import zlib
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 
 # Bytes of encoded lines a family buffers before deflating them: below this a family
 # stays plain text (small clusters, every test's hand-built view). The families of a
@@ -28,6 +35,11 @@ PACK_ABOVE = 1 << 18
 PACK_LEVEL = 1
 # Bytes of text one inflation step writes at most (what a scrape holds at a time).
 UNPACK_PIECE = 1 << 20
+# Pieces of one family handed to the deflating thread and not deflated yet, at most.
+IN_FLIGHT = 2
+# One thread deflates every family's pieces in the order they are handed over (a
+# family's pieces must reach its compressor in order).
+_DEFLATER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="deflate")
 
 
 def escape_label(v: str) -> str:
@@ -86,13 +98,14 @@ class Lines:
     """Sample lines of one family, encoded as they are added (a list of 400k small
     strings would cost more memory than the text itself), deflated past PACK_ABOVE."""
 
-    __slots__ = ("name", "help", "kind", "buf", "_z", "_packed", "_size")
+    __slots__ = ("name", "help", "kind", "buf", "_z", "_packed", "_pending", "_size")
 
     def __init__(self, name: str, help_text: str, kind: str = "gauge") -> None:
         self.name, self.help, self.kind = name, help_text, kind
         self.buf = bytearray()
         self._z: zlib._Compress | None = None
         self._packed: list[bytes] = []
+        self._pending: collections.deque[Future[bytes]] = collections.deque()
         self._size = 0
 
     def add(self, labels: str, v: float | int) -> None:
@@ -106,11 +119,15 @@ class Lines:
             self._deflate()
 
     def _deflate(self) -> None:
+        """The buffered lines handed to the deflating thread (the buffer is not touched
+        again here); past :data:`IN_FLIGHT` pieces waiting, the oldest is waited for."""
         if self._z is None:
             self._z = zlib.compressobj(PACK_LEVEL)
-        self._packed.append(self._z.compress(self.buf))
-        self._size += len(self.buf)
-        self.buf = bytearray()
+        buf, self.buf = self.buf, bytearray()
+        self._size += len(buf)
+        self._pending.append(_DEFLATER.submit(self._z.compress, buf))
+        while len(self._pending) > IN_FLIGHT:
+            self._packed.append(self._pending.popleft().result())
 
     def body(self) -> memoryview | Packed:
         """The family's sample lines: a read-only view of the text, or the deflated text
@@ -118,6 +135,8 @@ class Lines:
         if self._z is None:
             return memoryview(self.buf).toreadonly()  # a view, not a copy
         self._deflate()
+        self._packed.extend(f.result() for f in self._pending)
+        self._pending.clear()
         self._packed.append(self._z.flush())
         body = Packed(b"".join(self._packed), self._size)
         self._packed, self._z = [], None
