@@ -665,7 +665,7 @@ class Evaluator:
     def _judge_columns(self, groups: list[_Pending], now: float) -> None:
         """The memory step of every group's plain partitions at once, and which of them
         every rule leaves ``ok`` (exporter/evaluate/columns.py): each takes its next memory
-        now; their views are built with the rest of their group (:meth:`_columns_views`)."""
+        now; their rows are built with the rest of their group (:meth:`_columns_rows`)."""
         judged = [p for p in groups if p.columns is not None and p.cycle is not None]
         if not judged:
             return
