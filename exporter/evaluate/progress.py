@@ -189,15 +189,16 @@ class ProgressTracker:
         """:func:`_pools` over the columns."""
         idx_all = rows.tolist()
         owners = [o.owners[i] for i in idx_all]
-        if len(set(owners)) <= 1:  # one consumer owns them all, or nobody does: one pool
-            pool = _pool(owners[0], tuple(o.tps[i] for i in idx_all), int(o.lag[rows].sum()),
-                         lambda: _summed(table, rows, span), self.settle) if owners else None
-            return [] if pool is None else [pool]
-        by_owner: dict[str, list[int]] = {}
-        for i, owner in zip(idx_all, owners, strict=True):
-            by_owner.setdefault(owner, []).append(i)
-        pools = (_pool(owner, tuple(o.tps[i] for i in idx), int(o.lag[idx].sum()),
-                       lambda idx=idx: _summed(table, np.array(idx), span), self.settle)
+        by_owner: dict[str, np.ndarray] = {}
+        if len(set(owners)) == 1:  # one consumer owns them all, or nobody does: one pool
+            by_owner[owners[0]] = rows
+        else:
+            lists: dict[str, list[int]] = {}
+            for i, owner in zip(idx_all, owners, strict=True):
+                lists.setdefault(owner, []).append(i)
+            by_owner = {owner: np.array(idx) for owner, idx in lists.items()}
+        pools = (_pool(owner, tuple(o.tps[i] for i in idx.tolist()), int(o.lag[idx].sum()),
+                       lambda idx=idx: _summed(table, idx, span), self.settle)
                  for owner, idx in sorted(by_owner.items()))
         return [p for p in pools if p is not None]
 

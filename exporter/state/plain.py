@@ -52,7 +52,7 @@ def to_plain(obj: Any) -> Any:
     if kind is tuple or kind is list:
         return _plain_items(obj)
     if kind is PartitionRows:  # plain as the PartitionViews it is read as
-        return tuple(_plain_items(_fields_of(PartitionView)(p)) for p in obj)  # type: ignore[misc]
+        return tuple(map(to_plain, obj))
     fields = _fields_of(kind)
     if fields is not None:
         return _plain_items(fields(obj))
