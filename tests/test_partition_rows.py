@@ -1,6 +1,7 @@
 """A group's partitions in columns (exporter/contracts/view.py PartitionRows): read back
 as the PartitionViews they were made from, None kept apart from every number, the
-totals the lag alerts read, and the state topic's plain form unchanged."""
+totals the lag alerts read, and the state topic's plain form unchanged; its partitions'
+pace in columns (ProgressRows) read back as the mapping it stands for."""
 
 from __future__ import annotations
 
@@ -11,7 +12,15 @@ import pytest
 
 from exporter.contracts.snapshot import GroupType, KafkaGroupState
 from exporter.contracts.status import Status
-from exporter.contracts.view import EMPTY_ROWS, GroupView, PartitionRows, PartitionView
+from exporter.contracts.view import (
+    EMPTY_ROWS,
+    GroupProgress,
+    GroupView,
+    PartitionProgress,
+    PartitionRows,
+    PartitionView,
+    ProgressRows,
+)
 from exporter.state.plain import from_plain, to_plain
 
 pytestmark = pytest.mark.unit  # no broker: runs with `make test-unit`
@@ -98,3 +107,28 @@ def test_a_group_s_reasons_name_its_worst_partitions_first() -> None:
             want.append(f"... and {len(bad) - MAX_REASONS} more partition(s)")
         got = _group_reasons(g, GroupMemory(), PartitionRows.of(views), None, None, 0.0)  # type: ignore[arg-type]
         assert got == want
+
+
+def test_progress_rows_read_as_the_mapping_of_partition_progress() -> None:
+    tps = [("orders", 0), ("orders", 1), ("legacy", 0)]
+    rows = ProgressRows(tps, np.array([2.5, 0.0, np.nan]), np.array([1.0, 0.0, np.nan]),
+                        np.array([120.0, np.nan, np.nan]), np.array([0, 0, 7]), np.array([0, 0, 30]))
+    want = {
+        ("orders", 0): PartitionProgress(consume_rate=2.5, produce_rate=1.0, catchup_seconds=120.0,
+                                         lost_total=0, below_log_start=0),
+        ("orders", 1): PartitionProgress(consume_rate=0.0, produce_rate=0.0, catchup_seconds=None,
+                                         lost_total=0, below_log_start=0),
+        # rates unknown yet (NaN): None, never 0
+        ("legacy", 0): PartitionProgress(consume_rate=None, produce_rate=None, catchup_seconds=None,
+                                         lost_total=7, below_log_start=30),
+    }
+    assert rows == want and want == rows and dict(rows) == want and list(rows) == tps
+    assert rows.get(("orders", 9)) is None and ("legacy", 0) in rows
+    assert rows != {**want, ("orders", 1): dataclasses.replace(want[("orders", 1)], lost_total=1)}
+    # the state topic's plain form is the mapping's, read back as a dict
+    progress = GroupProgress(window_seconds=600.0, consume_rate=2.5, produce_rate=1.0, catchup_seconds=120.0,
+                             falling_behind=False, records_lost_total=7, below_log_start=30, notes=(),
+                             partitions=rows)
+    plain = to_plain(progress)
+    assert plain == to_plain(dataclasses.replace(progress, partitions=want))
+    assert from_plain(GroupProgress, plain) == progress

@@ -7,7 +7,7 @@ renderers can read it from any thread without locks.
 from __future__ import annotations
 
 import operator
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Protocol, overload
@@ -267,6 +267,45 @@ class PartitionProgress:
     below_log_start: int  # records between the consumed offset and the log start now
 
 
+def _or_none(v: float) -> float | None:
+    return None if v != v else v
+
+
+class ProgressRows(Mapping[TP, PartitionProgress]):
+    """A group's :class:`PartitionProgress` by partition, in columns (rates and times to
+    catch up in float64, NaN for None; records in int64): one array a figure where a
+    mapping holds an object a partition. Read as that mapping (each value made when
+    read: the JSON API, the below-log-start series) or column by column. Read-only by
+    contract."""
+
+    __slots__ = ("_index", "below", "catchup", "consume", "lost", "produce", "tps")
+
+    def __init__(self, tps: list[TP], consume: np.ndarray, produce: np.ndarray, catchup: np.ndarray,
+                 lost: np.ndarray, below: np.ndarray, index: dict[TP, int] | None = None) -> None:
+        self.tps = tps
+        self.consume, self.produce, self.catchup = consume, produce, catchup
+        self.lost, self.below = lost, below
+        self._index = index  # row by partition: given, or made at the first lookup
+
+    def __len__(self) -> int:
+        return len(self.tps)
+
+    def __iter__(self) -> Iterator[TP]:
+        return iter(self.tps)
+
+    def __getitem__(self, tp: TP) -> PartitionProgress:
+        if self._index is None:
+            self._index = {t: i for i, t in enumerate(self.tps)}
+        i = self._index[tp]
+        return PartitionProgress(consume_rate=_or_none(float(self.consume[i])),
+                                 produce_rate=_or_none(float(self.produce[i])),
+                                 catchup_seconds=_or_none(float(self.catchup[i])),
+                                 lost_total=int(self.lost[i]), below_log_start=int(self.below[i]))
+
+    def __repr__(self) -> str:
+        return f"ProgressRows({dict(self.items())!r})"
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class GroupProgress:
     """How fast a group consumes against production, when it catches up, what it lost.
@@ -282,7 +321,7 @@ class GroupProgress:
     records_lost_total: int
     below_log_start: int
     notes: tuple[str, ...]  # human-readable: "caught up in about 4 min at current rates", ...
-    partitions: dict[TP, PartitionProgress]
+    partitions: Mapping[TP, PartitionProgress]  # a dict, or ProgressRows
     # Where the committed offset sits in the retained log, lowest over the partitions with
     # lag whose log retention has trimmed: (committed - log start) / (HW - log start), 0 at
     # the log start, negative below it; None without such a partition. The ratio the

@@ -17,7 +17,7 @@ from typing import NamedTuple
 import numpy as np
 
 from exporter.contracts.snapshot import HW_OF, TP, GroupSample, PartitionOffsets
-from exporter.contracts.view import GroupProgress, GroupView, PartitionProgress, PartitionView
+from exporter.contracts.view import GroupProgress, GroupView, PartitionProgress, PartitionView, ProgressRows
 from exporter.evaluate.rates import (
     Points,
     Rates,
@@ -87,8 +87,6 @@ class ProgressTracker:
         self.groups: dict[str, RatesMemory] = {}
         # One object per distinct PartitionProgress of a cycle (they are frozen).
         self._shared: dict[PartitionProgress, PartitionProgress] = {}
-        # The same, by their figures (consume, produce, catch-up, lost, below the log start).
-        self._by_figures: dict[tuple, PartitionProgress] = {}
         self._canon: dict[TP, TP] = {}
 
     def begin(self, keys: dict[TP, TP]) -> None:
@@ -96,7 +94,7 @@ class ProgressTracker:
         so that a group entering rest drops its rate points before the next is judged.
         ``keys``: the snapshot's own (topic, partition) keys, by themselves, used in the
         memory kept and in the figures served (one object per partition)."""
-        self._shared, self._by_figures = {}, {}
+        self._shared = {}
         self._canon = keys
 
     def rested(self, gid: str, v: GroupView) -> None:
@@ -116,7 +114,7 @@ class ProgressTracker:
         """The cycle's groups are done: ``views`` holds every group of the cycle."""
         for gid in [g for g in self.groups if g not in views]:
             del self.groups[gid]  # deleted group: its series vanish with it
-        self._shared, self._canon, self._by_figures = {}, {}, {}
+        self._shared, self._canon = {}, {}
 
     def _group(self, memo: RatesMemory, v: GroupView, partitions: dict[TP, PartitionOffsets],
                now: float) -> GroupProgress:
@@ -203,34 +201,26 @@ class ProgressTracker:
         return [p for p in pools if p is not None]
 
     def _partitions(self, memo: RatesMemory, o: _Observed, consumed: np.ndarray, rows: np.ndarray,
-                    span: float | None, eta_of: dict[str, float | None]) -> dict[TP, PartitionProgress]:
-        """:func:`_partition` of every row: one object per distinct figures."""
+                    span: float | None, eta_of: dict[str, float | None]) -> ProgressRows:
+        """:func:`_partition` of every row, as columns."""
         table, n = memo.parts, len(rows)
+        whole = n == len(table.tps)  # every row, in order: the table's keys as they are
         if span is None:
-            consume: list[float | None] = [None] * n
-            produce: list[float | None] = [None] * n
+            consume = produce = np.full(n, np.nan)
         else:
-            consume = ((table.consumed[-1][rows] - table.consumed[0][rows]) / span).tolist()
-            produce = ((table.hw[-1][rows] - table.hw[0][rows]) / span).tolist()
+            consume = (table.consumed[-1][rows] - table.consumed[0][rows]) / span
+            produce = (table.hw[-1][rows] - table.hw[0][rows]) / span
         known = ~np.isnan(o.log_start[rows])
-        below = np.where(known, np.maximum(0.0, o.log_start[rows] - consumed[rows]), 0.0)
-        idx = rows.tolist()
-        tps = [table.tps[i] for i in idx]
-        owners = [o.owners[i] for i in idx]
-        lagging = o.lag[rows] > 0  # only a partition with lag has a time to catch up
-        if lagging.all():
-            eta: list[float | None] = list(map(eta_of.get, owners))
-        else:
-            eta = [eta_of.get(w) if lags else None for w, lags in zip(owners, lagging.tolist(), strict=True)]
-        lost = [memo.lost.get(tp, 0) for tp in tps] if memo.lost else [0] * n
-        # (consume, produce, catch-up, lost, below the log start): one object per distinct
-        # figures, made for the figures first seen this cycle; the rows mapped in C
-        keys = list(zip(consume, produce, eta, lost, below.astype(np.int64).tolist(), strict=True))
-        shared = self._by_figures
-        for key in set(keys) - shared.keys():
-            shared[key] = PartitionProgress(consume_rate=key[0], produce_rate=key[1], catchup_seconds=key[2],
-                                            lost_total=key[3], below_log_start=key[4])
-        return dict(zip(tps, map(shared.__getitem__, keys), strict=True))
+        below = np.where(known, np.maximum(0.0, o.log_start[rows] - consumed[rows]), 0.0).astype(np.int64)
+        tps = table.tps if whole else [table.tps[i] for i in rows.tolist()]
+        catchup = np.full(n, np.nan)
+        if any(eta is not None for eta in eta_of.values()):  # only a partition with lag has one
+            owners = o.owners if whole else [o.owners[i] for i in rows.tolist()]
+            eta = np.array([np.nan if (e := eta_of.get(w)) is None else e for w in owners])
+            catchup = np.where(o.lag[rows] > 0, eta, np.nan)
+        lost = (np.array([memo.lost.get(tp, 0) for tp in tps], np.int64) if memo.lost
+                else np.zeros(n, np.int64))
+        return ProgressRows(tps, consume, produce, catchup, lost, below, table.index if whole else None)
 
     def _observe(self, memo: RatesMemory, tp: TP, p: PartitionView, po: PartitionOffsets | None,
                  now: float) -> _Row | None:
@@ -327,15 +317,16 @@ def _eta(pools: list[_Pool]) -> tuple[float | None, list[_Pool]]:
 
 
 def _progress(group: Rates | None, eta: float | None, losing: list[_Pool], pools: int, memo: RatesMemory,
-              parts: dict[TP, PartitionProgress], lost_notes: list[str],
+              parts: dict[TP, PartitionProgress] | ProgressRows, lost_notes: list[str],
               retained: float | None) -> GroupProgress:
     notes = _pace_notes(eta, group, losing, pools) + lost_notes
+    below = (int(parts.below.sum()) if isinstance(parts, ProgressRows)
+             else sum(p.below_log_start for p in parts.values()))
     return GroupProgress(
         window_seconds=group.span if group else 0.0, consume_rate=group.consume if group else None,
         produce_rate=group.produce if group else None, catchup_seconds=eta,
         falling_behind=bool(losing), records_lost_total=memo.lost_total,
-        below_log_start=sum(p.below_log_start for p in parts.values()), notes=tuple(notes),
-        partitions=parts, retained_position=retained)
+        below_log_start=below, notes=tuple(notes), partitions=parts, retained_position=retained)
 
 
 def _retained_position(rows: list[_Row]) -> float | None:
