@@ -232,14 +232,7 @@ def test_replicas_share_the_groups_and_a_killed_ones_move_with_their_clocks(worl
             assert [h for h in hws if h] and all(h == _hws(ref, world["static"]) for h in hws if h), hws
             return ms, ref
         ms, ref = wait_for(equal, 30, "the replicas' union equal to one process's exposition")
-        for _ in range(3):  # settled: every group served once, scrape after scrape
-            time.sleep(INTERVAL)
-            statuses, _lags_now, twice = _union(_served(reps))
-            assert not twice and set(statuses) == every, (twice, every - set(statuses))
-        per_replica = [set(_statuses(m)) for m in ms]
-        assert all(0 < len(s) <= len(every) // 2 for s in per_replica), [len(s) for s in per_replica]
-        _requests_per_cycle(ms, ref)
-        _each_samples_a_third(ms, ref, every)
+        _settled_in_shares(reps, ms, ref, every)
         wait_for(lambda: prom.query(f'ALERTS{{alertstate="firing", group="{stalled}"}}'), 20,
                  "the stalled group's alert firing in Prometheus")
         moves_from = time.time()
@@ -265,6 +258,20 @@ def test_replicas_share_the_groups_and_a_killed_ones_move_with_their_clocks(worl
         at_start = firing_evaluations(prom, moves_from, moves_from)
         assert at_start and all(firing.get(a) == max(firing.values()) for a in at_start), firing
         assert ("KafkaConsumerGroupStalled", stalled) in at_start
+
+
+def _settled_in_shares(reps: list[ExporterProcess], ms: list[Samples], ref: Samples,
+                       every: set[str]) -> None:
+    """Every group served once, scrape after scrape; each replica its share of the groups
+    (``ms``, scraped when their union first equalled the reference ``ref``)."""
+    for _ in range(3):
+        time.sleep(INTERVAL)
+        statuses, _lags_now, twice = _union(_served(reps))
+        assert not twice and set(statuses) == every, (twice, every - set(statuses))
+    per_replica = [set(_statuses(m)) for m in ms]
+    assert all(0 < len(s) <= len(every) // 2 for s in per_replica), [len(s) for s in per_replica]
+    _requests_per_cycle(ms, ref)
+    _each_samples_a_third(ms, ref, every)
 
 
 def _requests_per_cycle(ms: list[Samples], ref: Samples) -> None:
