@@ -5,12 +5,14 @@ partitions, each with its own lag) and one real consumer that polls and never co
 (`stalled`). Three replicas with ``state.replicas`` and one plain process (the reference)
 watch them. The union of the replicas' series equals the reference's exposition (every
 group's status and lag), no group is served by two replicas, and each serves only its
-shards' groups. Then the Kafka worker of the replica serving the stalled group is
+shards' groups: about a third of the groups and group-partitions each, in as many sampling
+requests per cycle as one process sends. Then the Kafka worker of the replica serving the stalled group is
 SIGKILLed: the replica starts a new one, no group is served twice, and every group is
 served again within the session timeout and a few cycles, the stalled group's clock
 continued. Then the replica serving the stalled group is SIGKILLed: within the
 coordination group's session timeout and two cycles another replica serves its groups,
-the stalled group `stalled` from its first served cycle with ``stalled_seconds``
+(counted in the cycles each survivor starts after the kill), the stalled group `stalled` from
+its first served cycle with ``stalled_seconds``
 continuing (not restarted). Last the new owner is stopped with SIGTERM: it leaves the
 group, and the last replica serves everything within a few cycles, the clock continued.
 """
@@ -30,7 +32,7 @@ import pytest
 
 from devenv.kafka import KafkaCluster
 from devenv.procs import children
-from exporter.state.placement import offsets_partition
+from exporter.state.placement import offsets_partition, shard_of
 from tests.conftest import (
     INTERVAL,
     STALL_AFTER,
@@ -49,7 +51,7 @@ from tests.support.scenarios import Scenario, Workload, spawn, stop_all
 # The coordination group's session timeout in the test (seconds): long enough that a
 # drained replica's shards moving within a few cycles shows it left the group.
 SESSION = 6.0
-HEARTBEAT = min(SESSION / 3, 1.0)  # exporter/state/coordination.py
+HEARTBEAT = min(SESSION / 3, 1.0, INTERVAL / 4)  # exporter/state/coordination.py heartbeat_ms
 OFFSETS_PARTITIONS = 10  # offsets.topic.num.partitions of the test brokers (devenv/kafka.py)
 SHARDS = 10
 PER_PARTITION = 2
@@ -152,6 +154,35 @@ def _cycles_taken(last_miss: list[float], start: list[float]) -> float:
     return max(miss + 1 - s for miss, s in zip(last_miss, start, strict=True))
 
 
+class _Seen(NamedTuple):
+    """One scrape of a replica: its cycles, its sample's time, the groups it serves."""
+
+    cycles: float
+    sampled_at: float
+    served: frozenset[str]
+
+    @classmethod
+    def of(cls, m: Samples) -> _Seen:
+        return cls(_cycles(m), _sampled_at(m), frozenset(_statuses(m)))
+
+
+def _cycles_started(seen: list[list[_Seen]], fault_at: float) -> float:
+    """Cycles a replica starts after a fault up to the first serving every group it serves
+    at its last scrape, the most of any replica that took groups on. A lower bound: counted
+    from the first cycle seen sampled after the fault to the cycle after the last scrape
+    that missed some, so a test process starved on a busy machine can only make it smaller.
+    Unlike :func:`_cycles_taken` it leaves out the cycle in progress at the fault (begun
+    before it, on the shards of then) and the phase of another replica's cycles."""
+    took = 0.0
+    for scrapes in seen:
+        final = scrapes[-1].served
+        missed = [s.cycles for s in scrapes if not final <= s.served]
+        after = [s.cycles for s in scrapes if s.sampled_at >= fault_at]
+        if missed and after:
+            took = max(took, max(missed) + 1 - min(after) + 1)
+    return took
+
+
 def _served(reps: list[ExporterProcess]) -> list[Samples]:
     return [r.metrics() for r in reps]
 
@@ -201,24 +232,21 @@ def test_replicas_share_the_groups_and_a_killed_ones_move_with_their_clocks(worl
             assert [h for h in hws if h] and all(h == _hws(ref, world["static"]) for h in hws if h), hws
             return ms, ref
         ms, ref = wait_for(equal, 30, "the replicas' union equal to one process's exposition")
-        for _ in range(3):  # settled: every group served once, scrape after scrape
-            time.sleep(INTERVAL)
-            statuses, _lags_now, twice = _union(_served(reps))
-            assert not twice and set(statuses) == every, (twice, every - set(statuses))
-        per_replica = [set(_statuses(m)) for m in ms]
-        assert all(0 < len(s) <= len(every) // 2 for s in per_replica), [len(s) for s in per_replica]
-        _requests_per_cycle(ms, ref)
+        _settled_in_shares(reps, ms, ref, every)
         wait_for(lambda: prom.query(f'ALERTS{{alertstate="firing", group="{stalled}"}}'), 20,
                  "the stalled group's alert firing in Prometheus")
         moves_from = time.time()
         # The Kafka worker of the stalled group's replica crashes: the replica starts a new
         # one, whose member joins beside the old one until that one's session times out.
         _crash_the_stalled_groups_worker(reps, stalled, every, cycles(SESSION + HEARTBEAT) + 3)
-        # Killed: expired after the session timeout; the others learn of the rebalance at
-        # their next heartbeat, and serve its groups at the end of the cycle after the one
-        # in progress then (a loaded machine's cycle outlasts its interval: one more).
+        # Killed: expired at most SESSION after the kill (after its last heartbeat); the
+        # others learn of the rebalance at their next heartbeat, a quarter cycle later at
+        # most, and are assigned its shards: cycles(SESSION) cycles start after the kill
+        # before that at most, one of them maybe still in progress, and the next one reads
+        # and serves the shards. Counted in the cycles each survivor starts after the kill:
+        # the one in progress at the kill began before it.
         survivors = _stop_the_stalled_groups_replica(reps, stalled, every, signal.SIGKILL,
-                                                     cycles(SESSION + HEARTBEAT) + 3)
+                                                     cycles(SESSION) + 2, started=True)
         # Drained (SIGTERM): it ends its cycle, writes its groups and leaves the group at
         # once, no session timeout.
         _stop_the_stalled_groups_replica(survivors, stalled, every, signal.SIGTERM, cycles(HEARTBEAT) + 4)
@@ -232,6 +260,20 @@ def test_replicas_share_the_groups_and_a_killed_ones_move_with_their_clocks(worl
         assert ("KafkaConsumerGroupStalled", stalled) in at_start
 
 
+def _settled_in_shares(reps: list[ExporterProcess], ms: list[Samples], ref: Samples,
+                       every: set[str]) -> None:
+    """Every group served once, scrape after scrape; each replica its share of the groups
+    (``ms``, scraped when their union first equalled the reference ``ref``)."""
+    for _ in range(3):
+        time.sleep(INTERVAL)
+        statuses, _lags_now, twice = _union(_served(reps))
+        assert not twice and set(statuses) == every, (twice, every - set(statuses))
+    per_replica = [set(_statuses(m)) for m in ms]
+    assert all(0 < len(s) <= len(every) // 2 for s in per_replica), [len(s) for s in per_replica]
+    _requests_per_cycle(ms, ref)
+    _each_samples_a_third(ms, ref, every)
+
+
 def _requests_per_cycle(ms: list[Samples], ref: Samples) -> None:
     """Sharding adds no sampling request: a replica asks at most what one process does per
     cycle (each request carries only its shards' groups and topics)."""
@@ -241,27 +283,54 @@ def _requests_per_cycle(ms: list[Samples], ref: Samples) -> None:
     assert all(rate(m) <= rate(ref) * 1.25 for m in ms), ([rate(m) for m in ms], rate(ref))
 
 
+def _each_samples_a_third(ms: list[Samples], ref: Samples, every: set[str]) -> None:
+    """Each replica samples only its shards' groups (the listing leaves out the others
+    before DescribeGroups and OffsetFetch): the groups it serves are exactly those of
+    ``lagwatch_shards_owned`` shards, the shards are balanced, and its group-partitions are
+    about a third of one process's. On one broker the request count cannot divide (one per
+    broker and coordinator each cycle, :func:`_requests_per_cycle`); what each carries does."""
+    owned = [value(m, "lagwatch_shards_owned", cluster="test") or 0 for m in ms]
+    assert max(owned) - min(owned) <= 1, f"shards owned {owned}"
+    for m, n in zip(ms, owned, strict=True):
+        served = set(_statuses(m))
+        shards = {shard_of(g, OFFSETS_PARTITIONS, SHARDS) for g in served}
+        assert len(shards) == n, (sorted(shards), n)
+        assert served == {g for g in every if shard_of(g, OFFSETS_PARTITIONS, SHARDS) in shards}
+    per_replica = [len(select(m, "kafka_consumergroup_lag_offsets")) for m in ms]
+    total = len(select(ref, "kafka_consumergroup_lag_offsets"))
+    assert sum(per_replica) == total, (per_replica, total)
+    third = total / len(ms)
+    assert all(third / 1.5 <= n <= third * 1.5 for n in per_replica), (per_replica, total)
+
+
 def _stop_the_stalled_groups_replica(reps: list[ExporterProcess], stalled: str, every: set[str], sig: int,
-                                     bound: int) -> list[ExporterProcess]:
+                                     bound: int, started: bool = False) -> list[ExporterProcess]:
     """``sig`` to the replica serving the stalled group: the others serve all its groups
-    within ``bound`` of their cycles, the stalled group's clock continued. The survivors."""
+    within ``bound`` of their cycles (``started``: of the cycles they start after the
+    signal, :func:`_cycles_started`; else :func:`_cycles_taken`), the stalled group's clock
+    continued. The survivors."""
     was = _stalled_at(reps, stalled)
     assert was.status == "stalled" and was.clock >= STALL_AFTER
     survivors = [r for r in reps if r is not was.replica]
-    start_cycles = [_cycles(m) for m in _served(survivors)]
+    before = _served(survivors)
+    start_cycles = [_cycles(m) for m in before]
+    seen = [[_Seen.of(m)] for m in before]
     was.replica.proc.send_signal(sig)
+    sent_at = time.time()  # after the signal: a cycle sampled before this counts as begun before it
     was.replica.proc.wait(30)
     last_miss = list(start_cycles)
 
     def moved() -> list[Samples] | None:
         got = _served(survivors)
+        for scrapes, m in zip(seen, got, strict=True):
+            scrapes.append(_Seen.of(m))
         if _union(got)[0].keys() != every:
             last_miss[:] = [_cycles(m) for m in got]
             return None
         return got
     ms = wait_for(moved, SESSION + 10 * INTERVAL,
                   f"the groups of the replica sent {sig!r} served by the others")
-    took = _cycles_taken(last_miss, start_cycles)
+    took = _cycles_started(seen, sent_at) if started else _cycles_taken(last_miss, start_cycles)
     assert took <= bound, f"{took} cycles to move the shards of the replica sent {sig!r}"
     _stalled_continues(survivors, ms, stalled, was)
     return survivors

@@ -200,3 +200,17 @@ def test_the_keys_name_cluster_kind_and_group_whatever_the_group_id() -> None:
     assert codec.parse_key(b"prod/x/y", "prod") is None
     assert codec.parse_key(b"\xff\xfe", "prod") is None
     assert codec.parse_key(None, "prod") is None
+
+
+def test_the_coordination_heartbeat_falls_within_a_quarter_cycle() -> None:
+    """A replica learns of a rebalance at its next heartbeat: within a quarter interval, so
+    a dead replica's shards reach the others in the cycle its session expires in."""
+    from exporter.config import ClusterConfig
+    from exporter.state.coordination import heartbeat_ms
+
+    def beat(session: float, interval: float) -> int:
+        return heartbeat_ms(ClusterConfig("k:9092", "k", state_session_timeout=session, interval=interval))
+    assert beat(30, 30) == 1000  # the defaults: a third of the session, at most 1 s
+    assert beat(1.5, 30) == 500
+    assert beat(6, 1) == 250  # tests/test_replicas.py
+    assert beat(6, 0.05) == 100

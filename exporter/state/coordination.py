@@ -38,6 +38,14 @@ log = logging.getLogger("lagwatch.state")
 LOAD_ATTEMPTS = 3  # cycles that try to read a new shard back before judging it without
 
 
+def heartbeat_ms(cfg: ClusterConfig) -> int:
+    """The coordination consumer's heartbeat interval: a third of the session timeout (the
+    group protocol's rule), at most 1 s, at most a quarter of the cycle interval; 100 ms
+    at least."""
+    session = int(cfg.state_session_timeout * 1000)
+    return max(100, min(session // 3, 1000, int(cfg.interval * 250)))
+
+
 class Coordinator:
     def __init__(self, cfg: ClusterConfig, topic: StateTopic) -> None:
         self.cfg, self.topic = cfg, topic
@@ -66,8 +74,10 @@ class Coordinator:
             "group.id": self.cfg.coordination_group, "client.id": f"lagwatch-{self.cfg.name}-coordination",
             "enable.auto.commit": False, "enable.auto.offset.store": False,
             "auto.offset.reset": "latest", "partition.assignment.strategy": "cooperative-sticky",
-            # a heartbeat is how a member learns of a rebalance: at most 1 s apart
-            "session.timeout.ms": session, "heartbeat.interval.ms": max(100, min(session // 3, 1000)),
+            # A heartbeat is how a member learns of a rebalance: at most 1 s and a quarter
+            # interval apart, so that a dead replica's shards reach the others within the
+            # cycle its session expires in (docs/design.md#replicas counts the cycles).
+            "session.timeout.ms": session, "heartbeat.interval.ms": heartbeat_ms(self.cfg),
             # the revoke callback waits for the runner's write: within the rebalance timeout
             "max.poll.interval.ms": max(300_000, int(self.wait_bound * 2000)),
             "error_cb": self._on_error}))
