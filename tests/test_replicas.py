@@ -5,16 +5,16 @@ partitions, each with its own lag) and one real consumer that polls and never co
 (`stalled`). Three replicas with ``state.replicas`` and one plain process (the reference)
 watch them. The union of the replicas' series equals the reference's exposition (every
 group's status and lag), no group is served by two replicas, and each serves only its
-shards' groups: about a third of the groups and group-partitions each, in as many sampling
-requests per cycle as one process sends. Then the Kafka worker of the replica serving the stalled group is
-SIGKILLed: the replica starts a new one, no group is served twice, and every group is
-served again within the session timeout and a few cycles, the stalled group's clock
-continued. Then the replica serving the stalled group is SIGKILLed: within the
-coordination group's session timeout and two cycles another replica serves its groups,
-(counted in the cycles each survivor starts after the kill), the stalled group `stalled` from
-its first served cycle with ``stalled_seconds``
-continuing (not restarted). Last the new owner is stopped with SIGTERM: it leaves the
-group, and the last replica serves everything within a few cycles, the clock continued.
+shards' groups: about a third of the groups and group-partitions each, in as many
+sampling requests per cycle as one process sends. Then the Kafka worker of the replica
+serving the stalled group is SIGKILLed: the replica starts a new one, no group is served
+twice, and every group is served again within the session timeout and a few cycles, the
+stalled group's clock continued. Then the replica serving the stalled group is
+SIGKILLed: within the coordination group's session timeout and two cycles (counted in
+the cycles each survivor starts after the kill) another replica serves its groups, the
+stalled group `stalled` from its first served cycle with ``stalled_seconds`` continuing
+(not restarted). Last the new owner is stopped with SIGTERM: it leaves the group, and
+the last replica serves everything within a few cycles, the clock continued.
 """
 
 from __future__ import annotations
