@@ -237,6 +237,15 @@ def test_records_lost_count_only_new_losses() -> None:
            "(committed 140 < log start 150)" in notes
 
 
+@pytest.mark.parametrize("columns", [True, False], ids=["columns", "one-at-a-time"])
+def test_one_record_deleted_unread_is_one_lost(columns: bool) -> None:
+    # The log start passes the committed offset by one record: the smallest loss there is.
+    ev = Evaluator("c", TH, interval=1.0, columns=columns)
+    steps = [{0: (0, 100, 60), 1: (0, 100, 100)}, {0: (61, 100, 60), 1: (0, 100, 100)}]
+    pr = [ev.evaluate(_snap(T0 + i, parts)).groups["g"].progress for i, parts in enumerate(steps)][-1]
+    assert (pr.records_lost_total, pr.below_log_start, pr.partitions[("t", 0)].lost_total) == (1, 1, 1)
+
+
 def test_retained_position_is_where_the_committed_offset_sits_in_the_retained_log() -> None:
     """The lowest (committed - log start) / (HW - log start) over the partitions with lag
     on a trimmed, non-empty log: what the near-retention alert reads."""

@@ -799,20 +799,26 @@ def _rows(keys: dict[TP, TP], tps: list[TP], b: _Columns, stalled: np.ndarray, o
     ``keys``: the snapshot's own (topic, partition) keys, one object per partition kept
     for every group that reads it, not one per group-partition."""
     n = len(tps)
-    committed, lag_off, lag_s = list(b.committed), list(b.lag_off), list(b.lag_s)
     status: list[Status] = [Status.OK] * n
     reason: list[str | Reason] = [""] * n
-    evidence, position = [""] * n, [NO_OFFSET] * n
-    unsubscribed = np.zeros(n, bool)
+    evidence = [""] * n
     for i, (judged, why, what) in classified.items():
         status[i], reason[i], evidence[i] = judged, why, what
+    keyed = list(map(keys.get, tps, tps))
+    if not views and b.whole:  # every row judged in columns: its columns as they are
+        return PartitionRows(keyed, b.samples.followed.astype(np.int64), np.full(n, NO_OFFSET, np.int64),
+                             b.samples.lag_off.astype(np.int64), b.samples.lag_s, stalled, status, reason,
+                             owner, np.zeros(n, bool), evidence)
+    committed, lag_off, lag_s = list(b.committed), list(b.lag_off), list(b.lag_s)
+    position = [NO_OFFSET] * n
+    unsubscribed = np.zeros(n, bool)
     for i, v in views.items():
         committed[i], lag_off[i], lag_s[i] = v.committed, v.lag_offsets, v.lag_seconds
         stalled[i] = v.stalled_seconds
         status[i], reason[i], evidence[i], owner[i] = v.status, v.reason, v.evidence, v.owner
         position[i] = NO_OFFSET if v.position is None else v.position
         unsubscribed[i] = v.unsubscribed
-    return PartitionRows([keys.get(tp, tp) for tp in tps], offsets(committed),
+    return PartitionRows(keyed, offsets(committed),
                          np.array(position, np.int64), offsets(lag_off), seconds(lag_s), stalled,
                          status, reason, owner, unsubscribed, evidence)
 

@@ -160,13 +160,17 @@ class ProgressTracker:
         consumed = o.hw - o.lag
         if not table.step(now, consumed, o.hw, self.window):
             return None
-        self._lost(memo, o, consumed, first)
+        trimmed = bool((o.log_start > 0).any())  # NaN (unknown) is not: nothing trimmed known
+        if trimmed or memo.counted:
+            self._lost(memo, o, consumed, first)
         span = table.span(self.min_span)
-        rows = np.flatnonzero(~o.unsubscribed)
+        rows = np.flatnonzero(~o.unsubscribed) if o.unsubscribed.any() else np.arange(len(o.tps))
         group = _summed(table, rows, span)
         pools = self._pools(table, o, rows, span)
         eta, losing = _eta(pools)
         parts = self._partitions(memo, o, consumed, rows, span, {p.owner: p.eta for p in pools})
+        if not trimmed:  # no log start above 0: nothing below it, no retained position
+            return _progress(group, eta, losing, len(pools), memo, parts, [], None)
         below = o.log_start[rows] > consumed[rows]
         gone = [(o.tps[i], int(consumed[i]), int(o.log_start[i])) for i in rows[below].tolist()]
         return _progress(group, eta, losing, len(pools), memo, parts, _lost_notes(gone),
@@ -176,10 +180,13 @@ class ProgressTracker:
         """:func:`~exporter.evaluate.retention.lost_step` of the partitions where it changes
         something: a log start above the floor (the consumed offset, or where losses were
         counted to when that is higher), or below where they were counted to (recreated)."""
-        counted = np.array([np.nan if c is None else c for c in map(memo.counted.get, memo.parts.tps)]
-                           if memo.counted else np.full(len(consumed), np.nan))
         log_start = o.log_start  # NaN where unknown: no comparison holds
-        for i in np.flatnonzero((log_start > np.fmax(consumed, counted)) | (log_start < counted)).tolist():
+        if memo.counted:
+            counted = np.array([np.nan if c is None else c for c in map(memo.counted.get, memo.parts.tps)])
+            changes = (log_start > np.fmax(consumed, counted)) | (log_start < counted)
+        else:  # nothing counted yet: the floor is the consumed offset
+            changes = log_start > consumed
+        for i in np.flatnonzero(changes).tolist():
             _count_loss(memo, o.tps[i], int(consumed[i]), int(o.log_start[i]),
                         first or bool(o.unsubscribed[i]))
 
@@ -195,8 +202,12 @@ class ProgressTracker:
             for i, owner in zip(idx_all, owners, strict=True):
                 lists.setdefault(owner, []).append(i)
             by_owner = {owner: np.array(idx) for owner, idx in lists.items()}
-        pools = (_pool(owner, tuple(o.tps[i] for i in idx.tolist()), int(o.lag[idx].sum()),
-                       lambda idx=idx: _summed(table, idx, span), self.settle)
+        whole = len(rows) == len(o.tps)
+
+        def tps_of(idx: np.ndarray) -> tuple[TP, ...]:
+            return tuple(o.tps) if whole and idx is rows else tuple(o.tps[i] for i in idx.tolist())
+        pools = (_pool(owner, tps_of(idx), int(o.lag[idx].sum()), lambda idx=idx: _summed(table, idx, span),
+                       self.settle)
                  for owner, idx in sorted(by_owner.items()))
         return [p for p in pools if p is not None]
 
