@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterator, Mapping, MutableMapping, Sequence
+from itertools import repeat
 
 import numpy as np
 
@@ -213,7 +214,7 @@ class Evaluator:
         self.hw_history: dict[TP, HwHistory] = {}
         self.groups: dict[str, GroupMemory] = {}
         self.last_good: ClusterView | None = None
-        self._lag_memo: dict[tuple[str, int, int], float | None] = {}
+        self._lag_memo: dict[tuple[TP, int], float | None] = {}
         self._keys: dict[TP, TP] = {}
         # Rates, time to catch up, records lost (exporter/evaluate/progress.py).
         self.progress = ProgressTracker(thresholds.window, interval, columns=columns)
@@ -251,7 +252,7 @@ class Evaluator:
             self._grace()))
         changed = self._changed_topics(snap)
         self.judged_in_columns = 0
-        self._lag_memo: dict[tuple[str, int, int], float | None] = {}
+        self._lag_memo: dict[tuple[TP, int], float | None] = {}
         consumer_reports = consumer_reports or {}
         spark_reports = spark_reports or {}
         samples = self._samples(snap, spark_reports, now)
@@ -646,10 +647,7 @@ class Evaluator:
         lag = np.maximum(0.0, hw - np.array(committed, float)) if known else None
         lag_off = (lag.astype(np.int64).tolist() if lag is not None else
                    [0 if h is None else max(0, h - off) for h, off in zip(hws, committed, strict=True)])
-        memo, missing = self._lag_memo, _MISSING
-        lag_s = [0.0 if not lo else v if (v := memo.get((tp[0], tp[1], off), missing)) is not missing
-                 else self._lag_seconds(tp, off, hws[i], lo, c.exact_ts, now)
-                 for i, (tp, off, lo) in enumerate(zip(tps, committed, lag_off, strict=True))]
+        lag_s = self._lag_column(tps, committed, hws, lag_off, lag, c.exact_ts, now)
         owners, owned, owner = _owners(c, table, tps)
         s = Samples(np.array(committed, float), hw, lag if lag is not None else np.array(lag_off, float),
                     np.array(lag_s, float) if None not in lag_s else
@@ -752,13 +750,30 @@ class Evaluator:
                 ended.append(i)
         return classified, ended
 
+    def _lag_column(self, tps: list[TP], committed: list[int], hws: list[int | None], lag_off: list[int],
+                    lag: np.ndarray | None, exact_ts: dict[tuple[str, int, int], float],
+                    now: float) -> list[float | None]:
+        """:meth:`_lag_seconds` of a group's partitions: 0 without lag; the cycle's memo
+        looked up in C (many groups read the same partitions at the same offsets), the rest
+        one at a time."""
+        lag_s = list(map(self._lag_memo.get, zip(tps, committed, strict=True), repeat(_MISSING)))
+        for i in (np.flatnonzero(lag == 0).tolist() if lag is not None else
+                  [i for i, lo in enumerate(lag_off) if not lo]):
+            lag_s[i] = 0.0
+        if _MISSING in lag_s:
+            for i in [i for i, v in enumerate(lag_s) if v is _MISSING]:
+                hw = hws[i]
+                assert hw is not None  # a partition without a HW has no lag
+                lag_s[i] = self._lag_seconds(tps[i], committed[i], hw, lag_off[i], exact_ts, now)
+        return lag_s
+
     def _lag_seconds(self, tp: TP, committed: int, hw: int, lag_off: int,
                      exact_ts: dict[tuple[str, int, int], float], now: float) -> float | None:
-        key = (tp[0], tp[1], committed)
+        key = (tp, committed)
         if key in self._lag_memo:  # many groups read the same partitions
             return self._lag_memo[key]
         h = self.hw_history.get(tp)
-        lag_s = lag_seconds(now, committed, hw, h, exact_ts.get(key))
+        lag_s = lag_seconds(now, committed, hw, h, exact_ts.get((tp[0], tp[1], committed)))
         if lag_s is None and lag_off > 0:
             # Older than anything we know: report at least our own history's age.
             lag_s = max(0.0, now - h.oldest) if h and h.oldest else None
