@@ -110,8 +110,11 @@ class GroupSample:
     def __post_init__(self) -> None:
         # A type read back from a recording or a worker message is checked here, once:
         # an unknown one fails loudly instead of matching no rule.
-        object.__setattr__(self, "type", GroupType(self.type))
-        object.__setattr__(self, "state", KafkaGroupState(self.state))
+        # An enum member (the sampler's own, or a copy's) needs no check.
+        if type(self.type) is not GroupType:
+            object.__setattr__(self, "type", GroupType(self.type))
+        if type(self.state) is not KafkaGroupState:
+            object.__setattr__(self, "state", KafkaGroupState(self.state))
 
 
 @dataclass(frozen=True, kw_only=True)

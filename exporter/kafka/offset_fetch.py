@@ -94,7 +94,7 @@ def _partitions(r: _Reader, topic: str, count: int, keys: dict[tuple[str, int], 
         part, offset, _epoch = unpack(data, pos)
         size = data[pos + 16]  # the metadata's length plus one (0: null), not kept
         if size < 0x80:
-            pos += 16 + max(size, 1)  # the 16 bytes above, the length byte, the text
+            pos += 16 + (size or 1)  # the 16 bytes above, the length byte, the text
         else:
             r.pos = pos + 16
             size = r.uvarint() - 1

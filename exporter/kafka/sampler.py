@@ -562,7 +562,7 @@ def _described(gid: str, gtype: GroupType, lst: ListedGroup, d: DescribedGroup |
     g = GroupSample(group_id=gid, type=gtype, state=d.state, members=_members(d),
                     coordinator=d.coordinator, committed=committed, error=error,
                     epoch=None if gtype == GroupType.CLASSIC else d.group_epoch)
-    if gtype == GroupType.CLASSIC and not _left_a_topic(g):
+    if gtype == GroupType.CLASSIC and any(m.subscribed for m in g.members) and not _left_a_topic(g):
         # The members' subscriptions change a judgement only for a group that left a topic
         # (_left_a_topic); elsewhere a classic group's subscriptions are left unknown.
         g = dataclasses.replace(g, members=tuple(dataclasses.replace(m, subscribed=())
