@@ -17,7 +17,9 @@ from kafka.protocol.consumer import ListOffsetsResponse, OffsetFetchRequest, Off
 from devenv.kafka import KafkaCluster
 from exporter.config import ClusterConfig, Filters
 from exporter.contracts.errors import ErrorRecord, ErrorStage
+from exporter.contracts.snapshot import GroupSample
 from exporter.kafka import broker_requests, offset_fetch
+from exporter.kafka import sampler as sampler_module
 from exporter.kafka.broker_requests import (
     MAX_ELEMENTS,
     UNKNOWN_WEIGHT,
@@ -161,6 +163,31 @@ def test_offset_fetch_decoded_as_kafka_python_decodes_it(version: int) -> None:
     # one key object per partition, shared by the groups that commit there
     key = next(k for k in ours[ids[1]].offsets if k == ("big", 5))
     assert next(iter(ours["orders"].offsets)) is key
+
+
+@pytest.mark.unit
+def test_a_group_keyed_as_the_snapshot_is_kept_and_any_other_re_keyed() -> None:
+    """Answers decoded here take the worker's keys (offset_fetch.key_of), which the
+    snapshot's partitions share: such a group of watched topics is kept as it is; a group
+    with an unwatched topic, or keys of its own, is copied with the snapshot's keys only."""
+    body, ids = _offset_fetch_answer(LEAN_VERSIONS[-1])
+    offset_fetch.keep_keys([])
+    decoded = offset_fetch.decode(body, LEAN_VERSIONS[-1])
+    canon = {k: k for k in (offset_fetch.key_of(("big", p)) for p in range(200))}
+    assert set(decoded.groups[ids[1]][1]) <= set(canon)
+
+    def sample(committed: dict) -> GroupSample:
+        return GroupSample(group_id="g", type="classic", state="empty", committed=committed)
+    ours = sample(dict(decoded.groups[ids[1]][1]))
+    assert sampler_module._only_topics(ours, {"big"}, canon) is ours
+    own_keys = sample({("big", 5): 7})  # equal keys, other objects
+    kept = sampler_module._only_topics(own_keys, {"big"}, canon)
+    assert kept.committed == {("big", 5): 7} and next(iter(kept.committed)) is canon[("big", 5)]
+    other_topic = sample({**ours.committed, ("gone", 0): 3})
+    assert sampler_module._only_topics(other_topic, {"big"}, canon).committed == ours.committed
+    offset_fetch.keep_keys([canon[("big", 5)]])  # a cycle's partitions: the others' keys go
+    assert offset_fetch.key_of(("big", 6)) is not canon[("big", 6)]
+    assert offset_fetch.key_of(("big", 5)) is canon[("big", 5)]
 
 
 @pytest.mark.unit

@@ -18,6 +18,7 @@ OffsetFetch below v8 (one group, no batching).
 from __future__ import annotations
 
 import struct
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,6 +31,24 @@ _INT32 = struct.Struct(">i")
 _ERROR_TAGS = struct.Struct(">hB")  # error_code, then the count of tagged fields when under 128
 # The versions read here: v8 batches groups (KIP-709), v10 names topics by id (KIP-848).
 LEAN_VERSIONS = (8, 9)
+
+TP = tuple[str, int]
+# The worker's (topic, partition) keys, one object per partition: the answers of every
+# coordinator and the snapshot's partitions (exporter/kafka/sampler.py) take theirs from
+# here, so a group's offsets are keyed as the snapshot is without a copy, and the snapshot
+# pickles each key once. :func:`keep_keys` bounds it to a cycle's partitions.
+_keys: dict[TP, TP] = {}
+
+
+def key_of(tp: TP) -> TP:
+    """The worker's own key equal to ``tp``."""
+    return _keys.setdefault(tp, tp)
+
+
+def keep_keys(tps: Iterable[TP]) -> None:
+    """Keep only these keys (a cycle's partitions): those of deleted topics go."""
+    global _keys  # noqa: PLW0603 - one registry per worker process
+    _keys = {tp: tp for tp in tps}
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,7 +136,7 @@ def decode(data: bytes, version: int) -> CommittedOffsets:
     r = _Reader(data)
     (throttle,) = _INT32.unpack_from(data, 0)
     r.pos = 4
-    keys: dict[tuple[str, int], tuple[str, int]] = {}  # one key per partition, shared
+    keys = _keys  # one key per partition, shared
     groups: dict[str, tuple[int, dict[tuple[str, int], int]]] = {}
     for _ in range(r.uvarint() - 1):
         group_id = r.string() or ""

@@ -57,6 +57,7 @@ from exporter.kafka.broker_requests import (
     Unsupported,
 )
 from exporter.kafka.oauth_props import CONSUMED, token_spec
+from exporter.kafka.offset_fetch import keep_keys, key_of
 from exporter.kafka.tokens import TokenSource
 from exporter.state.placement import owns
 
@@ -276,6 +277,7 @@ class Sampler:
         # Drop committed offsets of filtered or deleted topics so their series vanish.
         canon: dict[TP, TP] = {tp: tp for tp in partitions}
         groups = {gid: _only_topics(g, topics, canon) for gid, g in groups.items()}
+        keep_keys(partitions)
         return Snapshot(cluster=self.cfg.name, taken_at=taken_at, duration=time.monotonic() - t0,
                         partitions=partitions, groups=groups, errors=tuple(errors), ok=True,
                         brokers=len(md.brokers))
@@ -454,7 +456,8 @@ class Sampler:
                            ) -> dict[TP, PartitionOffsets]:
         """Per leader one ListOffsets per offset kind, for all its partitions."""
         assert self.broker_requests is not None
-        meta: dict[TP, Any] = {(t, p): pm for t in topics for p, pm in md.topics[t].partitions.items()}
+        meta: dict[TP, Any] = {key_of((t, p)): pm for t in topics
+                               for p, pm in md.topics[t].partitions.items()}
         by_leader: dict[int, list[TP]] = {}
         leaderless = 0
         for tp, pm in meta.items():
@@ -523,9 +526,12 @@ class BrokerMetadata:
 
 def _only_topics(g: GroupSample, topics: set[str], canon: dict[TP, TP]) -> GroupSample:
     """The group's offsets of the topics watched, each keyed by the snapshot's own
-    (topic, partition) tuple: a key shared by every group pickles once and is one object
-    in the main process (each group's response decodes its own copies, 100k of them in a
-    large cluster)."""
+    (topic, partition) tuple: a key shared by every group pickles once and is one object in
+    the main process. OffsetFetch v8-v9 answers are keyed so already
+    (:func:`~exporter.kafka.offset_fetch.key_of`): such a group, of watched topics only, is
+    kept as it is; other answers carry their own copies, 100k of them in a large cluster."""
+    if all(canon.get(tp) is tp for tp in g.committed) and all(canon.get(tp) is tp for tp in g.reported_lag):
+        return g
     return dataclasses.replace(
         g, committed={canon.get(tp, tp): o for tp, o in g.committed.items() if tp[0] in topics},
         reported_lag={canon.get(tp, tp): o for tp, o in g.reported_lag.items() if tp[0] in topics})
