@@ -170,6 +170,7 @@ class _Columns:
 # A partition classified from the columns: its status, its reason (written when read) and
 # the evidence that status rests on.
 Judged = tuple[Status, "str | Reason", str]
+_OK_JUDGED: Judged = (Status.OK, "", "")  # a row no rule holds for
 # Each rule of COLUMN_RULES with its status and the brokers' evidence for it.
 _COLUMN_JUDGEMENTS = tuple((rule, status_of(rule), broker_evidence(status_of(rule))) for rule in COLUMN_RULES)
 
@@ -735,18 +736,25 @@ class Evaluator:
         nobody = None if st.departed else NOBODY_SEEN if empty else ""
         classified: dict[int, Judged] = {}
         ended: list[int] = []
+        # Partitions alike in every fact a reason keeps (a group committed once and left:
+        # all of them) share one judgement and its LaterReason.
+        alike: dict[tuple, Judged] = {}
         for rule_at, i, since, nd, joins, is_owned in zip(
                 first, b.rows[bad].tolist(), changed_at.tolist(), step.new_data_seconds.tolist(),
                 rejoins.tolist(), owned, strict=True):
             if rule_at < 0:
-                classified[i] = (Status.OK, "", "")
+                classified[i] = _OK_JUDGED
                 continue
-            rule, status, evidence = _COLUMN_JUDGEMENTS[rule_at]
             departure = "" if is_owned else nobody if nobody is not None else departure_text(
                 st.departed, tps[i], empty, now)
-            classified[i] = (status, LaterReason(rule, c.th, now - since, None if nd != nd else nd, departure,
-                                                 c.g.state, joins), evidence)
-            if status not in (Status.OK, Status.LAGGING):
+            key = (rule_at, since, None if nd != nd else nd, departure, joins)
+            judged = alike.get(key)
+            if judged is None:
+                rule, status, evidence = _COLUMN_JUDGEMENTS[rule_at]
+                judged = alike[key] = (status, LaterReason(rule, c.th, now - since, key[2], departure,
+                                                           c.g.state, joins), evidence)
+            classified[i] = judged
+            if judged[0] not in (Status.OK, Status.LAGGING):
                 ended.append(i)
         return classified, ended
 
