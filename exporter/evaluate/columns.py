@@ -20,6 +20,7 @@ table's ``owners`` (-1: none known).
 from __future__ import annotations
 
 from collections.abc import Iterator, MutableMapping
+from itertools import repeat
 from typing import NamedTuple
 
 import numpy as np
@@ -159,9 +160,9 @@ class PartitionTable(MutableMapping[TP, PartitionMemory]):
     # -- the group's partitions at once ------------------------------------------------
     def any_beyond(self, offsets: dict[TP, int]) -> bool:
         """Some partition's offset in ``offsets`` is past its remembered followed offset."""
-        followed = self._buf[0].tolist()
-        index = self._index
-        return any(off > followed[i] for tp, off in offsets.items() if (i := index.get(tp)) is not None)
+        n = len(self.tps)  # each row's offset in ``offsets`` (-1: none), looked up in C
+        found = np.fromiter(map(offsets.get, self.tps, repeat(-1)), float, n)
+        return bool((found > self._buf[0, :n]).any())
 
     def aligned(self, tps: list[TP]) -> bool:
         """The rows are ``tps``, in this order (reordered when they are the same set)."""

@@ -729,30 +729,31 @@ class Evaluator:
         rejoins = (len(st.joins) - np.searchsorted(np.array(st.joins), changed_at, side="right")
                    if st.joins else np.zeros(len(bad), np.int64))
         first = first_rules(step, b.samples.lag_s[bad], rejoins, st.outside_at is not None, c.allowance,
-                            c.th.stall_after, c.th.lag_seconds).tolist()
-        owned = b.samples.owned[bad].tolist()
+                            c.th.stall_after, c.th.lag_seconds)
+        owned = b.samples.owned[bad]
         empty = not c.g.members
         # nobody seen leaving: one text for every partition nobody owns
         nobody = None if st.departed else NOBODY_SEEN if empty else ""
+        rows = b.rows[bad].tolist()
+        if nobody is not None and _alike(first, changed_at, step.new_data_seconds, owned, rejoins):
+            # every row the same facts (a group committed once and left): one judgement
+            nd = float(step.new_data_seconds[0])
+            judged = _later(c, int(first[0]), float(changed_at[0]), None if nd != nd else nd,
+                            "" if owned[0] else nobody, int(rejoins[0]))
+            return dict.fromkeys(rows, judged), rows if judged[0] not in (Status.OK, Status.LAGGING) else []
         classified: dict[int, Judged] = {}
         ended: list[int] = []
-        # Partitions alike in every fact a reason keeps (a group committed once and left:
-        # all of them) share one judgement and its LaterReason.
+        # Partitions alike in every fact a reason keeps share one judgement and its LaterReason.
         alike: dict[tuple, Judged] = {}
         for rule_at, i, since, nd, joins, is_owned in zip(
-                first, b.rows[bad].tolist(), changed_at.tolist(), step.new_data_seconds.tolist(),
-                rejoins.tolist(), owned, strict=True):
-            if rule_at < 0:
-                classified[i] = _OK_JUDGED
-                continue
+                first.tolist(), rows, changed_at.tolist(), step.new_data_seconds.tolist(),
+                rejoins.tolist(), owned.tolist(), strict=True):
             departure = "" if is_owned else nobody if nobody is not None else departure_text(
                 st.departed, tps[i], empty, now)
             key = (rule_at, since, None if nd != nd else nd, departure, joins)
             judged = alike.get(key)
             if judged is None:
-                rule, status, evidence = _COLUMN_JUDGEMENTS[rule_at]
-                judged = alike[key] = (status, LaterReason(rule, c.th, now - since, key[2], departure,
-                                                           c.g.state, joins), evidence)
+                judged = alike[key] = _later(c, *key)
             classified[i] = judged
             if judged[0] not in (Status.OK, Status.LAGGING):
                 ended.append(i)
@@ -812,6 +813,21 @@ class Evaluator:
         """A topic's offsets and HW history as read at ``sampled_at``."""
         persist.import_topic(self, state, sampled_at)
 
+
+
+def _alike(*columns: np.ndarray) -> bool:
+    """Every row holds the same value in each column (NaN the same as NaN)."""
+    return all(not len(col) or (col == col[0]).all() or (col != col).all() for col in columns)
+
+
+def _later(c: _GroupCycle, rule_at: int, since: float, new_data: float | None, departure: str,
+           rejoins: int) -> Judged:
+    """A row's judgement by the rule at ``rule_at`` of the column rules (-1: none holds):
+    its status, its reason to be written when read, and its evidence."""
+    if rule_at < 0:
+        return _OK_JUDGED
+    rule, status, evidence = _COLUMN_JUDGEMENTS[rule_at]
+    return status, LaterReason(rule, c.th, c.now - since, new_data, departure, c.g.state, rejoins), evidence
 
 
 def _rows(keys: dict[TP, TP], tps: list[TP], b: _Columns, stalled: np.ndarray, owner: list[str],
