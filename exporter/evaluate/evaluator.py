@@ -838,11 +838,15 @@ def _rows(keys: dict[TP, TP], tps: list[TP], b: _Columns, stalled: np.ndarray, o
     ``keys``: the snapshot's own (topic, partition) keys, one object per partition kept
     for every group that reads it, not one per group-partition."""
     n = len(tps)
-    status: list[Status] = [Status.OK] * n
-    reason: list[str | Reason] = [""] * n
-    evidence = [""] * n
-    for i, (judged, why, what) in classified.items():
-        status[i], reason[i], evidence[i] = judged, why, what
+    if not classified or (len(classified) == n and len(set(map(id, classified.values()))) == 1):
+        one = next(iter(classified.values()), _OK_JUDGED)  # none, or one judgement for every row
+        status: list[Status] = [one[0]] * n
+        reason: list[str | Reason] = [one[1]] * n
+        evidence = [one[2]] * n
+    else:
+        status, reason, evidence = [Status.OK] * n, [""] * n, [""] * n
+        for i, (judged, why, what) in classified.items():
+            status[i], reason[i], evidence[i] = judged, why, what
     keyed = list(map(keys.get, tps, tps))
     if not views and b.whole:  # every row judged in columns: its columns as they are
         return PartitionRows(keyed, b.samples.followed.astype(np.int64), np.full(n, NO_OFFSET, np.int64),
