@@ -10,8 +10,8 @@ import time
 from typing import Any
 
 import pytest
-from confluent_kafka import ElectionType
-from confluent_kafka.admin import NewPartitions, NewTopic
+from confluent_kafka import ElectionType, KafkaError, KafkaException
+from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 
 from devenv.groups_tool import describe_group
 from devenv.kafka import KafkaCluster
@@ -261,6 +261,23 @@ def test_a_paused_broker_costs_only_its_own_groups(kafka3: KafkaCluster, tmp_pat
             victim.resume()
 
 
+def _create_on(admin: AdminClient, topic: str, node_id: int) -> None:
+    """A topic of one partition whose only replica is on ``node_id``. A broker an earlier
+    test of the module stopped or paused may still be fenced for a while after it is back
+    (it re-registers with the controller at its next heartbeat, later on a loaded
+    machine): the controller refuses the assignment meanwhile, so it is asked again."""
+    deadline = time.monotonic() + 120  # a hang guard
+    while True:
+        new = NewTopic(topic, num_partitions=1, replica_assignment=[[node_id]])
+        try:
+            admin.create_topics([new])[topic].result(30)
+            return
+        except KafkaException as e:
+            if e.args[0].code() != KafkaError.INVALID_REPLICA_ASSIGNMENT or time.monotonic() > deadline:
+                raise
+        time.sleep(0.5)
+
+
 @pytest.mark.cluster3
 def test_a_partition_whose_leader_is_paused_keeps_its_groups_judgement(kafka3: KafkaCluster,
                                                                         tmp_path: Any) -> None:
@@ -273,9 +290,7 @@ def test_a_partition_whose_leader_is_paused_keeps_its_groups_judgement(kafka3: K
     controller = admin.describe_cluster(request_timeout=10).result().controller.id
     victim = next(b for b in kafka3.brokers if b.node_id != controller)
     topic = unique("offline")
-    only_on_victim = NewTopic(topic, num_partitions=1,
-                              replica_assignment=[[victim.node_id]])
-    admin.create_topics([only_on_victim])[topic].result(30)
+    _create_on(admin, topic, victim.node_id)
     produce(kafka3, topic, {0: 50}, acks="all")
     for _ in range(40):
         group = unique("offline")
