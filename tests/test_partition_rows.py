@@ -15,11 +15,13 @@ from exporter.contracts.status import Status
 from exporter.contracts.view import (
     EMPTY_ROWS,
     GroupProgress,
+    GroupReasons,
     GroupView,
     PartitionProgress,
     PartitionRows,
     PartitionView,
     ProgressRows,
+    explained,
 )
 from exporter.state.plain import from_plain, to_plain
 
@@ -106,7 +108,7 @@ def test_a_group_s_reasons_name_its_worst_partitions_first() -> None:
         if len(bad) > MAX_REASONS:
             want.append(f"... and {len(bad) - MAX_REASONS} more partition(s)")
         got = _group_reasons(g, GroupMemory(), PartitionRows.of(views), None, None, 0.0)  # type: ignore[arg-type]
-        assert got == want
+        assert list(got) == want and len(got) == len(want)
 
 
 def test_progress_rows_read_as_the_mapping_of_partition_progress() -> None:
@@ -132,3 +134,15 @@ def test_progress_rows_read_as_the_mapping_of_partition_progress() -> None:
     plain = to_plain(progress)
     assert plain == to_plain(dataclasses.replace(progress, partitions=want))
     assert from_plain(GroupProgress, plain) == progress
+
+
+def test_a_group_s_reasons_of_its_rows_read_as_their_texts() -> None:
+    rows = PartitionRows.of(VIEWS)
+    reasons = GroupReasons(rows, [1, 3], ["... and 1 more partition(s)"])
+    want = (explained(VIEWS[1].reason, VIEWS[1].evidence), VIEWS[3].reason, "... and 1 more partition(s)")
+    assert len(reasons) == 3 and reasons == want and list(reasons) == list(want) and reasons[1] == want[1]
+    assert reasons != want[:2] and GroupReasons(rows, [], []) == () and not GroupReasons(rows, [], [])
+    view = GroupView(group="g", type=GroupType.CLASSIC, state=KafkaGroupState.STABLE, status=Status.STALLED,
+                     reasons=reasons, members=(), partitions=rows)
+    assert to_plain(view) == to_plain(dataclasses.replace(view, reasons=want))
+    assert from_plain(GroupView, to_plain(view)) == view

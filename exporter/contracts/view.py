@@ -357,13 +357,56 @@ class GroupExposure:
     auto_commit_interval: float | None  # the longest interval of the members in "auto"
 
 
+class GroupReasons(Sequence[str]):
+    """A group's reasons (:attr:`GroupView.reasons`): its worst partitions' first, written
+    from their rows when first read (the JSON API, the status page, the state topic), then
+    the texts of the group as a whole, written when judged. Equal to any sequence of the
+    same texts. Read-only by contract."""
+
+    __slots__ = ("_rest", "_rows", "_texts", "_worst")
+
+    def __init__(self, rows: PartitionRows, worst: list[int], rest: list[str]) -> None:
+        self._rows, self._worst, self._rest = rows, worst, rest
+        self._texts: tuple[str, ...] | None = None
+
+    def _all(self) -> tuple[str, ...]:
+        if self._texts is None:
+            rows = self._rows
+            worst = [explained(rows.reason_at(i), rows.evidence[i]) for i in self._worst]
+            self._texts = (*worst, *self._rest)
+        return self._texts
+
+    def __len__(self) -> int:
+        return len(self._worst) + len(self._rest)
+
+    @overload
+    def __getitem__(self, i: int) -> str: ...
+    @overload
+    def __getitem__(self, i: slice) -> tuple[str, ...]: ...
+
+    def __getitem__(self, i: int | slice) -> str | tuple[str, ...]:
+        return self._all()[i]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._all())
+
+    def __eq__(self, other: object) -> bool:
+        return (isinstance(other, Sequence) and not isinstance(other, str)
+                and self._all() == tuple(other))
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return repr(self._all())
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class GroupView:
     group: str
     type: GroupType
     state: KafkaGroupState
     status: Status
-    reasons: tuple[str, ...]
+    reasons: Sequence[str]  # a tuple, or GroupReasons written when read
     members: tuple[MemberView, ...]
     partitions: PartitionRows  # any sequence of PartitionView given is kept as its rows
     spark: SparkInfo | None = None

@@ -40,6 +40,7 @@ from exporter.contracts.view import (
     SEVERITY,
     ClusterView,
     GroupExposure,
+    GroupReasons,
     GroupView,
     Membership,
     MemberView,
@@ -47,7 +48,6 @@ from exporter.contracts.view import (
     PartitionView,
     Reason,
     SparkInfo,
-    explained,
     offsets,
     seconds,
 )
@@ -454,7 +454,7 @@ class Evaluator:
             parts = PartitionRows.of(sorted((*parts, *fresh), key=lambda p: (p.topic, p.partition)))
         worst, membership = _group_status(g, parts, c.spark, c.membership)
         view = GroupView(group=g.group_id, type=g.type, state=g.state, status=worst,
-                         reasons=tuple(_group_reasons(g, st, parts, c.spark, membership, now)),
+                         reasons=_group_reasons(g, st, parts, c.spark, membership, now),
                          members=_member_views(g, c.report_by_member, now), partitions=parts,
                          spark=_spark_info(c.spark, now) if c.spark else None, epoch=g.epoch,
                          membership=membership, exposure=_exposure(c, parts))
@@ -1034,14 +1034,15 @@ def _assignment_known(g: GroupSample) -> bool:
 
 
 def _group_reasons(g: GroupSample, st: GroupMemory, parts: PartitionRows, spark: SparkReport | None,
-                   membership: Membership, now: float) -> list[str]:
-    """The worst partitions' reasons first, then what the group as a whole has to say."""
+                   membership: Membership, now: float) -> Sequence[str]:
+    """The worst partitions' reasons first (written when read), then what the group as a
+    whole has to say (written now: it reads the group's memory of this cycle)."""
     bad: list[int] = []
     if set(parts.status) != {Status.OK}:  # the worst first, then the largest lag (unknown: 0)
         severity = np.fromiter(map(SEVERITY.__getitem__, parts.status), np.int64, len(parts))
         order = np.lexsort((-np.maximum(parts.lag_offsets, 0), -severity))  # stable: rows' order next
         bad = order[severity[order] != SEVERITY[Status.OK]].tolist()
-    reasons = [explained(parts.reason_at(i), parts.evidence[i]) for i in bad[:MAX_REASONS]]
+    reasons: list[str] = []
     if len(bad) > MAX_REASONS:
         reasons.append(f"... and {len(bad) - MAX_REASONS} more partition(s)")
     if g.type == GroupType.SPARK and spark is not None and not bad:
@@ -1051,7 +1052,7 @@ def _group_reasons(g: GroupSample, st: GroupMemory, parts: PartitionRows, spark:
             reasons.append(client_gone(spark.query_id, spark.received_at, now - spark.received_at))
     if st.outside_at is not None:
         reasons.append(_outside_reason(st, membership, now))
-    return reasons
+    return GroupReasons(parts, bad[:MAX_REASONS], reasons) if bad else tuple(reasons)
 
 
 def _unsubscribed_topics(g: GroupSample, assignment_known: bool) -> frozenset[str]:

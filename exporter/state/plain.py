@@ -15,11 +15,11 @@ import enum
 import operator
 import types
 import typing
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from functools import cache
 from typing import Any
 
-from exporter.contracts.view import PartitionRows, PartitionView, ProgressRows
+from exporter.contracts.view import GroupReasons, PartitionRows, PartitionView, ProgressRows
 
 
 class PlainError(ValueError):
@@ -55,6 +55,8 @@ def to_plain(obj: Any) -> Any:
         return tuple(map(to_plain, obj))
     if kind is ProgressRows:  # plain as the mapping it is read as
         return tuple((to_plain(k), to_plain(v)) for k, v in obj.items())
+    if kind is GroupReasons:  # plain as the texts it is read as
+        return tuple(obj)
     fields = _fields_of(kind)
     if fields is not None:
         return _plain_items(fields(obj))
@@ -84,7 +86,7 @@ def as_json(obj: Any) -> Any:
         return sorted(to_plain(v) for v in obj)
     if isinstance(obj, PartitionRows):
         return list(obj)
-    if isinstance(obj, ProgressRows):
+    if isinstance(obj, ProgressRows | GroupReasons):
         return to_plain(obj)
     raise PlainError(f"cannot encode {type(obj).__name__}")
 
@@ -126,6 +128,8 @@ def decoder(tp: Any) -> Decoder:
         return _union(typing.get_args(tp))
     if origin is tuple:
         return _tuple(typing.get_args(tp))
+    if origin is Sequence:  # a Sequence is rebuilt as a tuple
+        return _tuple((*typing.get_args(tp), ...))
     if origin is dict or origin is Mapping:  # a Mapping is rebuilt as a dict
         kd, vd = (decoder(a) for a in typing.get_args(tp))
         return lambda v: {kd(k): vd(x) for k, x in _pairs(v)}
