@@ -110,6 +110,7 @@ def _partition_lines(gl: str, rows: PartitionRows, out: tuple[Lines, Lines, Line
     ls: list[str] = []
     st: list[str] = []
     gtl: dict[str, str] = {}
+    texts: dict[float, str] = {0.0: "0"}  # a group's seconds repeat (one stall clock for all)
     for (topic, partition), c, p, lag, secs, stall in zip(
             rows.tps, rows.committed.tolist(), rows.position.tolist(), rows.lag_offsets.tolist(),
             rows.lag_seconds.tolist(), rows.stalled_seconds.tolist(), strict=True):
@@ -124,11 +125,13 @@ def _partition_lines(gl: str, rows: PartitionRows, out: tuple[Lines, Lines, Line
         if lag >= 0:
             lo.append(f"{lag_o}{pl}{lag}\n")
         # Most partitions of a large cluster are caught up: 0 s needs no formatting.
-        if secs == 0:
-            ls.append(f"{lag_s}{pl}0\n")
-        elif isfinite(secs):  # NaN: unknown, no line
-            ls.append(f"{lag_s}{pl}{float_text(secs)}\n")
-        st.append(f"{stalled}{pl}{float_text(stall) if stall else '0'}\n")
+        if isfinite(secs):  # NaN: unknown, no line
+            if (t := texts.get(secs)) is None:
+                t = texts[secs] = float_text(secs)
+            ls.append(f"{lag_s}{pl}{t}\n")
+        if (t := texts.get(stall)) is None:
+            t = texts[stall] = float_text(stall)
+        st.append(f"{stalled}{pl}{t}\n")
     for lines, text in zip(out, (cl, po, lo, ls, st), strict=True):
         if text:
             lines.add_text("".join(text))
