@@ -169,7 +169,7 @@ class ProgressTracker:
         group = _summed(table, rows, span)
         pools = self._pools(table, o, rows, span)
         eta, losing = _eta(pools)
-        parts = self._partitions(memo, o, consumed, rows, span, {p.owner: p.eta for p in pools})
+        parts = self._partitions(memo, o, consumed, rows, span, {p.owner: p.eta for p in pools}, trimmed)
         if not trimmed:  # no log start above 0: nothing below it, no retained position
             return _progress(group, eta, losing, len(pools), memo, parts, [], None)
         below = o.log_start[rows] > consumed[rows]
@@ -213,8 +213,9 @@ class ProgressTracker:
         return [p for p in pools if p is not None]
 
     def _partitions(self, memo: RatesMemory, o: _Observed, consumed: np.ndarray, rows: np.ndarray,
-                    span: float | None, eta_of: dict[str, float | None]) -> ProgressRows:
-        """:func:`_partition` of every row, as columns."""
+                    span: float | None, eta_of: dict[str, float | None], trimmed: bool) -> ProgressRows:
+        """:func:`_partition` of every row, as columns; ``trimmed``: some log start is above
+        0 (else nothing is below one)."""
         table, n = memo.parts, len(rows)
         whole = n == len(table.tps)  # every row, in order: the table's keys as they are
         if span is None:
@@ -224,7 +225,7 @@ class ProgressTracker:
             produce = (table.hw[-1][rows] - table.hw[0][rows]) / span
         known = ~np.isnan(o.log_start[rows])
         below = (np.where(known, np.maximum(0.0, o.log_start[rows] - consumed[rows]), 0.0).astype(np.int64)
-                 if (o.log_start[rows] > 0).any() else _none(n))
+                 if trimmed else _none(n))
         tps = table.tps if whole else [table.tps[i] for i in rows.tolist()]
         catchup = _unknown(n)
         if any(eta is not None for eta in eta_of.values()):  # only a partition with lag has one
