@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from functools import cache
 from typing import Any
 
-from exporter.contracts.view import GroupReasons, PartitionRows, PartitionView, ProgressRows
+from exporter.contracts.view import PartitionRows, PartitionView
 
 
 class PlainError(ValueError):
@@ -53,10 +53,6 @@ def to_plain(obj: Any) -> Any:
         return _plain_items(obj)
     if kind is PartitionRows:  # plain as the PartitionViews it is read as
         return tuple(map(to_plain, obj))
-    if kind is ProgressRows:  # plain as the mapping it is read as
-        return tuple((to_plain(k), to_plain(v)) for k, v in obj.items())
-    if kind is GroupReasons:  # plain as the texts it is read as
-        return tuple(obj)
     fields = _fields_of(kind)
     if fields is not None:
         return _plain_items(fields(obj))
@@ -64,12 +60,12 @@ def to_plain(obj: Any) -> Any:
         return obj.value
     if isinstance(obj, bool | int | float | str):
         return obj
-    if isinstance(obj, dict):
+    if isinstance(obj, Mapping):  # a dict, or columns read as one (ProgressRows)
         return tuple((to_plain(k), to_plain(v)) for k, v in obj.items())
     if isinstance(obj, frozenset | set):
         return tuple(sorted(to_plain(v) for v in obj))
-    if isinstance(obj, tuple | list):
-        return _plain_items(obj)
+    if isinstance(obj, Sequence):  # a tuple, a list, or texts written when read (GroupReasons)
+        return _plain_items(tuple(obj))
     raise PlainError(f"cannot encode {type(obj).__name__}")
 
 
@@ -86,7 +82,7 @@ def as_json(obj: Any) -> Any:
         return sorted(to_plain(v) for v in obj)
     if isinstance(obj, PartitionRows):
         return list(obj)
-    if isinstance(obj, ProgressRows | GroupReasons):
+    if isinstance(obj, Mapping | Sequence):  # read as one (ProgressRows, GroupReasons)
         return to_plain(obj)
     raise PlainError(f"cannot encode {type(obj).__name__}")
 
