@@ -21,7 +21,10 @@ from exporter.contracts.view import (
     PartitionRows,
     PartitionView,
     ProgressRows,
+    Repeated,
     explained,
+    no_offsets,
+    no_rows,
 )
 from exporter.state.plain import from_plain, to_plain
 
@@ -146,3 +149,25 @@ def test_a_group_s_reasons_of_its_rows_read_as_their_texts() -> None:
                      reasons=reasons, members=(), partitions=rows)
     assert to_plain(view) == to_plain(dataclasses.replace(view, reasons=want))
     assert from_plain(GroupView, to_plain(view)) == view
+
+
+def test_a_repeated_column_reads_as_the_list_it_stands_for() -> None:
+    col = Repeated(Status.STOPPED, 3)
+    assert len(col) == 3 and list(col) == [Status.STOPPED] * 3 and col[-1] is Status.STOPPED
+    assert col[1:] == [Status.STOPPED] * 2 and col[5:] == []
+    assert col == [Status.STOPPED] * 3 and col != [Status.STOPPED] * 2
+    assert col != [Status.STOPPED, Status.OK, Status.STOPPED] and set(col) == {Status.STOPPED}
+    for i in (3, -4):
+        with pytest.raises(IndexError):
+            col[i]  # noqa: B018 - the read is the test
+    # rows whose texts repeat read as the rows of lists
+    n = 2
+    rows = PartitionRows([("t", 0), ("t", 1)], np.array([5, 6]), no_offsets(n), np.array([1, 0]),
+                         np.array([3.0, 0.0]), np.zeros(n), Repeated(Status.OK, n), Repeated("", n),
+                         Repeated("", n), no_rows(n), Repeated("", n))
+    assert rows == [PartitionView("t", 0, 5, None, 1, 3.0, 0.0, Status.OK, "", ""),
+                    PartitionView("t", 1, 6, None, 0, 0.0, 0.0, Status.OK, "", "")]
+    # the shared columns cannot be written
+    with pytest.raises(ValueError):
+        no_offsets(n)[0] = 1
+    assert no_offsets(n) is no_offsets(n) and not no_rows(n).any()

@@ -10,7 +10,9 @@ import operator
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, Protocol, overload
+from functools import lru_cache
+from itertools import repeat
+from typing import Any, Protocol, TypeVar, overload
 
 import numpy as np
 
@@ -101,6 +103,64 @@ class Reason(Protocol):
              stalled_seconds: float, owner: str) -> str: ...
 
 
+T = TypeVar("T")
+
+
+class Repeated(Sequence[T]):
+    """One value ``n`` times: a text column of :class:`PartitionRows` whose rows all hold
+    the same object (a group judged whole, alike in every row), in 56 bytes where a list
+    takes 8 a row. Read-only, as the rows are."""
+
+    __slots__ = ("n", "value")
+
+    def __init__(self, value: T, n: int) -> None:
+        self.value, self.n = value, n
+
+    def __len__(self) -> int:
+        return self.n
+
+    @overload
+    def __getitem__(self, i: int) -> T: ...
+    @overload
+    def __getitem__(self, i: slice) -> list[T]: ...
+
+    def __getitem__(self, i: int | slice) -> T | list[T]:
+        if isinstance(i, slice):
+            return [self.value] * len(range(self.n)[i])
+        range(self.n)[i]  # noqa: B018 -- an index out of range raises as a list's would
+        return self.value
+
+    def __iter__(self) -> Iterator[T]:
+        return repeat(self.value, self.n)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Sequence):
+            return NotImplemented
+        return len(other) == self.n and all(v == self.value for v in other)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"Repeated({self.value!r}, {self.n})"
+
+
+@lru_cache(maxsize=256)  # a size a group has; a few distinct ones in a cluster
+def no_offsets(n: int) -> np.ndarray:
+    """A column of ``n`` :data:`NO_OFFSET`, one read-only array for every group of ``n``
+    rows (a group judged whole in columns reads no position)."""
+    out = np.full(n, NO_OFFSET, np.int64)
+    out.flags.writeable = False
+    return out
+
+
+@lru_cache(maxsize=256)
+def no_rows(n: int) -> np.ndarray:
+    """A bool column of ``n`` False, shared as :func:`no_offsets` is."""
+    out = np.zeros(n, bool)
+    out.flags.writeable = False
+    return out
+
+
 class PartitionRows(Sequence[PartitionView]):
     """A group's partitions as judged in one cycle, in columns: a row per partition in
     (topic, partition) order, the numbers in arrays (8 bytes a value, where a
@@ -114,8 +174,8 @@ class PartitionRows(Sequence[PartitionView]):
 
     def __init__(self, tps: list[TP], committed: np.ndarray, position: np.ndarray,
                  lag_offsets: np.ndarray, lag_seconds: np.ndarray, stalled_seconds: np.ndarray,
-                 status: list[Status], reason: list[str | Reason], owner: list[str],
-                 unsubscribed: np.ndarray, evidence: list[str]) -> None:
+                 status: Sequence[Status], reason: Sequence[str | Reason], owner: Sequence[str],
+                 unsubscribed: np.ndarray, evidence: Sequence[str]) -> None:
         self.tps = tps  # the snapshot's own (topic, partition) keys where it has them
         self.committed = committed  # offsets: int64, NO_OFFSET for None
         self.position = position

@@ -47,7 +47,10 @@ from exporter.contracts.view import (
     PartitionRows,
     PartitionView,
     Reason,
+    Repeated,
     SparkInfo,
+    no_offsets,
+    no_rows,
     offsets,
     seconds,
 )
@@ -702,7 +705,7 @@ class Evaluator:
         stalled = np.zeros(n)
         stalled[rows] = np.where(b.samples.lag_off > 0, e.stalled_seconds, 0.0)
         labels: dict[int, str] = {}  # owners' labels, by the Member object's id
-        owner = [""] * n if not any(b.owners) else [
+        owner: Sequence[str] = Repeated("", n) if not any(b.owners) else [
             "" if m is None else labels.get(id(m)) or labels.setdefault(id(m), _member_label(m))
             for m in b.owners]
         judged = np.zeros(n, bool)
@@ -830,7 +833,25 @@ def _later(c: _GroupCycle, rule_at: int, since: float, new_data: float | None, d
     return status, LaterReason(rule, c.th, c.now - since, new_data, departure, c.g.state, rejoins), evidence
 
 
-def _rows(keys: dict[TP, TP], tps: list[TP], b: _Columns, stalled: np.ndarray, owner: list[str],
+def _judgement_columns(classified: dict[int, Judged], n: int, shared: bool
+                       ) -> tuple[Sequence[Status], Sequence[str | Reason], Sequence[str]]:
+    """The status, reason and evidence columns of ``n`` rows, ``ok`` but those
+    ``classified``; ``shared``: one :class:`Repeated` a column where every row holds the
+    same judgement (the rows are not changed after)."""
+    if not classified or (len(classified) == n and len(set(map(id, classified.values()))) == 1):
+        one = next(iter(classified.values()), _OK_JUDGED)  # none, or one judgement for every row
+        if shared:
+            return Repeated(one[0], n), Repeated(one[1], n), Repeated(one[2], n)
+        return [one[0]] * n, [one[1]] * n, [one[2]] * n
+    status: list[Status] = [Status.OK] * n
+    reason: list[str | Reason] = [""] * n
+    evidence = [""] * n
+    for i, (judged, why, what) in classified.items():
+        status[i], reason[i], evidence[i] = judged, why, what
+    return status, reason, evidence
+
+
+def _rows(keys: dict[TP, TP], tps: list[TP], b: _Columns, stalled: np.ndarray, owner: Sequence[str],
           classified: dict[int, Judged], views: dict[int, PartitionView]) -> PartitionRows:
     """A group's rows: its columns, as :meth:`Evaluator._partition` would judge an ``ok``
     partition (no position, its stall only while it lags), with the status, reason and
@@ -838,20 +859,14 @@ def _rows(keys: dict[TP, TP], tps: list[TP], b: _Columns, stalled: np.ndarray, o
     ``keys``: the snapshot's own (topic, partition) keys, one object per partition kept
     for every group that reads it, not one per group-partition."""
     n = len(tps)
-    if not classified or (len(classified) == n and len(set(map(id, classified.values()))) == 1):
-        one = next(iter(classified.values()), _OK_JUDGED)  # none, or one judgement for every row
-        status: list[Status] = [one[0]] * n
-        reason: list[str | Reason] = [one[1]] * n
-        evidence = [one[2]] * n
-    else:
-        status, reason, evidence = [Status.OK] * n, [""] * n, [""] * n
-        for i, (judged, why, what) in classified.items():
-            status[i], reason[i], evidence[i] = judged, why, what
     keyed = list(map(keys.get, tps, tps))
-    if not views and b.whole:  # every row judged in columns: its columns as they are
-        return PartitionRows(keyed, b.samples.followed.astype(np.int64), np.full(n, NO_OFFSET, np.int64),
+    whole = not views and b.whole  # every row judged in columns: its columns as they are
+    status, reason, evidence = _judgement_columns(classified, n, shared=whole)
+    if whole:
+        return PartitionRows(keyed, b.samples.followed.astype(np.int64), no_offsets(n),
                              b.samples.lag_off.astype(np.int64), b.samples.lag_s, stalled, status, reason,
-                             owner, np.zeros(n, bool), evidence)
+                             owner, no_rows(n), evidence)
+    status, reason, evidence, owner = list(status), list(reason), list(evidence), list(owner)
     committed, lag_off, lag_s = list(b.committed), list(b.lag_off), list(b.lag_s)
     position = [NO_OFFSET] * n
     unsubscribed = np.zeros(n, bool)
