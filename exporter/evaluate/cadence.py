@@ -23,13 +23,13 @@ A client outside group membership has its own allowance (``memory.outside_allowa
 from __future__ import annotations
 
 import bisect
-import collections
 from collections.abc import Mapping
 
 from exporter.contracts.snapshot import TP
 from exporter.contracts.status import Status
 from exporter.contracts.view import GroupView
 from exporter.evaluate.lag import HwHistory
+from exporter.evaluate.latest import Latest
 
 MEMBER_GAPS = 8
 MEMBER_CADENCE_BOUND = 4
@@ -38,11 +38,11 @@ MEMBER_CADENCE_BOUND = 4
 # learnt). Not after `livelocked` (wedged), `stopped` (nobody owned it) or `rewind`.
 _LEARNT_AFTER = frozenset({Status.OK, Status.LAGGING, Status.STALLED})
 
-Gaps = collections.deque[float]
+Gaps = Latest[float]
 
 
 def new_gaps() -> Gaps:
-    return collections.deque(maxlen=MEMBER_GAPS)
+    return Latest(maxlen=MEMBER_GAPS)
 
 
 def learn_commit_gaps(gaps: Gaps, prev: GroupView | None, committed: Mapping[TP, int],

@@ -15,11 +15,11 @@ first sample without the member: it left within the interval before.
 
 from __future__ import annotations
 
-import collections
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 from exporter.contracts.snapshot import TP, Member
+from exporter.evaluate.latest import Latest
 
 # Departures remembered per group: enough for the owners of a group's partitions to be
 # found after a scale-in, bounded whatever the churn.
@@ -40,11 +40,11 @@ class Departure:
         return f"{self.client_id or '?'}@{self.host or '?'} ({self.member_id})"
 
 
-def new_departures() -> collections.deque[Departure]:
-    return collections.deque(maxlen=MAX_DEPARTURES)
+def new_departures() -> Latest[Departure]:
+    return Latest(maxlen=MAX_DEPARTURES)
 
 
-def remember_departures(seen: dict[str, Member], departed: collections.deque[Departure],
+def remember_departures(seen: dict[str, Member], departed: Latest[Departure],
                         members: Iterable[Member], now: float) -> dict[str, Member]:
     """The members seen now (to pass back next cycle); the ones seen last cycle and gone now
     are appended to ``departed``. A member seen without an assignment (a classic group

@@ -537,7 +537,9 @@ class Evaluator:
         acknowledgements, nor Spark queries, which are never `stalled`."""
         if g.type not in COMMITTING_TYPES:
             return 0.0
-        gaps = self.commit_gaps.setdefault(g.group_id, new_gaps())
+        gaps = self.commit_gaps.get(g.group_id)
+        if gaps is None:
+            gaps = self.commit_gaps[g.group_id] = new_gaps()
         learn_commit_gaps(gaps, st.last_view, g.committed, self.hw_history, now, self.interval,
                           th.stall_after)
         return member_allowance(gaps, th.stall_after, self.interval)

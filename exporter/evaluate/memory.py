@@ -29,7 +29,6 @@ outside group membership) and, for a share group's queue-wide progress, in
 from __future__ import annotations
 
 import bisect
-import collections
 from dataclasses import dataclass, field
 from operator import itemgetter
 from typing import Any, NamedTuple
@@ -49,6 +48,7 @@ from exporter.evaluate.constants import (
     TREND_MIN_COMMITS,
 )
 from exporter.evaluate.departures import Departure, new_departures
+from exporter.evaluate.latest import Latest
 
 
 class StepInput(NamedTuple):
@@ -551,8 +551,7 @@ def settle_rest(mem: PartitionMemory, cycles: int, last: float, floor: Floor) ->
 class GroupMemory:
     members: set[str] = field(default_factory=set)
     epoch: int | None = None  # group epoch at the last cycle (KIP-848, streams, share)
-    joins: collections.deque[float] = field(
-        default_factory=lambda: collections.deque(maxlen=MAX_JOINS))
+    joins: Latest[float] = field(default_factory=lambda: Latest(maxlen=MAX_JOINS))
     seen_once: bool = False
     parts: dict[tuple[str, int], PartitionMemory] = field(default_factory=dict)
     last_view: GroupView | None = None  # kept for a cycle in which the group cannot be read
@@ -568,8 +567,7 @@ class GroupMemory:
     # committing as it leaves lands in the first empty cycle), and the gaps between such
     # cycles while the group was healthy.
     outside_at: float | None = None
-    outside_gaps: collections.deque[float] = field(
-        default_factory=lambda: collections.deque(maxlen=OUTSIDE_GAPS))
+    outside_gaps: Latest[float] = field(default_factory=lambda: Latest(maxlen=OUTSIDE_GAPS))
     # Partitions a member owns without a committed offset: (member id, owned since, HW then,
     # when records first arrived after that), while the same member owns it.
     uncommitted: dict[tuple[str, int], tuple[str, float, int | None, float | None]] = field(
@@ -577,7 +575,7 @@ class GroupMemory:
     # Who left and when (exporter/evaluate/departures.py): the members seen last cycle, with
     # the last assignment each held, and the latest departures.
     seen: dict[str, Member] = field(default_factory=dict)
-    departed: collections.deque[Departure] = field(default_factory=new_departures)
+    departed: Latest[Departure] = field(default_factory=new_departures)
 
 
 def remember_uncommitted(mem: GroupMemory, tp: tuple[str, int], owner: str, hw: int | None,

@@ -9,7 +9,6 @@ judges it as the rest would have (rest changes nothing that is judged or served)
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 from collections.abc import Iterator, Mapping, MutableMapping
 from typing import Protocol
@@ -28,6 +27,7 @@ from exporter.evaluate.columns import PartitionTable
 from exporter.evaluate.constants import MAX_JOINS, OUTSIDE_GAPS
 from exporter.evaluate.departures import MAX_DEPARTURES, Departure
 from exporter.evaluate.lag import HwHistory
+from exporter.evaluate.latest import Latest
 from exporter.evaluate.memory import GroupMemory, Ownership, PartitionMemory, Rewind
 from exporter.evaluate.progress import ProgressTracker, RatesMemory
 from exporter.evaluate.rates import Points, RateTable
@@ -128,13 +128,13 @@ def import_group(ev: Evaluator, s: SavedGroup) -> None:
     rebalances = None if s.last_rebalances is None else from_plain(GroupRebalances, s.last_rebalances)
     gid = s.group
     ev.groups[gid] = GroupMemory(
-        members=set(s.members), epoch=s.epoch, joins=collections.deque(s.joins, maxlen=MAX_JOINS),
+        members=set(s.members), epoch=s.epoch, joins=Latest(s.joins, maxlen=MAX_JOINS),
         seen_once=s.seen_once, parts=_table(s.partitions),
         last_view=view, unreadable_since=s.unreadable_since, acknowledged_at=s.acknowledged_at,
-        outside_at=s.outside_at, outside_gaps=collections.deque(s.outside_gaps, maxlen=OUTSIDE_GAPS),
+        outside_at=s.outside_at, outside_gaps=Latest(s.outside_gaps, maxlen=OUTSIDE_GAPS),
         uncommitted={(u[0], u[1]): (u[2], u[3], u[4], u[5]) for u in s.uncommitted},
         seen={m.member_id: m for m in (from_plain(Member, v) for v in s.seen)},
-        departed=collections.deque((from_plain(Departure, v) for v in s.departed), maxlen=MAX_DEPARTURES))
+        departed=Latest((from_plain(Departure, v) for v in s.departed), maxlen=MAX_DEPARTURES))
     ev.rest.pop(gid, None)
     if s.commit_gaps is None:
         ev.commit_gaps.pop(gid, None)
@@ -149,7 +149,7 @@ def import_group(ev: Evaluator, s: SavedGroup) -> None:
             broker=b.broker, clients=b.clients, total=b.total, epoch=b.epoch,
             members=None if b.members is None else frozenset(b.members),
             client_counts=dict(b.client_counts),
-            events=collections.deque(b.events, maxlen=MAX_EVENTS), last=rebalances)
+            events=Latest(b.events, maxlen=MAX_EVENTS), last=rebalances)
     if s.rates is None:
         ev.progress.groups.pop(gid, None)
     else:

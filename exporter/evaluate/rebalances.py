@@ -34,7 +34,6 @@ changes a status or a judgement reason.
 
 from __future__ import annotations
 
-import collections
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -43,6 +42,7 @@ from exporter.contracts.reports import ConsumerReport
 from exporter.contracts.snapshot import GroupSample, GroupType
 from exporter.contracts.status import Status
 from exporter.contracts.view import GroupRebalances, GroupView, RebalanceSource
+from exporter.evaluate.latest import Latest
 from exporter.evaluate.rates import fmt_duration
 
 EPOCH_TYPES = frozenset({GroupType.CONSUMER, GroupType.STREAMS, GroupType.SHARE})
@@ -58,8 +58,7 @@ class RebalanceMemory:
     epoch: int | None = None
     members: frozenset[str] | None = None  # None: no sample yet (the baseline comes next)
     client_counts: dict[str, int] = field(default_factory=dict)  # last count per client
-    events: collections.deque[float] = field(
-        default_factory=lambda: collections.deque(maxlen=MAX_EVENTS))
+    events: Latest[float] = field(default_factory=lambda: Latest(maxlen=MAX_EVENTS))
     last: GroupRebalances | None = None
 
 
