@@ -356,8 +356,16 @@ class RateTable(MutableMapping[TP, Points]):
         """:meth:`Points.add` on every row at once; False, nothing changed, when some row's
         offsets moved backwards (that row's points restart: :meth:`unpack` first)."""
         n = len(self.times)
-        if n and (bool((consumed < self.consumed[-1]).any()) or bool((hw < self.hw[-1]).any())):
-            return False
+        if n:
+            last_consumed, last_hw = self.consumed[-1], self.hw[-1]
+            if bool((consumed < last_consumed).any()) or bool((hw < last_hw).any()):
+                return False
+            # offsets that did not move keep the newest point's array: a group that stands
+            # still holds one array a column, not one a point (the columns are not written)
+            if np.array_equal(consumed, last_consumed):
+                consumed = last_consumed
+            if np.array_equal(hw, last_hw):
+                hw = last_hw
         if n >= 2 and t - self.times[-2] < window / POINTS_PER_WINDOW:
             self.times[-1], self.consumed[-1], self.hw[-1] = t, consumed, hw
         else:
