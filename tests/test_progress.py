@@ -339,3 +339,6 @@ def test_a_group_standing_still_keeps_one_array_a_column_in_its_rate_table() -> 
     assert len({id(a) for a in table.consumed}) == 1  # never moved
     assert len({id(a) for a in table.hw}) == 2  # moved once
     assert dict(table.items()) == exact
+    # a lookup's row index lives until the next step: a table in use keeps none between cycles
+    assert table._index is not None and table.step(2000.0, np.array([5.0, 7.0]), np.array([9.0, 10.0]), 600.0)
+    assert table._index is None

@@ -341,11 +341,11 @@ class ProgressRows(Mapping[TP, PartitionProgress]):
     __slots__ = ("_index", "below", "catchup", "consume", "lost", "produce", "tps")
 
     def __init__(self, tps: list[TP], consume: np.ndarray, produce: np.ndarray, catchup: np.ndarray,
-                 lost: np.ndarray, below: np.ndarray, index: dict[TP, int] | None = None) -> None:
+                 lost: np.ndarray, below: np.ndarray) -> None:
         self.tps = tps
         self.consume, self.produce, self.catchup = consume, produce, catchup
         self.lost, self.below = lost, below
-        self._index = index  # row by partition: given, or made at the first lookup
+        self._index: dict[TP, int] | None = None  # row by partition, made at the first lookup
 
     def __len__(self) -> int:
         return len(self.tps)

@@ -233,7 +233,7 @@ class ProgressTracker:
             eta = np.array([np.nan if (e := eta_of.get(w)) is None else e for w in owners])
             catchup = np.where(o.lag[rows] > 0, eta, np.nan)
         lost = np.array([memo.lost.get(tp, 0) for tp in tps], np.int64) if memo.lost else _none(n)
-        return ProgressRows(tps, consume, produce, catchup, lost, below, table.index if whole else None)
+        return ProgressRows(tps, consume, produce, catchup, lost, below)
 
     def _observe(self, memo: RatesMemory, tp: TP, p: PartitionView, po: PartitionOffsets | None,
                  now: float) -> _Row | None:

@@ -282,17 +282,26 @@ class RateTable(MutableMapping[TP, Points]):
     point for point. :meth:`pack` turns it back once every partition's points are at the
     same times again."""
 
-    __slots__ = ("_by_tp", "consumed", "hw", "index", "times", "tps")
+    __slots__ = ("_by_tp", "_index", "consumed", "hw", "times", "tps")
 
     def __init__(self, points: Mapping[TP, Points] | None = None) -> None:
         self._by_tp: dict[TP, Points] = dict(points or {})
         self.tps: list[TP] = []  # the rows, while in columns
-        self.index: dict[TP, int] = {}
+        self._index: dict[TP, int] | None = None  # row by partition, made at the first lookup
         self.times: list[float] = []
         self.consumed: list[np.ndarray] = []
         self.hw: list[np.ndarray] = []
 
     # -- the mapping: one Points per partition, copies while in columns -----------
+    @property
+    def index(self) -> dict[TP, int]:
+        """The row of each partition, while in columns: made at a lookup and kept until
+        the next :meth:`step` (lookups come in bursts, one group's evaluation; the steps
+        read the columns, so a table in use keeps none between cycles)."""
+        if self._index is None:
+            self._index = {tp: i for i, tp in enumerate(self.tps)}
+        return self._index
+
     def __getitem__(self, tp: TP) -> Points:
         i = self.index.get(tp)
         if i is None:
@@ -324,7 +333,7 @@ class RateTable(MutableMapping[TP, Points]):
         """The table as one :class:`Points` per partition, from now on (its exact form)."""
         if self.tps:
             self._by_tp = {tp: self[tp] for tp in self.tps}
-            self.tps, self.index, self.times, self.consumed, self.hw = [], {}, [], [], []
+            self.tps, self._index, self.times, self.consumed, self.hw = [], None, [], [], []
         return self._by_tp
 
     def pack(self, tps: list[TP]) -> bool:
@@ -340,7 +349,7 @@ class RateTable(MutableMapping[TP, Points]):
         if any((p := by.get(tp)) is None or p.times() != times for tp in tps):
             return False
         flat = np.array([by[tp].flat() for tp in tps], dtype=float).reshape(len(tps), len(times), 3)
-        self.tps, self.index, self.times = list(tps), {tp: i for i, tp in enumerate(tps)}, list(times)
+        self.tps, self._index, self.times = list(tps), None, list(times)
         self.consumed = list(flat[:, :, 1].T.copy())
         self.hw = list(flat[:, :, 2].T.copy())
         self._by_tp = {}
@@ -349,13 +358,13 @@ class RateTable(MutableMapping[TP, Points]):
     def start(self, tps: list[TP]) -> None:
         """An empty table, its rows to be ``tps`` from its first :meth:`step`."""
         self._by_tp = {}
-        self.tps, self.index, self.times, self.consumed, self.hw = (
-            list(tps), {tp: i for i, tp in enumerate(tps)}, [], [], [])
+        self.tps, self._index, self.times, self.consumed, self.hw = list(tps), None, [], [], []
 
     def step(self, t: float, consumed: np.ndarray, hw: np.ndarray, window: float) -> bool:
         """:meth:`Points.add` on every row at once; False, nothing changed, when some row's
         offsets moved backwards (that row's points restart: :meth:`unpack` first)."""
         n = len(self.times)
+        self._index = None
         if n:
             last_consumed, last_hw = self.consumed[-1], self.hw[-1]
             if bool((consumed < last_consumed).any()) or bool((hw < last_hw).any()):
