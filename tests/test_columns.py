@@ -21,6 +21,7 @@ from exporter import recording
 from exporter.config import Thresholds
 from exporter.contracts.snapshot import TP, GroupSample, GroupType, Member, PartitionOffsets, Snapshot
 from exporter.contracts.status import Status
+from exporter.contracts.view import PartitionRows, PartitionView
 from exporter.evaluate.columns import COLUMN_RULES, Columns, PartitionTable, RowStep, first_rules
 from exporter.evaluate.evaluator import Evaluator
 from exporter.evaluate.memory import Floor, NewData, Ownership, PartitionMemory, Rewind, Run, Trend
@@ -228,6 +229,22 @@ def test_a_partition_memory_is_kept_whole_in_its_row() -> None:
     assert table[("t", 1)] == full
     del table[("t", 0)]
     assert dict(table) == {("t", 1): full} and not table.aligned([("t", 0)])
+    # a step of the rows drops the lookups' index (a group judged in columns keeps none
+    # between cycles); the next lookup makes it again
+    table[("t", 2)] = bare
+    table.step(slice(0, 2), table.rows[:, ::-1].copy())
+    assert table._index is None
+    assert dict(table) == {("t", 1): bare, ("t", 2): full} and table._index is not None
+    del table[("t", 1)]
+    table[("t", 3)] = full
+    assert list(table) == [("t", 2), ("t", 3)] and table[("t", 3)] == full == table[("t", 2)]
+
+
+def test_rows_made_one_at_a_time_keep_the_keys_they_are_given() -> None:
+    views = [PartitionView("t", p, 5, None, 1, 2.0, 0.0, Status.OK, "", "") for p in range(3)]
+    keys = [("t", 0), ("t", 1), ("t", 2)]
+    rows = PartitionRows.of(views, keys)
+    assert rows.tps is keys and rows == PartitionRows.of(views) == views
 
 
 def test_the_column_rules_are_the_table_s_rules_a_plain_row_can_meet() -> None:

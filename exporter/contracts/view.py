@@ -187,14 +187,18 @@ class PartitionRows(Sequence[PartitionView]):
         self.unsubscribed = unsubscribed  # bool
 
     @classmethod
-    def of(cls, views: Iterable[PartitionView]) -> PartitionRows:
-        """The rows of ``views`` (made one at a time), in their order."""
+    def of(cls, views: Iterable[PartitionView], tps: list[TP] | None = None) -> PartitionRows:
+        """The rows of ``views`` (made one at a time), in their order. ``tps``: their
+        (topic, partition) keys in that order, where the caller holds them (the
+        snapshot's own, one object per partition; otherwise one is made a row)."""
         fields = list(map(_VIEW_FIELDS, views))
         if not fields:
             return EMPTY_ROWS
         (topic, partition, committed, position, lag_offsets, lag_seconds, stalled, status, reason,
          owner, unsubscribed, evidence) = zip(*fields, strict=True)
-        return cls(list(zip(topic, partition, strict=True)), offsets(committed), offsets(position),
+        if tps is None:
+            tps = list(zip(topic, partition, strict=True))
+        return cls(tps, offsets(committed), offsets(position),
                    offsets(lag_offsets), seconds(lag_seconds), np.array(stalled, np.float64),
                    list(status), list(reason), list(owner), np.array(unsubscribed, bool),
                    list(evidence))

@@ -68,7 +68,7 @@ class PartitionTable(MutableMapping[TP, PartitionMemory]):
         """``capacity``: rows to make room for at once (a new group's partitions, added one
         at a time in its first cycle), where growing by half would leave a quarter unused."""
         self.tps: list[TP] = []
-        self._index: dict[TP, int] = {}
+        self._index: dict[TP, int] | None = {}  # row by partition: see :attr:`index`
         self._buf = np.zeros((len(COLUMNS), capacity))  # the rows, then room for more
         self.owners: list[str] = []
         self._owner_ids: dict[str, int] = {}
@@ -79,6 +79,20 @@ class PartitionTable(MutableMapping[TP, PartitionMemory]):
         writes go to the table)."""
         return self._buf[:, :len(self.tps)]
 
+    @property
+    def index(self) -> dict[TP, int]:
+        """The row of each partition: made at a lookup and kept until the next
+        :meth:`step` (lookups come in bursts, one group's evaluation; the step reads the
+        columns, so a group judged in columns keeps none between cycles)."""
+        if self._index is None:
+            self._index = {tp: i for i, tp in enumerate(self.tps)}
+        return self._index
+
+    def step(self, which: slice | np.ndarray, after: np.ndarray) -> None:
+        """The rows ``which`` take their next memory ``after`` (a column per element)."""
+        self._buf[:, which] = after
+        self._index = None
+
     # -- the mapping (one partition at a time) --------------------------------------
     def __len__(self) -> int:
         return len(self.tps)
@@ -87,24 +101,25 @@ class PartitionTable(MutableMapping[TP, PartitionMemory]):
         return iter(list(self.tps))
 
     def __contains__(self, tp: object) -> bool:
-        return tp in self._index
+        return tp in self.index
 
     def __getitem__(self, tp: TP) -> PartitionMemory:
-        return self.memory(self._index[tp])
+        return self.memory(self.index[tp])
 
     def __setitem__(self, tp: TP, mem: PartitionMemory) -> None:
-        i = self._index.get(tp)
+        i = self.index.get(tp)
         if i is None:
             i = self._append(tp)
         self._buf[:, i] = self.encode(mem)
 
     def __delitem__(self, tp: TP) -> None:
-        i = self._index.pop(tp)
+        index = self.index
+        i = index.pop(tp)
         n = len(self.tps)
         self._buf[:, i:n - 1] = self._buf[:, i + 1:n]
         del self.tps[i]
         for j, t in enumerate(self.tps[i:], i):
-            self._index[t] = j
+            index[t] = j
 
     def _append(self, tp: TP) -> int:
         i = len(self.tps)
@@ -112,8 +127,8 @@ class PartitionTable(MutableMapping[TP, PartitionMemory]):
             grown = np.zeros((len(COLUMNS), max(4, i + i // 2)))
             grown[:, :i] = self._buf
             self._buf = grown
+        self.index[tp] = i
         self.tps.append(tp)
-        self._index[tp] = i
         return i
 
     # -- rows <-> PartitionMemory -----------------------------------------------------
@@ -168,11 +183,12 @@ class PartitionTable(MutableMapping[TP, PartitionMemory]):
         """The rows are ``tps``, in this order (reordered when they are the same set)."""
         if self.tps == tps:
             return True
-        if len(tps) != len(self.tps) or any(tp not in self._index for tp in tps):
+        index = self.index
+        if len(tps) != len(self.tps) or any(tp not in index for tp in tps):
             return False
-        self._buf = self._buf[:, [self._index[tp] for tp in tps]]
+        self._buf = self._buf[:, [index[tp] for tp in tps]]
         self.tps = list(tps)
-        self._index = {tp: i for i, tp in enumerate(tps)}
+        self._index = None
         return True
 
 

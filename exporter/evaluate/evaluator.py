@@ -451,7 +451,8 @@ class Evaluator:
         if p.columns is not None:
             parts = self._columns_rows(c, p.tps, p.columns)
         else:
-            parts = PartitionRows.of([self._partition(c, tp) for tp in p.tps])
+            parts = PartitionRows.of([self._partition(c, tp) for tp in p.tps],
+                                     list(map(self._keys.get, p.tps, p.tps)))
         fresh = self._uncommitted(c)
         if fresh:
             parts = PartitionRows.of(sorted((*parts, *fresh), key=lambda p: (p.topic, p.partition)))
@@ -691,7 +692,7 @@ class Evaluator:
         changed_at = Columns(*after).changed_at
         lo = 0
         for c, b, n in zip(cycles, batches, sizes, strict=True):
-            c.st.parts.rows[:, slice(None) if b.whole else b.rows] = after[:, lo:lo + n]
+            c.st.parts.step(slice(0, n) if b.whole else b.rows, after[:, lo:lo + n])
             b.ok, b.changed_at = ok[lo:lo + n], changed_at[lo:lo + n]
             b.step = RowStep(*(col[lo:lo + n] for col in e))
             lo += n
