@@ -10,7 +10,7 @@ of :mod:`exporter.evaluate.retention`) and attaches a :class:`GroupProgress` to 
 from __future__ import annotations
 
 import operator
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import NamedTuple
@@ -65,7 +65,7 @@ class _Pool:
     """The backlogged partitions of one owner: what it must get through, how fast it gains."""
 
     owner: str
-    tps: tuple[TP, ...]
+    tps: Sequence[TP]
     rates: Rates | None  # summed over a span common to its partitions; None: not known yet
     eta: float | None  # None: not gaining, or rates unknown
 
@@ -193,20 +193,19 @@ class ProgressTracker:
 
     def _pools(self, table: RateTable, o: _Observed, rows: np.ndarray, span: float | None) -> list[_Pool]:
         """:func:`_pools` over the columns."""
-        idx_all = rows.tolist()
-        owners = [o.owners[i] for i in idx_all]
+        whole = len(rows) == len(o.tps)
+        owners = o.owners if whole else [o.owners[i] for i in rows.tolist()]
         by_owner: dict[str, np.ndarray] = {}
         if len(set(owners)) == 1:  # one consumer owns them all, or nobody does: one pool
             by_owner[owners[0]] = rows
         else:
             lists: dict[str, list[int]] = {}
-            for i, owner in zip(idx_all, owners, strict=True):
+            for i, owner in zip(rows.tolist(), owners, strict=True):
                 lists.setdefault(owner, []).append(i)
             by_owner = {owner: np.array(idx) for owner, idx in lists.items()}
-        whole = len(rows) == len(o.tps)
 
-        def tps_of(idx: np.ndarray) -> tuple[TP, ...]:
-            return tuple(o.tps) if whole and idx is rows else tuple(o.tps[i] for i in idx.tolist())
+        def tps_of(idx: np.ndarray) -> Sequence[TP]:
+            return o.tps if whole and idx is rows else [o.tps[i] for i in idx.tolist()]
         pools = (_pool(owner, tps_of(idx), int(o.lag[idx].sum()), lambda idx=idx: _summed(table, idx, span),
                        self.settle)
                  for owner, idx in sorted(by_owner.items()))
@@ -273,12 +272,12 @@ class _Observed(NamedTuple):
     """The partitions of one group view whose pace a cycle observes, as columns (in the
     view's order; float64, ``log_start`` NaN where unknown)."""
 
-    tps: list[TP]
+    tps: list[TP]  # the view's own list where every row is observed (read, not written)
     lag: np.ndarray
     hw: np.ndarray
     log_start: np.ndarray
     unsubscribed: np.ndarray  # bool
-    owners: list[str]
+    owners: Sequence[str]
 
 
 _LOG_START = operator.attrgetter("log_start")
@@ -305,10 +304,10 @@ def _observed(v: GroupView, partitions: dict[TP, PartitionOffsets]) -> _Observed
     if not tps:
         return None
     log_start = list(map(_LOG_START, pos))
-    return _Observed(list(tps), lag.astype(np.float64), np.array(hws, float),
+    return _Observed(tps, lag.astype(np.float64), np.array(hws, float),
                      np.array(log_start, float) if None not in log_start else
                      np.array([np.nan if x is None else x for x in log_start], float),
-                     unsubscribed, list(owners))
+                     unsubscribed, owners)
 
 
 def summarize(rows: list[_Row], memo: RatesMemory, settle: float, span_min: float,
@@ -377,7 +376,7 @@ def _pools(rows: list[_Row], settle: float, span_min: float) -> list[_Pool]:
     return [p for p in pools if p is not None]
 
 
-def _pool(owner: str, tps: tuple[TP, ...], lag: int, pool_rates: Callable[[], Rates | None],
+def _pool(owner: str, tps: Sequence[TP], lag: int, pool_rates: Callable[[], Rates | None],
           settle: float) -> _Pool | None:
     """One owner's partitions as a pool with a backlog; None when caught up (its rates are
     read only then)."""

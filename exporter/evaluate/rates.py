@@ -366,15 +366,17 @@ class RateTable(MutableMapping[TP, Points]):
         n = len(self.times)
         self._index = None
         if n:
-            last_consumed, last_hw = self.consumed[-1], self.hw[-1]
-            if bool((consumed < last_consumed).any()) or bool((hw < last_hw).any()):
-                return False
             # offsets that did not move keep the newest point's array: a group that stands
             # still holds one array a column, not one a point (the columns are not written)
-            if np.array_equal(consumed, last_consumed):
+            last_consumed, last_hw = self.consumed[-1], self.hw[-1]
+            if (consumed == last_consumed).all():
                 consumed = last_consumed
-            if np.array_equal(hw, last_hw):
+            elif (consumed < last_consumed).any():
+                return False
+            if (hw == last_hw).all():
                 hw = last_hw
+            elif (hw < last_hw).any():
+                return False
         if n >= 2 and t - self.times[-2] < window / POINTS_PER_WINDOW:
             self.times[-1], self.consumed[-1], self.hw[-1] = t, consumed, hw
         else:
