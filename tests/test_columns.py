@@ -22,7 +22,7 @@ from exporter.config import Thresholds
 from exporter.contracts.snapshot import TP, GroupSample, GroupType, Member, PartitionOffsets, Snapshot
 from exporter.contracts.status import Status
 from exporter.contracts.view import PartitionRows, PartitionView
-from exporter.evaluate.columns import COLUMN_RULES, Columns, PartitionTable, RowStep, first_rules
+from exporter.evaluate.columns import COLUMN_RULES, Columns, PartitionTable, RowStep, alike_runs, first_rules
 from exporter.evaluate.evaluator import Evaluator
 from exporter.evaluate.memory import Floor, NewData, Ownership, PartitionMemory, Rewind, Run, Trend
 from exporter.evaluate.rules import (
@@ -288,3 +288,24 @@ def test_first_rules_agree_with_classify_at_every_threshold_s_edge() -> None:
         _status, rule = classify(f, th)
         assert (COLUMN_RULES[got] if got >= 0 else None) == rule, (stalled, nd, lag_s, unowned, rewinding,
                                                                    lagging, rejoins, outside, allowance)
+
+
+def test_runs_alike_are_found_for_every_run_at_once() -> None:
+    nan = np.nan
+    # runs: [0, 1], [2], [3, 4, 5], [6, 7], [8, 9]
+    starts = np.array([0, 2, 3, 6, 8])
+    a = np.array([1.0, 1.0, 5.0, 2.0, 2.0, 2.0, nan, nan, 3.0, 3.0])
+    b = np.array([0, 0, 9, 1, 1, 2, 4, 4, nan, 3.0])
+    assert alike_runs(starts, a).tolist() == [True, True, True, True, True]
+    assert alike_runs(starts, a, b).tolist() == [True, True, False, True, False]
+    assert alike_runs(starts, np.array([True, True, False, True, True, True, False, True, False, False])
+                      ).tolist() == [True, True, True, False, True]
+    # each run against a direct comparison of its rows, on random runs with NaN
+    rng = np.random.default_rng(3)
+    for _ in range(50):
+        sizes = rng.integers(1, 5, 8)
+        starts = np.cumsum([0, *sizes[:-1]])
+        col = rng.choice([0.0, 1.0, nan], int(sizes.sum()), p=[0.6, 0.2, 0.2])
+        want = [len({"nan" if v != v else v for v in col[lo:lo + n].tolist()}) == 1
+                for lo, n in zip(starts.tolist(), sizes.tolist(), strict=True)]
+        assert alike_runs(starts, col).tolist() == want

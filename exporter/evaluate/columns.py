@@ -335,17 +335,35 @@ COLUMN_RULES: tuple[str, ...] = ("unowned", "rejoin_loop", "stalled", "rewind", 
                                  "lag_growing")
 
 
-def first_rules(e: RowStep, lag_s: np.ndarray, rejoins: np.ndarray, outside: bool, allowance: float,
-                stall_after: float, lag_threshold: float) -> np.ndarray:
-    """For rows of one group that :func:`ok_rows` does not find ``ok`` (so with lag): the
-    index in :data:`COLUMN_RULES` of the first rule that holds, -1 for none; each rule's
-    predicate of exporter/evaluate/rules.py over the rows' evidence at once. ``rejoins``:
-    each row's :func:`~exporter.evaluate.memory.joins_since` its committed offset froze."""
+def first_rules(e: RowStep, lag_s: np.ndarray, rejoins: np.ndarray, outside: bool | np.ndarray,
+                allowance: float | np.ndarray, stall_after: float | np.ndarray,
+                lag_threshold: float | np.ndarray) -> np.ndarray:
+    """For rows that :func:`ok_rows` does not find ``ok`` (so with lag): the index in
+    :data:`COLUMN_RULES` of the first rule that holds, -1 for none; each rule's predicate
+    of exporter/evaluate/rules.py over the rows' evidence at once. ``rejoins``: each row's
+    :func:`~exporter.evaluate.memory.joins_since` its committed offset froze. The
+    group-level facts and thresholds come once (rows of one group) or per row."""
     nd, stalled = e.new_data_seconds, e.stalled_seconds  # NaN new data: no comparison holds
-    limit = max(stall_after, allowance)
+    limit = np.maximum(stall_after, allowance)
     rejoin_loop = (rejoins >= 2) & (stalled >= stall_after) & (nd >= stall_after)
     unowned = (e.unowned_confirmed & ~e.rewinding & ~(outside & (stalled < limit))
                & ~rejoin_loop)  # a rejoin loop is the only livelock rule here
     holds = np.stack([unowned, rejoin_loop, (stalled >= limit) & (nd >= limit) & ~e.rewinding,
                       e.rewinding, lag_s > lag_threshold, e.lagging.astype(bool)])
     return np.where(holds.any(axis=0), holds.argmax(axis=0), -1)
+
+
+def alike_runs(starts: np.ndarray, *columns: np.ndarray) -> np.ndarray:
+    """For each run of rows from ``starts`` (ascending, each run not empty) to the next
+    start: whether every row of the run holds the same value in each column (NaN the same
+    as NaN), for all runs at once."""
+    alike = np.ones(len(starts), bool)
+    for col in columns:
+        col = col.astype(np.float64, copy=False)
+        nan = np.isnan(col)
+        counts = np.diff(np.append(starts, len(col)))
+        nans = np.add.reduceat(nan, starts)
+        filled = np.where(nan, 0.0, col)
+        same = np.maximum.reduceat(filled, starts) == np.minimum.reduceat(filled, starts)
+        alike &= (nans == counts) | ((nans == 0) & same)
+    return alike

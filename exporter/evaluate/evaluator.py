@@ -63,6 +63,7 @@ from exporter.evaluate.columns import (
     PartitionTable,
     RowStep,
     Samples,
+    alike_runs,
     first_rules,
     observe_rows,
     ok_rows,
@@ -168,6 +169,11 @@ class _Columns:
     ok: np.ndarray | None = None
     step: RowStep | None = None
     changed_at: np.ndarray | None = None
+    # and of each row, the first column rule that holds (:func:`first_rules`) and its joins
+    # since its offset froze; ``alike``: every row not ok, alike in every fact a reason keeps
+    first: np.ndarray | None = None
+    rejoins: np.ndarray | None = None
+    alike: bool = False
 
 
 # A partition classified from the columns: its status, its reason (written when read) and
@@ -687,15 +693,27 @@ class Evaluator:
                                  for c, b in zip(cycles, batches, strict=True)], axis=1)
         s = Samples(*(np.concatenate(col) for col in zip(*(b.samples for b in batches), strict=True)))
         after, e = observe_rows(before, s, now, Tuning(self.interval, lag_threshold, stall_after))
-        ok = ok_rows(e, s, per_row([c.st.outside_at is not None for c in cycles]),
-                     per_row([c.allowance for c in cycles]), stall_after, lag_threshold)
+        outside, allowance = per_row([c.st.outside_at is not None for c in cycles]), per_row(
+            [c.allowance for c in cycles])
+        ok = ok_rows(e, s, outside, allowance, stall_after, lag_threshold)
         changed_at = Columns(*after).changed_at
-        lo = 0
-        for c, b, n in zip(cycles, batches, sizes, strict=True):
+        # the rules of the rows not ok, for every group at once, and which groups have every
+        # row not ok and alike in each fact a reason keeps (one judgement for the group)
+        starts = np.cumsum([0, *sizes[:-1]])
+        first = rejoins = None
+        alike = np.zeros(len(sizes), bool)
+        if not ok.all():
+            rejoins = _rejoins(cycles, sizes, changed_at)
+            first = first_rules(e, s.lag_s, rejoins, outside, allowance, stall_after, lag_threshold)
+            if min(sizes) > 0:
+                alike = ~np.logical_or.reduceat(ok, starts) & alike_runs(
+                    starts, first, changed_at, e.new_data_seconds, s.owned, rejoins)
+        for c, b, n, lo, same in zip(cycles, batches, sizes, starts.tolist(), alike.tolist(), strict=True):
             c.st.parts.step(slice(0, n) if b.whole else b.rows, after[:, lo:lo + n])
             b.ok, b.changed_at = ok[lo:lo + n], changed_at[lo:lo + n]
             b.step = RowStep(*(col[lo:lo + n] for col in e))
-            lo += n
+            if first is not None and rejoins is not None:
+                b.first, b.rejoins, b.alike = first[lo:lo + n], rejoins[lo:lo + n], same
         self.judged_in_columns += len(ok)
 
     def _columns_rows(self, c: _GroupCycle, tps: list[TP], b: _Columns) -> PartitionRows:
@@ -727,21 +745,20 @@ class Evaluator:
         and those whose status is more severe than ``lagging``."""
         e, now, st = b.step, c.now, c.st
         assert e is not None and b.ok is not None and b.changed_at is not None
-        bad = np.flatnonzero(~b.ok)
+        every = b.alike  # every row not ok, alike in every fact (found for the chunk at once)
+        bad = np.arange(len(b.ok)) if every else np.flatnonzero(~b.ok)
         if not len(bad):
             return {}, []
-        step = RowStep(*(col[bad] for col in e))
-        changed_at = b.changed_at[bad]
-        rejoins = (len(st.joins) - np.searchsorted(np.array(st.joins), changed_at, side="right")
-                   if st.joins else np.zeros(len(bad), np.int64))
-        first = first_rules(step, b.samples.lag_s[bad], rejoins, st.outside_at is not None, c.allowance,
-                            c.th.stall_after, c.th.lag_seconds)
+        assert b.first is not None and b.rejoins is not None  # found where some row is not ok
+        step = e if every else RowStep(*(col[bad] for col in e))
+        changed_at, first, rejoins = ((b.changed_at, b.first, b.rejoins) if every else
+                                      (b.changed_at[bad], b.first[bad], b.rejoins[bad]))
         owned = b.samples.owned[bad]
         empty = not c.g.members
         # nobody seen leaving: one text for every partition nobody owns
         nobody = None if st.departed else NOBODY_SEEN if empty else ""
         rows = b.rows[bad].tolist()
-        if nobody is not None and _alike(first, changed_at, step.new_data_seconds, owned, rejoins):
+        if nobody is not None and (every or _alike(first, changed_at, step.new_data_seconds, owned, rejoins)):
             # every row the same facts (a group committed once and left): one judgement
             nd = float(step.new_data_seconds[0])
             judged = _later(c, int(first[0]), float(changed_at[0]), None if nd != nd else nd,
@@ -819,6 +836,21 @@ class Evaluator:
         """A topic's offsets and HW history as read at ``sampled_at``."""
         persist.import_topic(self, state, sampled_at)
 
+
+
+def _rejoins(cycles: list[_GroupCycle], sizes: list[int], changed_at: np.ndarray) -> np.ndarray:
+    """Each row's joins since its committed offset froze
+    (:func:`~exporter.evaluate.memory.joins_since`), the rows of ``cycles`` one after the
+    other: 0 but in groups with joins in their window."""
+    out = np.zeros(len(changed_at), np.int64)
+    lo = 0
+    for c, n in zip(cycles, sizes, strict=True):
+        joins = c.st.joins
+        if joins:
+            froze = changed_at[lo:lo + n]
+            out[lo:lo + n] = len(joins) - np.searchsorted(np.array(joins), froze, side="right")
+        lo += n
+    return out
 
 
 def _alike(*columns: np.ndarray) -> bool:
