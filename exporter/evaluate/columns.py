@@ -358,10 +358,10 @@ def alike_runs(starts: np.ndarray, *columns: np.ndarray) -> np.ndarray:
     start: whether every row of the run holds the same value in each column (NaN the same
     as NaN), for all runs at once."""
     alike = np.ones(len(starts), bool)
+    counts = np.diff(np.append(starts, len(columns[0]))) if columns else alike
     for col in columns:
         col = col.astype(np.float64, copy=False)
         nan = np.isnan(col)
-        counts = np.diff(np.append(starts, len(col)))
         nans = np.add.reduceat(nan, starts)
         filled = np.where(nan, 0.0, col)
         same = np.maximum.reduceat(filled, starts) == np.minimum.reduceat(filled, starts)
