@@ -14,6 +14,7 @@ from exporter.contracts.snapshot import GroupType, KafkaGroupState
 from exporter.contracts.status import Status
 from exporter.contracts.view import (
     EMPTY_ROWS,
+    Filled,
     GroupProgress,
     GroupReasons,
     GroupView,
@@ -23,8 +24,7 @@ from exporter.contracts.view import (
     ProgressRows,
     Repeated,
     explained,
-    no_offsets,
-    no_rows,
+    filled,
 )
 from exporter.state.plain import from_plain, to_plain
 
@@ -162,12 +162,12 @@ def test_a_repeated_column_reads_as_the_list_it_stands_for() -> None:
             col[i]  # noqa: B018 - the read is the test
     # rows whose texts repeat read as the rows of lists
     n = 2
-    rows = PartitionRows([("t", 0), ("t", 1)], np.array([5, 6]), no_offsets(n), np.array([1, 0]),
-                         np.array([3.0, 0.0]), np.zeros(n), Repeated(Status.OK, n), Repeated("", n),
-                         Repeated("", n), no_rows(n), Repeated("", n))
+    rows = PartitionRows([("t", 0), ("t", 1)], np.array([5, 6]), filled(Filled.NO_OFFSET, n),
+                         np.array([1, 0]), np.array([3.0, 0.0]), np.zeros(n), Repeated(Status.OK, n),
+                         Repeated("", n), Repeated("", n), filled(Filled.FALSE, n), Repeated("", n))
     assert rows == [PartitionView("t", 0, 5, None, 1, 3.0, 0.0, Status.OK, "", ""),
                     PartitionView("t", 1, 6, None, 0, 0.0, 0.0, Status.OK, "", "")]
     # the shared columns cannot be written
     with pytest.raises(ValueError):
-        no_offsets(n)[0] = 1
-    assert no_offsets(n) is no_offsets(n) and not no_rows(n).any()
+        filled(Filled.NO_OFFSET, n)[0] = 1
+    assert filled(Filled.NO_OFFSET, n) is filled(Filled.NO_OFFSET, n) and not filled(Filled.FALSE, n).any()

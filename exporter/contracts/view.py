@@ -9,7 +9,7 @@ from __future__ import annotations
 import operator
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from enum import StrEnum
+from enum import Enum, StrEnum
 from functools import lru_cache
 from itertools import repeat
 from typing import Any, Protocol, TypeVar, overload
@@ -144,19 +144,22 @@ class Repeated(Sequence[T]):
         return f"Repeated({self.value!r}, {self.n})"
 
 
-@lru_cache(maxsize=256)  # a size a group has; a few distinct ones in a cluster
-def no_offsets(n: int) -> np.ndarray:
-    """A column of ``n`` :data:`NO_OFFSET`, one read-only array for every group of ``n``
-    rows (a group judged whole in columns reads no position)."""
-    out = np.full(n, NO_OFFSET, np.int64)
-    out.flags.writeable = False
-    return out
+class Filled(Enum):
+    """What every row of a shared column holds, and its dtype."""
+
+    NO_OFFSET = (NO_OFFSET, np.int64)  # offsets: none (a group judged whole has no position)
+    FALSE = (False, np.bool_)  # flags: none set (no row unsubscribed)
+    UNKNOWN = (np.nan, np.float64)  # figures: not known yet (rates, times to catch up)
+    ZERO = (0, np.int64)  # counts: none (records lost or below the log start)
 
 
-@lru_cache(maxsize=256)
-def no_rows(n: int) -> np.ndarray:
-    """A bool column of ``n`` False, shared as :func:`no_offsets` is."""
-    out = np.zeros(n, bool)
+@lru_cache(maxsize=1024)  # (kind, size): a few distinct group sizes in a cluster
+def filled(kind: Filled, n: int) -> np.ndarray:
+    """A column of ``n`` rows holding ``kind``'s value, one read-only array for every
+    column of that kind and size: a group whose column says nothing keeps no array of
+    its own, in the view served or the one being built."""
+    value, dtype = kind.value
+    out = np.full(n, value, dtype)
     out.flags.writeable = False
     return out
 

@@ -39,6 +39,7 @@ from exporter.contracts.view import (
     NO_OFFSET,
     SEVERITY,
     ClusterView,
+    Filled,
     GroupExposure,
     GroupReasons,
     GroupView,
@@ -49,8 +50,7 @@ from exporter.contracts.view import (
     Reason,
     Repeated,
     SparkInfo,
-    no_offsets,
-    no_rows,
+    filled,
     offsets,
     seconds,
 )
@@ -170,7 +170,7 @@ class _Columns:
     step: RowStep | None = None
     changed_at: np.ndarray | None = None
     # and of each row, the first column rule that holds (:func:`first_rules`) and its joins
-    # since its offset froze; ``alike``: every row not ok, alike in every fact a reason keeps
+    # since its offset froze; ``alike``: its rows not ok are alike in every fact a reason keeps
     first: np.ndarray | None = None
     rejoins: np.ndarray | None = None
     alike: bool = False
@@ -699,21 +699,19 @@ class Evaluator:
         changed_at = Columns(*after).changed_at
         # the rules of the rows not ok, for every group at once, and which groups have every
         # row not ok and alike in each fact a reason keeps (one judgement for the group)
-        starts = np.cumsum([0, *sizes[:-1]])
-        first = rejoins = None
-        alike = np.zeros(len(sizes), bool)
+        starts = np.cumsum([0, *sizes[:-1]]).tolist()
+        ruled = None  # (first rule, rejoins) of each row, and each group's rows not ok alike
         if not ok.all():
             rejoins = _rejoins(cycles, sizes, changed_at)
             first = first_rules(e, s.lag_s, rejoins, outside, allowance, stall_after, lag_threshold)
-            if min(sizes) > 0:
-                alike = ~np.logical_or.reduceat(ok, starts) & alike_runs(
-                    starts, first, changed_at, e.new_data_seconds, s.owned, rejoins)
-        for c, b, n, lo, same in zip(cycles, batches, sizes, starts.tolist(), alike.tolist(), strict=True):
+            alike = _alike_not_ok(ok, sizes, first, changed_at, e.new_data_seconds, s.owned, rejoins)
+            ruled = first, rejoins, alike.tolist()
+        for i, (c, b, n, lo) in enumerate(zip(cycles, batches, sizes, starts, strict=True)):
             c.st.parts.step(slice(0, n) if b.whole else b.rows, after[:, lo:lo + n])
             b.ok, b.changed_at = ok[lo:lo + n], changed_at[lo:lo + n]
             b.step = RowStep(*(col[lo:lo + n] for col in e))
-            if first is not None and rejoins is not None:
-                b.first, b.rejoins, b.alike = first[lo:lo + n], rejoins[lo:lo + n], same
+            if ruled is not None:
+                b.first, b.rejoins, b.alike = ruled[0][lo:lo + n], ruled[1][lo:lo + n], ruled[2][i]
         self.judged_in_columns += len(ok)
 
     def _columns_rows(self, c: _GroupCycle, tps: list[TP], b: _Columns) -> PartitionRows:
@@ -745,11 +743,11 @@ class Evaluator:
         and those whose status is more severe than ``lagging``."""
         e, now, st = b.step, c.now, c.st
         assert e is not None and b.ok is not None and b.changed_at is not None
-        every = b.alike  # every row not ok, alike in every fact (found for the chunk at once)
-        bad = np.arange(len(b.ok)) if every else np.flatnonzero(~b.ok)
+        bad = np.flatnonzero(~b.ok)
         if not len(bad):
             return {}, []
         assert b.first is not None and b.rejoins is not None  # found where some row is not ok
+        every = len(bad) == len(b.ok)
         step = e if every else RowStep(*(col[bad] for col in e))
         changed_at, first, rejoins = ((b.changed_at, b.first, b.rejoins) if every else
                                       (b.changed_at[bad], b.first[bad], b.rejoins[bad]))
@@ -758,7 +756,7 @@ class Evaluator:
         # nobody seen leaving: one text for every partition nobody owns
         nobody = None if st.departed else NOBODY_SEEN if empty else ""
         rows = b.rows[bad].tolist()
-        if nobody is not None and (every or _alike(first, changed_at, step.new_data_seconds, owned, rejoins)):
+        if nobody is not None and b.alike:
             # every row the same facts (a group committed once and left): one judgement
             nd = float(step.new_data_seconds[0])
             judged = _later(c, int(first[0]), float(changed_at[0]), None if nd != nd else nd,
@@ -853,9 +851,16 @@ def _rejoins(cycles: list[_GroupCycle], sizes: list[int], changed_at: np.ndarray
     return out
 
 
-def _alike(*columns: np.ndarray) -> bool:
-    """Every row holds the same value in each column (NaN the same as NaN)."""
-    return all(not len(col) or (col == col[0]).all() or (col != col).all() for col in columns)
+def _alike_not_ok(ok: np.ndarray, sizes: list[int], *columns: np.ndarray) -> np.ndarray:
+    """Of each group, its ``sizes`` rows one after the other: whether it has rows not
+    ``ok`` and they hold the same value in each column (:func:`alike_runs`)."""
+    bad = ~ok
+    counts = np.bincount(np.repeat(np.arange(len(sizes)), sizes)[bad], minlength=len(sizes))
+    some = counts > 0
+    out = np.zeros(len(sizes), bool)
+    rows = np.flatnonzero(bad)
+    out[some] = alike_runs(np.cumsum([0, *counts[some][:-1]]), *(col[rows] for col in columns))
+    return out
 
 
 def _later(c: _GroupCycle, rule_at: int, since: float, new_data: float | None, departure: str,
@@ -868,16 +873,14 @@ def _later(c: _GroupCycle, rule_at: int, since: float, new_data: float | None, d
     return status, LaterReason(rule, c.th, c.now - since, new_data, departure, c.g.state, rejoins), evidence
 
 
-def _judgement_columns(classified: dict[int, Judged], n: int, shared: bool
+def _judgement_columns(classified: dict[int, Judged], n: int
                        ) -> tuple[Sequence[Status], Sequence[str | Reason], Sequence[str]]:
     """The status, reason and evidence columns of ``n`` rows, ``ok`` but those
-    ``classified``; ``shared``: one :class:`Repeated` a column where every row holds the
-    same judgement (the rows are not changed after)."""
+    ``classified``: one :class:`Repeated` a column where every row holds the same
+    judgement."""
     if not classified or (len(classified) == n and len(set(map(id, classified.values()))) == 1):
         one = next(iter(classified.values()), _OK_JUDGED)  # none, or one judgement for every row
-        if shared:
-            return Repeated(one[0], n), Repeated(one[1], n), Repeated(one[2], n)
-        return [one[0]] * n, [one[1]] * n, [one[2]] * n
+        return Repeated(one[0], n), Repeated(one[1], n), Repeated(one[2], n)
     status: list[Status] = [Status.OK] * n
     reason: list[str | Reason] = [""] * n
     evidence = [""] * n
@@ -895,12 +898,11 @@ def _rows(keys: dict[TP, TP], tps: list[TP], b: _Columns, stalled: np.ndarray, o
     for every group that reads it, not one per group-partition."""
     n = len(tps)
     keyed = list(map(keys.get, tps, tps))
-    whole = not views and b.whole  # every row judged in columns: its columns as they are
-    status, reason, evidence = _judgement_columns(classified, n, shared=whole)
-    if whole:
-        return PartitionRows(keyed, b.samples.followed.astype(np.int64), no_offsets(n),
+    status, reason, evidence = _judgement_columns(classified, n)
+    if not views and b.whole:  # every row judged in columns: its columns as they are
+        return PartitionRows(keyed, b.samples.followed.astype(np.int64), filled(Filled.NO_OFFSET, n),
                              b.samples.lag_off.astype(np.int64), b.samples.lag_s, stalled, status, reason,
-                             owner, no_rows(n), evidence)
+                             owner, filled(Filled.FALSE, n), evidence)
     status, reason, evidence, owner = list(status), list(reason), list(evidence), list(owner)
     committed, lag_off, lag_s = list(b.committed), list(b.lag_off), list(b.lag_s)
     position = [NO_OFFSET] * n

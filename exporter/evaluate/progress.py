@@ -12,13 +12,20 @@ from __future__ import annotations
 import operator
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from functools import lru_cache
 from typing import NamedTuple
 
 import numpy as np
 
 from exporter.contracts.snapshot import HW_OF, TP, GroupSample, PartitionOffsets
-from exporter.contracts.view import GroupProgress, GroupView, PartitionProgress, PartitionView, ProgressRows
+from exporter.contracts.view import (
+    Filled,
+    GroupProgress,
+    GroupView,
+    PartitionProgress,
+    PartitionView,
+    ProgressRows,
+    filled,
+)
 from exporter.evaluate.rates import (
     Points,
     Rates,
@@ -218,20 +225,21 @@ class ProgressTracker:
         table, n = memo.parts, len(rows)
         whole = n == len(table.tps)  # every row, in order: the table's keys as they are
         if span is None:
-            consume = produce = _unknown(n)
+            consume = produce = filled(Filled.UNKNOWN, n)
         else:
             consume = (table.consumed[-1][rows] - table.consumed[0][rows]) / span
             produce = (table.hw[-1][rows] - table.hw[0][rows]) / span
         known = ~np.isnan(o.log_start[rows])
         below = (np.where(known, np.maximum(0.0, o.log_start[rows] - consumed[rows]), 0.0).astype(np.int64)
-                 if trimmed else _none(n))
+                 if trimmed else filled(Filled.ZERO, n))
         tps = table.tps if whole else [table.tps[i] for i in rows.tolist()]
-        catchup = _unknown(n)
+        catchup = filled(Filled.UNKNOWN, n)
         if any(eta is not None for eta in eta_of.values()):  # only a partition with lag has one
             owners = o.owners if whole else [o.owners[i] for i in rows.tolist()]
             eta = np.array([np.nan if (e := eta_of.get(w)) is None else e for w in owners])
             catchup = np.where(o.lag[rows] > 0, eta, np.nan)
-        lost = np.array([memo.lost.get(tp, 0) for tp in tps], np.int64) if memo.lost else _none(n)
+        lost = (np.array([memo.lost.get(tp, 0) for tp in tps], np.int64) if memo.lost
+                else filled(Filled.ZERO, n))
         return ProgressRows(tps, consume, produce, catchup, lost, below)
 
     def _observe(self, memo: RatesMemory, tp: TP, p: PartitionView, po: PartitionOffsets | None,
@@ -249,23 +257,6 @@ class ProgressTracker:
         points.add(now, consumed, po.hw, self.window)
         return _Row(tp, p.lag_offsets, consumed, po.log_start, rates(points, self.min_span), p.owner,
                     points)
-
-
-@lru_cache(maxsize=256)  # a size a group has; a few distinct ones in a cluster
-def _unknown(n: int) -> np.ndarray:
-    """A column of ``n`` unknown figures (NaN), one read-only array for every group of ``n``
-    partitions: a group at rest, or without rates yet, keeps no array of its own."""
-    out = np.full(n, np.nan)
-    out.flags.writeable = False
-    return out
-
-
-@lru_cache(maxsize=256)  # a size a group has; a few distinct ones in a cluster
-def _none(n: int) -> np.ndarray:
-    """A column of ``n`` zero counts, shared as :func:`_unknown` is."""
-    out = np.zeros(n, np.int64)
-    out.flags.writeable = False
-    return out
 
 
 class _Observed(NamedTuple):

@@ -366,17 +366,10 @@ class RateTable(MutableMapping[TP, Points]):
         n = len(self.times)
         self._index = None
         if n:
-            # offsets that did not move keep the newest point's array: a group that stands
-            # still holds one array a column, not one a point (the columns are not written)
-            last_consumed, last_hw = self.consumed[-1], self.hw[-1]
-            if (consumed == last_consumed).all():
-                consumed = last_consumed
-            elif (consumed < last_consumed).any():
+            moved_consumed, moved_hw = _moved(consumed, self.consumed[-1]), _moved(hw, self.hw[-1])
+            if moved_consumed is None or moved_hw is None:
                 return False
-            if (hw == last_hw).all():
-                hw = last_hw
-            elif (hw < last_hw).any():
-                return False
+            consumed, hw = moved_consumed, moved_hw
         if n >= 2 and t - self.times[-2] < window / POINTS_PER_WINDOW:
             self.times[-1], self.consumed[-1], self.hw[-1] = t, consumed, hw
         else:
@@ -404,3 +397,12 @@ class RateTable(MutableMapping[TP, Points]):
                          np.stack(self.consumed, axis=1), np.stack(self.hw, axis=1)], axis=2)
         for tp, row in zip(self.tps, flat.reshape(len(self.tps), -1).tolist(), strict=True):
             yield tp, tuple(row)
+
+
+def _moved(new: np.ndarray, newest: np.ndarray) -> np.ndarray | None:
+    """The column a new point keeps: the newest point's own array where no offset moved
+    (a group that stands still holds one array a column, not one a point; the columns are
+    not written), ``new`` where they moved forward, None where one moved backwards."""
+    if (new == newest).all():
+        return newest
+    return None if (new < newest).any() else new
