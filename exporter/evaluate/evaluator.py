@@ -15,6 +15,7 @@ sample stands still (``exporter/evaluate/rest.py``)."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Iterator, Mapping, MutableMapping, Sequence
 from itertools import repeat
 
@@ -51,7 +52,6 @@ from exporter.contracts.view import (
     Repeated,
     SparkInfo,
     filled,
-    offsets,
     seconds,
 )
 from exporter.evaluate import persist
@@ -153,19 +153,23 @@ class _GroupCycle:
 
 @dataclasses.dataclass(slots=True, kw_only=True)
 class _Columns:
-    """One group's share of the cycle's columns (:meth:`Evaluator._column_batch`)."""
+    """One group's share of the cycle's columns: what :meth:`Evaluator._column_batch`
+    gathers of each committed partition, in order, then what :meth:`Evaluator._judge_columns`
+    finds for the whole chunk of groups at once."""
 
-    rows: np.ndarray  # the rows of its PartitionTable judged in columns
-    samples: Samples  # theirs
-    # per committed partition, in order
-    owners: list[Member | None]
-    lag_s: list[float | None]
     committed: list[int]
     hw: list[int | None]
-    lag_off: list[int]
-    whole: bool = False  # ``rows`` is every row of the table, in order
-    # set by Evaluator._judge_columns: of each row judged, whether every rule leaves it
-    # ok, the evidence and when its committed offset last moved
+    owners: list[Member | None]
+    owned: np.ndarray  # bool: a member owns it (:func:`_member_owns`)
+    owner: np.ndarray  # its owner's id in the group's PartitionTable, -1: none
+    listed: np.ndarray | None = None  # bool: its topic still subscribed; None: every one
+    # set by Evaluator._judge_columns: the rows of the PartitionTable stepped in columns
+    # (:func:`plain`), their samples, and ``whole``: every row, in order
+    rows: np.ndarray = dataclasses.field(default_factory=lambda: _NO_ROWS)
+    samples: Samples | None = None
+    whole: bool = False
+    # of each row stepped, whether every rule leaves it ok, the evidence and when its
+    # committed offset last moved
     ok: np.ndarray | None = None
     step: RowStep | None = None
     changed_at: np.ndarray | None = None
@@ -174,6 +178,9 @@ class _Columns:
     first: np.ndarray | None = None
     rejoins: np.ndarray | None = None
     alike: bool = False
+
+
+_NO_ROWS = np.zeros(0, np.int64)
 
 
 # A partition classified from the columns: its status, its reason (written when read) and
@@ -643,35 +650,62 @@ class Evaluator:
                              unsubscribed=unsubscribed)
 
     def _column_batch(self, c: _GroupCycle, tps: list[TP]) -> _Columns | None:
-        """A group's share of the cycle's columns: its committed partitions whose memory step
-        is plain (exporter/evaluate/columns.py). None when the group is judged one partition
-        at a time (reports, Spark, share groups, partitions new to the memory)."""
+        """What a group's committed partitions bring to the chunk's columns
+        (:meth:`_judge_columns`), gathered with C-level calls. None when the group is
+        judged one partition at a time (reports, Spark, share groups, partitions new to
+        the memory)."""
         g, table = c.g, c.st.parts
         if (g.type not in COMMITTING_TYPES or c.spark is not None or c.report_of
                 or c.report_by_member or not isinstance(table, PartitionTable) or not tps
                 or not table.aligned(tps)):
             return None
-        n, now = len(tps), c.now
-        committed = list(map(g.committed.__getitem__, tps))
         pos = list(map(c.partitions.get, tps))
         hws = list(map(HW_OF, pos)) if all(pos) else [None if po is None else po.hw for po in pos]
-        known = None not in hws
-        hw = np.array(hws, float) if known else np.array([np.nan if h is None else h for h in hws])
-        lag = np.maximum(0.0, hw - np.array(committed, float)) if known else None
-        lag_off = (lag.astype(np.int64).tolist() if lag is not None else
-                   [0 if h is None else max(0, h - off) for h, off in zip(hws, committed, strict=True)])
-        lag_s = self._lag_column(tps, committed, hws, lag_off, lag, c.exact_ts, now)
         owners, owned, owner = _owners(c, table, tps)
-        s = Samples(np.array(committed, float), hw, lag if lag is not None else np.array(lag_off, float),
-                    np.array(lag_s, float) if None not in lag_s else
-                    np.array([np.nan if v is None else v for v in lag_s]), owned, owner)
-        is_plain = plain(table.rows, s)
-        if c.left:
-            is_plain &= np.fromiter((tp[0] not in c.left for tp in tps), bool, n)
-        rows = np.flatnonzero(is_plain)
-        whole = len(rows) == n  # every row, in order: the table's own columns, not copies
-        return _Columns(rows=rows, samples=s if whole else Samples(*(col[rows] for col in s)),
-                        owners=owners, lag_s=lag_s, committed=committed, hw=hws, lag_off=lag_off, whole=whole)
+        listed = np.fromiter((tp[0] not in c.left for tp in tps), bool, len(tps)) if c.left else None
+        return _Columns(committed=list(map(g.committed.__getitem__, tps)), hw=hws, owners=owners,
+                        owned=owned, owner=owner, listed=listed)
+
+    def _stepped_rows(self, judged: list[_Pending], now: float) -> tuple[Samples, np.ndarray]:
+        """The samples and the memory of the rows of ``judged`` stepped in columns, one group
+        after the other; each group's ``rows`` and ``whole`` set."""
+        s, before, stepped = self._chunk_samples(judged, now)
+        every = bool(stepped.all())
+        lo = 0
+        for p in judged:
+            b, n = p.columns, len(p.tps)
+            assert b is not None
+            b.rows = _every_row(n) if every else np.flatnonzero(stepped[lo:lo + n])
+            b.whole = len(b.rows) == n
+            lo += n
+        if every:
+            return s, before
+        return Samples(*(col[stepped] for col in s)), before[:, stepped]
+
+    def _chunk_samples(self, judged: list[_Pending], now: float
+                       ) -> tuple[Samples, np.ndarray, np.ndarray]:
+        """The samples and the memory of every committed partition of ``judged`` (their
+        columns gathered), one group after the other, and which of them are stepped in
+        columns (:func:`plain`, their topic still subscribed)."""
+        batches = [p.columns for p in judged]
+        assert None not in batches
+        tps = [tp for p in judged for tp in p.tps]
+        committed = [off for b in batches for off in b.committed]  # type: ignore[union-attr]
+        hws = [h for b in batches for h in b.hw]  # type: ignore[union-attr]
+        hw = np.array(hws, float) if None not in hws else np.array([np.nan if h is None else h for h in hws])
+        followed = np.array(committed, float)
+        lag = np.maximum(0.0, hw - followed)
+        lag[np.isnan(lag)] = 0.0  # the HW unknown: no lag known, none counted
+        exact_ts = judged[0].cycle.exact_ts  # type: ignore[union-attr]
+        s = Samples(followed, hw, lag, self._lag_column(tps, committed, hws, lag, exact_ts, now),
+                    np.concatenate([b.owned for b in batches]),  # type: ignore[union-attr]
+                    np.concatenate([b.owner for b in batches]))  # type: ignore[union-attr]
+        before = np.concatenate([p.st.parts.rows for p in judged], axis=1)
+        stepped = plain(before, s)
+        if any(b.listed is not None for b in batches):  # type: ignore[union-attr]
+            stepped &= np.concatenate([np.ones(len(p.tps), bool) if p.columns.listed is None
+                                       else p.columns.listed for p in judged])  # type: ignore[union-attr]
+        return s, before, stepped
 
     def _judge_columns(self, groups: list[_Pending], now: float) -> None:
         """The memory step of every group's plain partitions at once, and which of them
@@ -680,6 +714,7 @@ class Evaluator:
         judged = [p for p in groups if p.columns is not None and p.cycle is not None]
         if not judged:
             return
+        s, before = self._stepped_rows(judged, now)
         sizes = [len(p.columns.rows) for p in judged]  # type: ignore[union-attr]
 
         def per_row(values: list[float] | list[bool]) -> np.ndarray:
@@ -689,9 +724,6 @@ class Evaluator:
         cycles = [p.cycle for p in judged]
         stall_after = per_row([p.th.stall_after for p in judged])
         lag_threshold = per_row([p.th.lag_seconds for p in judged])
-        before = np.concatenate([c.st.parts.rows if b.whole else c.st.parts.rows[:, b.rows]
-                                 for c, b in zip(cycles, batches, strict=True)], axis=1)
-        s = Samples(*(np.concatenate(col) for col in zip(*(b.samples for b in batches), strict=True)))
         after, e = observe_rows(before, s, now, Tuning(self.interval, lag_threshold, stall_after))
         outside, allowance = per_row([c.st.outside_at is not None for c in cycles]), per_row(
             [c.allowance for c in cycles])
@@ -709,6 +741,7 @@ class Evaluator:
         for i, (c, b, n, lo) in enumerate(zip(cycles, batches, sizes, starts, strict=True)):
             c.st.parts.step(slice(0, n) if b.whole else b.rows, after[:, lo:lo + n])
             b.ok, b.changed_at = ok[lo:lo + n], changed_at[lo:lo + n]
+            b.samples = Samples(*(col[lo:lo + n] for col in s))
             b.step = RowStep(*(col[lo:lo + n] for col in e))
             if ruled is not None:
                 b.first, b.rejoins, b.alike = ruled[0][lo:lo + n], ruled[1][lo:lo + n], ruled[2][i]
@@ -719,7 +752,7 @@ class Evaluator:
         classified from the evidence the columns give), the others one at a time
         (:meth:`_partition`). The rows of those ``ok`` are their columns as they are."""
         e = b.step
-        assert e is not None and b.ok is not None and b.changed_at is not None
+        assert e is not None and b.ok is not None and b.changed_at is not None and b.samples is not None
         n, rows = len(tps), b.rows
         stalled = np.zeros(n)
         stalled[rows] = np.where(b.samples.lag_off > 0, e.stalled_seconds, 0.0)
@@ -742,7 +775,7 @@ class Evaluator:
         reason kept to be written when read (:class:`~exporter.evaluate.rules.LaterReason`);
         and those whose status is more severe than ``lagging``."""
         e, now, st = b.step, c.now, c.st
-        assert e is not None and b.ok is not None and b.changed_at is not None
+        assert e is not None and b.ok is not None and b.changed_at is not None and b.samples is not None
         bad = np.flatnonzero(~b.ok)
         if not len(bad):
             return {}, []
@@ -780,22 +813,21 @@ class Evaluator:
                 ended.append(i)
         return classified, ended
 
-    def _lag_column(self, tps: list[TP], committed: list[int], hws: list[int | None], lag_off: list[int],
-                    lag: np.ndarray | None, exact_ts: dict[tuple[str, int, int], float],
-                    now: float) -> list[float | None]:
-        """:meth:`_lag_seconds` of a group's partitions: 0 without lag; the cycle's memo
-        looked up in C (many groups read the same partitions at the same offsets), the rest
-        one at a time."""
-        lag_s = list(map(self._lag_memo.get, zip(tps, committed, strict=True), repeat(_MISSING)))
-        for i in (np.flatnonzero(lag == 0).tolist() if lag is not None else
-                  [i for i, lo in enumerate(lag_off) if not lo]):
-            lag_s[i] = 0.0
-        if _MISSING in lag_s:
-            for i in [i for i, v in enumerate(lag_s) if v is _MISSING]:
+    def _lag_column(self, tps: list[TP], committed: list[int], hws: list[int | None], lag: np.ndarray,
+                    exact_ts: dict[tuple[str, int, int], float], now: float) -> np.ndarray:
+        """:meth:`_lag_seconds` of many partitions (NaN: unknown): 0 without lag; the cycle's
+        memo looked up in C (many groups read the same partitions at the same offsets), the
+        rest one at a time."""
+        found = list(map(self._lag_memo.get, zip(tps, committed, strict=True), repeat(_MISSING)))
+        if _MISSING in found:
+            none = (lag == 0).tolist()
+            for i in [i for i, v in enumerate(found) if v is _MISSING]:
                 hw = hws[i]
-                assert hw is not None  # a partition without a HW has no lag
-                lag_s[i] = self._lag_seconds(tps[i], committed[i], hw, lag_off[i], exact_ts, now)
-        return lag_s
+                found[i] = 0.0 if none[i] or hw is None else self._lag_seconds(
+                    tps[i], committed[i], hw, int(lag[i]), exact_ts, now)
+        out = np.array(found, float) if None not in found else seconds(found)
+        out[lag == 0] = 0.0
+        return out
 
     def _lag_seconds(self, tp: TP, committed: int, hw: int, lag_off: int,
                      exact_ts: dict[tuple[str, int, int], float], now: float) -> float | None:
@@ -904,18 +936,31 @@ def _rows(keys: dict[TP, TP], tps: list[TP], b: _Columns, stalled: np.ndarray, o
                              b.samples.lag_off.astype(np.int64), b.samples.lag_s, stalled, status, reason,
                              owner, filled(Filled.FALSE, n), evidence)
     status, reason, evidence, owner = list(status), list(reason), list(evidence), list(owner)
-    committed, lag_off, lag_s = list(b.committed), list(b.lag_off), list(b.lag_s)
-    position = [NO_OFFSET] * n
+    committed, lag_off, position = (np.full(n, NO_OFFSET, np.int64) for _ in range(3))
+    lag_s = np.full(n, np.nan)
+    committed[b.rows], lag_off[b.rows], lag_s[b.rows] = b.samples.followed, b.samples.lag_off, b.samples.lag_s
     unsubscribed = np.zeros(n, bool)
     for i, v in views.items():
-        committed[i], lag_off[i], lag_s[i] = v.committed, v.lag_offsets, v.lag_seconds
+        committed[i], lag_off[i] = _offset(v.committed), _offset(v.lag_offsets)
+        lag_s[i] = np.nan if v.lag_seconds is None else v.lag_seconds
         stalled[i] = v.stalled_seconds
         status[i], reason[i], evidence[i], owner[i] = v.status, v.reason, v.evidence, v.owner
-        position[i] = NO_OFFSET if v.position is None else v.position
+        position[i] = _offset(v.position)
         unsubscribed[i] = v.unsubscribed
-    return PartitionRows(keyed, offsets(committed),
-                         np.array(position, np.int64), offsets(lag_off), seconds(lag_s), stalled,
+    return PartitionRows(keyed, committed, position, lag_off, lag_s, stalled,
                          status, reason, owner, unsubscribed, evidence)
+
+
+def _offset(v: int | None) -> int:
+    return NO_OFFSET if v is None else v
+
+
+@functools.lru_cache(maxsize=64)
+def _every_row(n: int) -> np.ndarray:
+    """The rows 0 .. n-1 (read-only, shared)."""
+    rows = np.arange(n)
+    rows.flags.writeable = False
+    return rows
 
 def _caught_up(tp: TP, committed: int, lag_off: int | None, lag_s: float | None,
                position: int | None, owner: Member | None) -> PartitionView:
