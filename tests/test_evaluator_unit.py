@@ -500,3 +500,19 @@ def test_lag_inputs_name_the_offsets_interpolation_cannot_place() -> None:
                     groups=groups)
     assert ev.lag_inputs(snap, LagMode.INTERPOLATE) == [(TP, 99)]
     assert ev.lag_inputs(snap, LagMode.EXACT) == [(TP, 99), (TP, 100), (TP, 120)]
+
+
+def test_a_view_given_its_figures_keeps_every_other_field() -> None:
+    """The evaluator's copy of a group view with its progress and rebalances carries every
+    other field over (a field added to GroupView and not to the copy fails here)."""
+    from exporter.contracts.view import GroupView, PartitionRows
+    from exporter.evaluate.evaluator import _with_figures
+
+    fields = [f.name for f in dataclasses.fields(GroupView)]
+    given = {name: object() for name in fields}
+    given["partitions"] = PartitionRows.of([])
+    v = GroupView(**given)
+    progress, rebalances = object(), object()
+    out = _with_figures(v, progress, rebalances)  # type: ignore[arg-type]
+    want = {**given, "progress": progress, "rebalances": rebalances}
+    assert [name for name in fields if getattr(out, name) is not want[name]] == []

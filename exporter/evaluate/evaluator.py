@@ -18,6 +18,7 @@ import dataclasses
 import functools
 from collections.abc import Iterator, Mapping, MutableMapping, Sequence
 from itertools import repeat
+from typing import NamedTuple
 
 import numpy as np
 
@@ -42,7 +43,9 @@ from exporter.contracts.view import (
     ClusterView,
     Filled,
     GroupExposure,
+    GroupProgress,
     GroupReasons,
+    GroupRebalances,
     GroupView,
     Membership,
     MemberView,
@@ -168,6 +171,7 @@ class _Columns:
     rows: np.ndarray = dataclasses.field(default_factory=lambda: _NO_ROWS)
     samples: Samples | None = None
     whole: bool = False
+    shown: _Shown | None = None  # what their rows show
     # of each row stepped, whether every rule leaves it ok, the evidence and when its
     # committed offset last moved
     ok: np.ndarray | None = None
@@ -181,6 +185,14 @@ class _Columns:
 
 
 _NO_ROWS = np.zeros(0, np.int64)
+
+
+class _Shown(NamedTuple):
+    """What the rows stepped in columns show (:class:`PartitionRows` columns)."""
+
+    committed: np.ndarray  # int64
+    lag_offsets: np.ndarray  # int64
+    stalled_seconds: np.ndarray  # 0 without lag
 
 
 # A partition classified from the columns: its status, its reason (written when read) and
@@ -380,7 +392,7 @@ class Evaluator:
         progress = self.progress.one(p.gid, v, p.g, partitions, now)
         rebalances = self.rebalances.one(p.gid, v, p.g, p.reports, now)
         if progress is not None or rebalances is not None:  # one copy of the view, not two
-            v = dataclasses.replace(v, progress=progress or v.progress, rebalances=rebalances or v.rebalances)
+            v = _with_figures(v, progress or v.progress, rebalances or v.rebalances)
         if self.skip_at_rest and not p.reports:
             th = p.th
             rest = enter(p.g, v, p.st, self.progress.groups.get(p.gid), self.rebalances.groups.get(p.gid),
@@ -729,6 +741,8 @@ class Evaluator:
             [c.allowance for c in cycles])
         ok = ok_rows(e, s, outside, allowance, stall_after, lag_threshold)
         changed_at = Columns(*after).changed_at
+        shown = _Shown(s.followed.astype(np.int64), s.lag_off.astype(np.int64),
+                       np.where(s.lag_off > 0, e.stalled_seconds, 0.0))
         # the rules of the rows not ok, for every group at once, and which groups have every
         # row not ok and alike in each fact a reason keeps (one judgement for the group)
         starts = np.cumsum([0, *sizes[:-1]]).tolist()
@@ -743,6 +757,7 @@ class Evaluator:
             b.ok, b.changed_at = ok[lo:lo + n], changed_at[lo:lo + n]
             b.samples = Samples(*(col[lo:lo + n] for col in s))
             b.step = RowStep(*(col[lo:lo + n] for col in e))
+            b.shown = _Shown(*(col[lo:lo + n] for col in shown))
             if ruled is not None:
                 b.first, b.rejoins, b.alike = ruled[0][lo:lo + n], ruled[1][lo:lo + n], ruled[2][i]
         self.judged_in_columns += len(ok)
@@ -751,21 +766,25 @@ class Evaluator:
         """The group's committed partitions: those judged in columns (found ``ok`` there, or
         classified from the evidence the columns give), the others one at a time
         (:meth:`_partition`). The rows of those ``ok`` are their columns as they are."""
-        e = b.step
-        assert e is not None and b.ok is not None and b.changed_at is not None and b.samples is not None
+        assert b.shown is not None
         n, rows = len(tps), b.rows
-        stalled = np.zeros(n)
-        stalled[rows] = np.where(b.samples.lag_off > 0, e.stalled_seconds, 0.0)
+        if b.whole:  # the chunk's column as it is (no row of it written)
+            stalled = b.shown.stalled_seconds
+        else:
+            stalled = np.zeros(n)
+            stalled[rows] = b.shown.stalled_seconds
         labels: dict[int, str] = {}  # owners' labels, by the Member object's id
         owner: Sequence[str] = Repeated("", n) if not any(b.owners) else [
             "" if m is None else labels.get(id(m)) or labels.setdefault(id(m), _member_label(m))
             for m in b.owners]
-        judged = np.zeros(n, bool)
-        judged[rows] = True
         classified, ended = self._classified(c, tps, b)
         if ended:  # rows whose lag trend a more severe status ends (remember)
             c.st.parts.rows[LAGGING, ended] = 0.0
-        views = {i: self._partition(c, tps[i]) for i in np.flatnonzero(~judged).tolist()}
+        views: dict[int, PartitionView] = {}
+        if not b.whole:  # the rest one at a time
+            judged = np.zeros(n, bool)
+            judged[rows] = True
+            views = {i: self._partition(c, tps[i]) for i in np.flatnonzero(~judged).tolist()}
         return _rows(self._keys, tps, b, stalled, owner, classified, views)
 
     def _classified(self, c: _GroupCycle, tps: list[TP], b: _Columns) -> tuple[dict[int, Judged], list[int]]:
@@ -776,10 +795,12 @@ class Evaluator:
         and those whose status is more severe than ``lagging``."""
         e, now, st = b.step, c.now, c.st
         assert e is not None and b.ok is not None and b.changed_at is not None and b.samples is not None
+        if b.first is None:  # every row of the chunk ok
+            return {}, []
         bad = np.flatnonzero(~b.ok)
         if not len(bad):
             return {}, []
-        assert b.first is not None and b.rejoins is not None  # found where some row is not ok
+        assert b.rejoins is not None  # found where some row is not ok
         every = len(bad) == len(b.ok)
         step = e if every else RowStep(*(col[bad] for col in e))
         changed_at, first, rejoins = ((b.changed_at, b.first, b.rejoins) if every else
@@ -931,14 +952,17 @@ def _rows(keys: dict[TP, TP], tps: list[TP], b: _Columns, stalled: np.ndarray, o
     n = len(tps)
     keyed = list(map(keys.get, tps, tps))
     status, reason, evidence = _judgement_columns(classified, n)
+    shown, samples = b.shown, b.samples
+    assert shown is not None and samples is not None
+    lag_s = samples.lag_s
     if not views and b.whole:  # every row judged in columns: its columns as they are
-        return PartitionRows(keyed, b.samples.followed.astype(np.int64), filled(Filled.NO_OFFSET, n),
-                             b.samples.lag_off.astype(np.int64), b.samples.lag_s, stalled, status, reason,
-                             owner, filled(Filled.FALSE, n), evidence)
+        return PartitionRows(keyed, shown.committed, filled(Filled.NO_OFFSET, n), shown.lag_offsets, lag_s,
+                             stalled, status, reason, owner, filled(Filled.FALSE, n), evidence)
     status, reason, evidence, owner = list(status), list(reason), list(evidence), list(owner)
     committed, lag_off, position = (np.full(n, NO_OFFSET, np.int64) for _ in range(3))
+    committed[b.rows], lag_off[b.rows] = shown.committed, shown.lag_offsets
     lag_s = np.full(n, np.nan)
-    committed[b.rows], lag_off[b.rows], lag_s[b.rows] = b.samples.followed, b.samples.lag_off, b.samples.lag_s
+    lag_s[b.rows] = samples.lag_s
     unsubscribed = np.zeros(n, bool)
     for i, v in views.items():
         committed[i], lag_off[i] = _offset(v.committed), _offset(v.lag_offsets)
@@ -949,6 +973,15 @@ def _rows(keys: dict[TP, TP], tps: list[TP], b: _Columns, stalled: np.ndarray, o
         unsubscribed[i] = v.unsubscribed
     return PartitionRows(keyed, committed, position, lag_off, lag_s, stalled,
                          status, reason, owner, unsubscribed, evidence)
+
+
+def _with_figures(v: GroupView, progress: GroupProgress | None, rebalances: GroupRebalances | None
+                  ) -> GroupView:
+    """``v`` with its progress and rebalances (``dataclasses.replace`` without its per-field
+    introspection: once per group and cycle)."""
+    return GroupView(group=v.group, type=v.type, state=v.state, status=v.status, reasons=v.reasons,
+                     members=v.members, partitions=v.partitions, spark=v.spark, epoch=v.epoch,
+                     membership=v.membership, progress=progress, rebalances=rebalances, exposure=v.exposure)
 
 
 def _offset(v: int | None) -> int:
