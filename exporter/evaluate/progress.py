@@ -173,10 +173,12 @@ class ProgressTracker:
             self._lost(memo, o, consumed, first)
         span = table.span(self.min_span)
         rows = np.flatnonzero(~o.unsubscribed) if o.unsubscribed.any() else np.arange(len(o.tps))
-        group = _summed(table, rows, span)
-        pools = self._pools(table, o, rows, span)
+        moved = _moved_over(table, span)
+        group = _summed(moved, rows, span)
+        pools = self._pools(o, rows, moved, span, group)
         eta, losing = _eta(pools)
-        parts = self._partitions(memo, o, consumed, rows, span, {p.owner: p.eta for p in pools}, trimmed)
+        parts = self._partitions(memo, o, consumed, rows, moved, span, {p.owner: p.eta for p in pools},
+                                 trimmed)
         if not trimmed:  # no log start above 0: nothing below it, no retained position
             return _progress(group, eta, losing, len(pools), memo, parts, [], None)
         below = o.log_start[rows] > consumed[rows]
@@ -198,8 +200,9 @@ class ProgressTracker:
             _count_loss(memo, o.tps[i], int(consumed[i]), int(o.log_start[i]),
                         first or bool(o.unsubscribed[i]))
 
-    def _pools(self, table: RateTable, o: _Observed, rows: np.ndarray, span: float | None) -> list[_Pool]:
-        """:func:`_pools` over the columns."""
+    def _pools(self, o: _Observed, rows: np.ndarray, moved: _Moved | None, span: float | None,
+               group: Rates | None) -> list[_Pool]:
+        """:func:`_pools` over the columns; ``group``: the rates of ``rows`` (a single pool's)."""
         whole = len(rows) == len(o.tps)
         owners = o.owners if whole else [o.owners[i] for i in rows.tolist()]
         by_owner: dict[str, np.ndarray] = {}
@@ -213,22 +216,25 @@ class ProgressTracker:
 
         def tps_of(idx: np.ndarray) -> Sequence[TP]:
             return o.tps if whole and idx is rows else [o.tps[i] for i in idx.tolist()]
-        pools = (_pool(owner, tps_of(idx), int(o.lag[idx].sum()), lambda idx=idx: _summed(table, idx, span),
-                       self.settle)
+        def rates_of(idx: np.ndarray) -> Callable[[], Rates | None]:
+            return (lambda: group) if idx is rows else (lambda: _summed(moved, idx, span))
+        pools = (_pool(owner, tps_of(idx), int(o.lag[idx].sum()), rates_of(idx), self.settle)
                  for owner, idx in sorted(by_owner.items()))
         return [p for p in pools if p is not None]
 
     def _partitions(self, memo: RatesMemory, o: _Observed, consumed: np.ndarray, rows: np.ndarray,
-                    span: float | None, eta_of: dict[str, float | None], trimmed: bool) -> ProgressRows:
+                    moved: _Moved | None, span: float | None, eta_of: dict[str, float | None],
+                    trimmed: bool) -> ProgressRows:
         """:func:`_partition` of every row, as columns; ``trimmed``: some log start is above
         0 (else nothing is below one)."""
         table, n = memo.parts, len(rows)
         whole = n == len(table.tps)  # every row, in order: the table's keys as they are
-        if span is None:
+        if moved is None or span is None:
             consume = produce = filled(Filled.UNKNOWN, n)
+        elif whole:
+            consume, produce = moved.consumed / span, moved.produced / span
         else:
-            consume = (table.consumed[-1][rows] - table.consumed[0][rows]) / span
-            produce = (table.hw[-1][rows] - table.hw[0][rows]) / span
+            consume, produce = moved.consumed[rows] / span, moved.produced[rows] / span
         known = ~np.isnan(o.log_start[rows])
         below = (np.where(known, np.maximum(0.0, o.log_start[rows] - consumed[rows]), 0.0).astype(np.int64)
                  if trimmed else filled(Filled.ZERO, n))
@@ -450,13 +456,30 @@ def _lost_notes(gone: list[tuple[TP, int, int]]) -> list[str]:
     return notes
 
 
-def _summed(table: RateTable, rows: np.ndarray, span: float | None) -> Rates | None:
+class _Moved(NamedTuple):
+    """Of each row of a table in columns, its records consumed and produced over the span
+    of its points (the newest point's offsets less the oldest's)."""
+
+    consumed: np.ndarray
+    produced: np.ndarray
+
+
+def _moved_over(table: RateTable, span: float | None) -> _Moved | None:
+    """:class:`_Moved` of every row of ``table``; None while its span is unknown."""
+    if span is None:
+        return None
+    return _Moved(table.consumed[-1] - table.consumed[0], table.hw[-1] - table.hw[0])
+
+
+def _summed(moved: _Moved | None, rows: np.ndarray, span: float | None) -> Rates | None:
     """:func:`~exporter.evaluate.rates.common_rates` of these rows of a table in columns:
     their points are at the same times, so no interpolation."""
-    if span is None or not len(rows):
+    if moved is None or span is None or not len(rows):
         return None
-    consumed = float((table.consumed[-1][rows] - table.consumed[0][rows]).sum())
-    produced = float((table.hw[-1][rows] - table.hw[0][rows]).sum())
+    if len(rows) == len(moved.consumed):  # every row (``rows`` never repeats one)
+        consumed, produced = float(moved.consumed.sum()), float(moved.produced.sum())
+    else:
+        consumed, produced = float(moved.consumed[rows].sum()), float(moved.produced[rows].sum())
     return Rates(consume=consumed / span, produce=produced / span, span=span)
 
 
