@@ -117,7 +117,7 @@ from exporter.reports.match import match_reports
 MAX_REASONS = 5
 # Groups are prepared and judged in chunks of about this many committed partitions: the
 # column pass's arrays and the prepared groups' facts stay small whatever the cluster.
-CHUNK_ROWS = 8192
+CHUNK_ROWS = 4096
 _MISSING = object()  # not in a memo
 # States in which a coordinator-driven group moves partitions between members.
 IN_FLIGHT_STATES = frozenset({KafkaGroupState.ASSIGNING, KafkaGroupState.RECONCILING,
