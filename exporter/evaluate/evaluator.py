@@ -1168,8 +1168,12 @@ def _group_reasons(g: GroupSample, st: GroupMemory, parts: PartitionRows, spark:
     """The worst partitions' reasons first (written when read), then what the group as a
     whole has to say (written now: it reads the group's memory of this cycle)."""
     bad: list[int] = []
-    if set(parts.status) != {Status.OK}:  # the worst first, then the largest lag (unknown: 0)
-        severity = np.fromiter(map(SEVERITY.__getitem__, parts.status), np.int64, len(parts))
+    status = parts.status
+    if isinstance(status, Repeated):  # one status: the largest lag first (unknown: 0)
+        if status.value != Status.OK:
+            bad = np.argsort(-np.maximum(parts.lag_offsets, 0), kind="stable").tolist()
+    elif set(status) != {Status.OK}:  # the worst first, then the largest lag
+        severity = np.fromiter(map(SEVERITY.__getitem__, status), np.int64, len(parts))
         order = np.lexsort((-np.maximum(parts.lag_offsets, 0), -severity))  # stable: rows' order next
         bad = order[severity[order] != SEVERITY[Status.OK]].tolist()
     reasons: list[str] = []
