@@ -336,9 +336,37 @@ def test_a_group_standing_still_keeps_one_array_a_column_in_its_rate_table() -> 
         for i, points in enumerate(exact.values()):
             points.add(t, consumed[i], hw[i], 600.0)
     assert len(table.times) > 10  # a full window of points
-    assert len({id(a) for a in table.consumed}) == 1  # never moved
-    assert len({id(a) for a in table.hw}) == 2  # moved once
+    # never moved: one shared array of no increase between every two points
+    assert len({id(a) for a in table.consumed.steps}) == 1 and not table.consumed.steps[0].any()
+    assert table.consumed.oldest is table.consumed.newest
+    assert sum(bool(a.any()) for a in table.hw.steps) == 1  # moved once
     assert dict(table.items()) == exact
     # a lookup's row index lives until the next step: a table in use keeps none between cycles
     assert table._index is not None and table.step(2000.0, np.array([5.0, 7.0]), np.array([9.0, 10.0]), 600.0)
     assert table._index is None
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_rate_tables_points_read_back_exactly_whatever_the_increase(seed: int) -> None:
+    """Increases between points kept in 1, 2 or 4 bytes a row, or as float64 past 2**32:
+    every partition's points read back equal to one Points each, added one at a time,
+    through steps that replace the newest point and drop the oldest."""
+    rng = np.random.default_rng(seed)
+    tps = [("t", p) for p in range(6)]
+    table, exact = RateTable(), {tp: Points() for tp in tps}
+    table.start(tps)
+    consumed, hw = np.zeros(6), np.full(6, 2.0**52)
+    t = 1000.0
+    widths = set()
+    for _ in range(80):
+        t += float(rng.choice([5.0, 15.0, 40.0]))
+        top = float(rng.choice([0, 200, 60_000, 4_000_000_000, 2.0**40]))
+        consumed = consumed + rng.integers(0, top + 1, 6).astype(float)
+        hw = hw + rng.integers(0, 300, 6).astype(float)
+        assert table.step(t, consumed, hw, 600.0)
+        for i, points in enumerate(exact.values()):
+            points.add(t, int(consumed[i]), int(hw[i]), 600.0)
+        widths |= {a.dtype for a in table.consumed.steps}
+        assert dict(table.items()) == exact
+    assert dict(table.flat_items()) == {tp: p.flat() for tp, p in exact.items()}
+    assert {np.dtype(np.uint32), np.dtype(np.float64)} <= widths

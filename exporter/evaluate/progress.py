@@ -468,7 +468,9 @@ def _moved_over(table: RateTable, span: float | None) -> _Moved | None:
     """:class:`_Moved` of every row of ``table``; None while its span is unknown."""
     if span is None:
         return None
-    return _Moved(table.consumed[-1] - table.consumed[0], table.hw[-1] - table.hw[0])
+    c, h = table.consumed, table.hw
+    assert c.newest is not None and c.oldest is not None and h.newest is not None and h.oldest is not None
+    return _Moved(c.newest - c.oldest, h.newest - h.oldest)
 
 
 def _summed(moved: _Moved | None, rows: np.ndarray, span: float | None) -> Rates | None:

@@ -17,6 +17,7 @@ a rate out of one step.
 
 from __future__ import annotations
 
+import functools
 import math
 from array import array
 from collections.abc import Iterator, Mapping, MutableMapping, Sequence
@@ -269,6 +270,93 @@ def fmt_rate(v: float) -> str:
     return f"{v:.2g}"
 
 
+class PointColumn:
+    """One offset column of a :class:`RateTable`'s points (consumed, or HW), a row per
+    partition: the oldest and the newest point's offsets as float64 (all that rates read),
+    and between consecutive points each row's increase, in the narrowest unsigned dtype
+    that holds the point's largest (offsets never move backwards in columns; one shared
+    array where none moved). The points between wait to become the oldest: 1 to 4 bytes a
+    row where float64 takes 8, for the ten points of a window. Sums of integers below
+    2**53 in float64 are exact: the points read back equal the points added."""
+
+    __slots__ = ("newest", "oldest", "steps")
+
+    def __init__(self, points: Sequence[np.ndarray] = ()) -> None:
+        self.oldest: np.ndarray | None = points[0] if len(points) else None
+        self.newest: np.ndarray | None = points[-1] if len(points) else None
+        self.steps: list[np.ndarray] = [_narrow(b - a) for a, b in zip(points, points[1:], strict=False)]
+
+    def __len__(self) -> int:
+        return 0 if self.newest is None else len(self.steps) + 1
+
+    def push(self, new: np.ndarray) -> None:
+        """A newer point."""
+        if self.newest is None:
+            self.oldest = self.newest = new
+            return
+        self.steps.append(_narrow(new - self.newest))
+        self.newest = new
+
+    def replace_newest(self, new: np.ndarray) -> None:
+        """The newest point moved to ``new`` (two points or more)."""
+        assert self.newest is not None
+        if new is not self.newest:
+            self.steps[-1] = _narrow(new - (self.newest - self.steps[-1]))
+            self.newest = new
+
+    def drop_oldest(self) -> None:
+        """The oldest point forgotten (two points or more): the next is the oldest."""
+        assert self.oldest is not None
+        step = self.steps.pop(0)
+        if step is not _zeros(len(step)):
+            self.oldest = self.oldest + step
+        if not self.steps:
+            self.oldest = self.newest
+
+    def points(self) -> list[np.ndarray]:
+        """Every point's offsets, oldest first (float64)."""
+        if self.oldest is None or self.newest is None:
+            return []
+        out = [self.oldest]
+        for step in self.steps[:-1]:
+            out.append(out[-1] + step)
+        return [*out, self.newest] if self.steps else out
+
+    def row(self, i: int) -> list[float]:
+        """Row ``i``'s offsets at every point, oldest first."""
+        if self.oldest is None:
+            return []
+        at = float(self.oldest[i])
+        out = [at]
+        for step in self.steps:
+            at += float(step[i])
+            out.append(at)
+        return out
+
+
+_NARROW = tuple((dt, float(np.iinfo(dt).max)) for dt in (np.uint8, np.uint16, np.uint32))
+
+
+@functools.lru_cache(maxsize=64)
+def _zeros(n: int) -> np.ndarray:
+    """No increase in any of ``n`` rows (read-only, shared)."""
+    out = np.zeros(n, np.uint8)
+    out.flags.writeable = False
+    return out
+
+
+def _narrow(increase: np.ndarray) -> np.ndarray:
+    """``increase`` (float64 integers, none negative) in the narrowest unsigned dtype that
+    holds it exactly, or as it is (NaN, or past 2**32)."""
+    top = float(increase.max()) if len(increase) else 0.0
+    if top == 0.0 and not np.isnan(increase).any():
+        return _zeros(len(increase))
+    for dtype, most in _NARROW:
+        if top <= most:  # False for NaN
+            return increase.astype(dtype)
+    return increase
+
+
 class RateTable(MutableMapping[TP, Points]):
     """The rate points of one group's partitions: :class:`Points` per partition, kept in
     columns while the partitions are sampled together (the usual case), so that one
@@ -289,8 +377,8 @@ class RateTable(MutableMapping[TP, Points]):
         self.tps: list[TP] = []  # the rows, while in columns
         self._index: dict[TP, int] | None = None  # row by partition, made at the first lookup
         self.times: list[float] = []
-        self.consumed: list[np.ndarray] = []
-        self.hw: list[np.ndarray] = []
+        self.consumed = PointColumn()
+        self.hw = PointColumn()
 
     # -- the mapping: one Points per partition, copies while in columns -----------
     @property
@@ -307,8 +395,8 @@ class RateTable(MutableMapping[TP, Points]):
         if i is None:
             return self._by_tp[tp]
         out = Points()
-        for t, c, h in zip(self.times, self.consumed, self.hw, strict=True):
-            out.append((t, c[i], h[i]))
+        for t, c, h in zip(self.times, self.consumed.row(i), self.hw.row(i), strict=True):
+            out.append((t, int(c), int(h)))
         return out
 
     def __setitem__(self, tp: TP, points: Points) -> None:
@@ -332,8 +420,9 @@ class RateTable(MutableMapping[TP, Points]):
     def unpack(self) -> dict[TP, Points]:
         """The table as one :class:`Points` per partition, from now on (its exact form)."""
         if self.tps:
-            self._by_tp = {tp: self[tp] for tp in self.tps}
-            self.tps, self._index, self.times, self.consumed, self.hw = [], None, [], [], []
+            self._by_tp = dict(self._points())
+            self.tps, self._index, self.times = [], None, []
+            self.consumed, self.hw = PointColumn(), PointColumn()
         return self._by_tp
 
     def pack(self, tps: list[TP]) -> bool:
@@ -350,15 +439,16 @@ class RateTable(MutableMapping[TP, Points]):
             return False
         flat = np.array([by[tp].flat() for tp in tps], dtype=float).reshape(len(tps), len(times), 3)
         self.tps, self._index, self.times = list(tps), None, list(times)
-        self.consumed = list(flat[:, :, 1].T.copy())
-        self.hw = list(flat[:, :, 2].T.copy())
+        self.consumed = PointColumn(list(flat[:, :, 1].T.copy()))
+        self.hw = PointColumn(list(flat[:, :, 2].T.copy()))
         self._by_tp = {}
         return True
 
     def start(self, tps: list[TP]) -> None:
         """An empty table, its rows to be ``tps`` from its first :meth:`step`."""
         self._by_tp = {}
-        self.tps, self._index, self.times, self.consumed, self.hw = list(tps), None, [], [], []
+        self.tps, self._index, self.times = list(tps), None, []
+        self.consumed, self.hw = PointColumn(), PointColumn()
 
     def step(self, t: float, consumed: np.ndarray, hw: np.ndarray, window: float) -> bool:
         """:meth:`Points.add` on every row at once; False, nothing changed, when some row's
@@ -366,18 +456,23 @@ class RateTable(MutableMapping[TP, Points]):
         n = len(self.times)
         self._index = None
         if n:
-            moved_consumed, moved_hw = _moved(consumed, self.consumed[-1]), _moved(hw, self.hw[-1])
+            assert self.consumed.newest is not None and self.hw.newest is not None
+            moved_consumed, moved_hw = _moved(consumed, self.consumed.newest), _moved(hw, self.hw.newest)
             if moved_consumed is None or moved_hw is None:
                 return False
             consumed, hw = moved_consumed, moved_hw
         if n >= 2 and t - self.times[-2] < window / POINTS_PER_WINDOW:
-            self.times[-1], self.consumed[-1], self.hw[-1] = t, consumed, hw
+            self.times[-1] = t
+            self.consumed.replace_newest(consumed)
+            self.hw.replace_newest(hw)
         else:
             self.times.append(t)
-            self.consumed.append(consumed)
-            self.hw.append(hw)
+            self.consumed.push(consumed)
+            self.hw.push(hw)
         while len(self.times) > 2 and self.times[0] < t - window:
-            del self.times[0], self.consumed[0], self.hw[0]
+            del self.times[0]
+            self.consumed.drop_oldest()
+            self.hw.drop_oldest()
         return True
 
     def span(self, min_span: float) -> float | None:
@@ -392,17 +487,25 @@ class RateTable(MutableMapping[TP, Points]):
         if not self.tps:
             yield from ((tp, p.flat()) for tp, p in self._by_tp.items())
             return
+        yield from ((tp, p.flat()) for tp, p in self._points())
+
+    def _points(self) -> Iterator[tuple[TP, Points]]:
+        """(partition, its :class:`Points`) of every row, while in columns."""
         n = len(self.tps)
-        flat = np.stack([np.stack([np.full(n, t) for t in self.times], axis=1),
-                         np.stack(self.consumed, axis=1), np.stack(self.hw, axis=1)], axis=2)
-        for tp, row in zip(self.tps, flat.reshape(len(self.tps), -1).tolist(), strict=True):
-            yield tp, tuple(row)
+        if not n or not self.times:
+            yield from ((tp, Points()) for tp in self.tps)
+            return
+        times = np.stack([np.full(n, t) for t in self.times], axis=1)
+        flat = np.stack([times, np.stack(self.consumed.points(), axis=1), np.stack(self.hw.points(), axis=1)],
+                        axis=2)
+        for tp, row in zip(self.tps, flat.reshape(n, -1).tolist(), strict=True):
+            yield tp, Points.from_flat(row)
 
 
 def _moved(new: np.ndarray, newest: np.ndarray) -> np.ndarray | None:
     """The column a new point keeps: the newest point's own array where no offset moved
-    (a group that stands still holds one array a column, not one a point; the columns are
-    not written), ``new`` where they moved forward, None where one moved backwards."""
+    (a group that stands still makes no new array; the columns are not written), ``new``
+    where they moved forward, None where one moved backwards."""
     if (new == newest).all():
         return newest
     return None if (new < newest).any() else new
