@@ -22,6 +22,8 @@ log = logging.getLogger("lagwatch")
 # Seconds a thread holds the interpreter lock while another waits for it (see
 # _share_the_interpreter).
 SWITCH_INTERVAL = 0.0005
+# mallopt(3) parameters (glibc's malloc.h)
+M_MMAP_THRESHOLD, M_ARENA_MAX = -3, -8
 
 
 class _Parser(argparse.ArgumentParser):
@@ -87,11 +89,17 @@ def load(argv: list[str] | None) -> Config:
     return build_config(file_data, overrides)
 
 
-def _limit_malloc_arenas() -> None:
+def _tune_malloc() -> None:
     """Before any thread starts: glibc would give each thread (sampler, HTTP) its own
-    malloc arena, and the 50 MB render buffers would fragment across them."""
+    malloc arena, and the 50 MB render buffers would fragment across them. And a fixed
+    mmap threshold at glibc's own initial 128 KiB: left dynamic, it rises to the size of
+    the largest block freed (a cycle's arrays of a chunk, its render buffers), after which
+    such temporaries come from the heap, between the arrays the views keep, and the heap
+    cannot shrink. https://man7.org/linux/man-pages/man3/mallopt.3.html"""
     with contextlib.suppress(Exception):
-        ctypes.CDLL("libc.so.6").mallopt(-8, 2)  # M_ARENA_MAX
+        libc = ctypes.CDLL("libc.so.6")
+        libc.mallopt(M_ARENA_MAX, 2)
+        libc.mallopt(M_MMAP_THRESHOLD, 128 * 1024)
 
 
 def _share_the_interpreter() -> None:
@@ -104,7 +112,7 @@ def _share_the_interpreter() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    _limit_malloc_arenas()
+    _tune_malloc()
     _share_the_interpreter()
     try:
         config = load(argv)
