@@ -273,65 +273,75 @@ def fmt_rate(v: float) -> str:
 class PointColumn:
     """One offset column of a :class:`RateTable`'s points (consumed, or HW), a row per
     partition: the oldest and the newest point's offsets as float64 (all that rates read),
-    and between consecutive points each row's increase, in the narrowest unsigned dtype
-    that holds the point's largest (offsets never move backwards in columns; one shared
-    array where none moved). The points between wait to become the oldest: 1 to 4 bytes a
-    row where float64 takes 8, for the ten points of a window. Sums of integers below
-    2**53 in float64 are exact: the points read back equal the points added."""
+    and between consecutive points each row's increase, one array for all of them
+    (``steps``: a row per point after the oldest), in the narrowest unsigned dtype that
+    holds the largest (offsets never move backwards in columns). The points between wait
+    to become the oldest: 1 to 4 bytes a partition where float64 takes 8, and one array
+    where each point took its own. Sums of integers below 2**53 in float64 are exact: the
+    points read back equal the points added."""
 
     __slots__ = ("newest", "oldest", "steps")
 
     def __init__(self, points: Sequence[np.ndarray] = ()) -> None:
         self.oldest: np.ndarray | None = points[0] if len(points) else None
         self.newest: np.ndarray | None = points[-1] if len(points) else None
-        self.steps: list[np.ndarray] = [_narrow(b - a) for a, b in zip(points, points[1:], strict=False)]
+        increases = [_narrow(b - a) for a, b in zip(points, points[1:], strict=False)]
+        self.steps: np.ndarray | None = np.stack(increases) if increases else None
 
     def __len__(self) -> int:
-        return 0 if self.newest is None else len(self.steps) + 1
+        if self.newest is None:
+            return 0
+        return 1 if self.steps is None else len(self.steps) + 1
 
     def push(self, new: np.ndarray) -> None:
         """A newer point."""
         if self.newest is None:
             self.oldest = self.newest = new
             return
-        self.steps.append(_narrow(new - self.newest))
+        step = _narrow(new - self.newest).reshape(1, -1)
+        self.steps = step.copy() if self.steps is None else np.concatenate([self.steps, step])
         self.newest = new
 
     def replace_newest(self, new: np.ndarray) -> None:
         """The newest point moved to ``new`` (two points or more)."""
-        assert self.newest is not None
-        if new is not self.newest:
-            self.steps[-1] = _narrow(new - (self.newest - self.steps[-1]))
-            self.newest = new
+        steps = self.steps
+        assert self.newest is not None and steps is not None
+        if new is self.newest:
+            return
+        step = _narrow(new - (self.newest - steps[-1]))
+        if not np.can_cast(step.dtype, steps.dtype):  # a wider increase: every row widened
+            steps = self.steps = steps.astype(np.result_type(steps.dtype, step.dtype))
+        steps[-1] = step
+        self.newest = new
 
     def drop_oldest(self) -> None:
         """The oldest point forgotten (two points or more): the next is the oldest."""
-        assert self.oldest is not None
-        step = self.steps.pop(0)
-        if step is not _zeros(len(step)):
-            self.oldest = self.oldest + step
-        if not self.steps:
-            self.oldest = self.newest
+        steps = self.steps
+        assert self.oldest is not None and steps is not None
+        if steps[0].any():
+            self.oldest = self.oldest + steps[0]
+        if len(steps) == 1:
+            self.steps, self.oldest = None, self.newest
+        else:
+            self.steps = steps[1:]
 
     def points(self) -> list[np.ndarray]:
         """Every point's offsets, oldest first (float64)."""
         if self.oldest is None or self.newest is None:
             return []
-        out = [self.oldest]
-        for step in self.steps[:-1]:
-            out.append(out[-1] + step)
-        return [*out, self.newest] if self.steps else out
+        if self.steps is None:
+            return [self.oldest]
+        between = self.oldest + np.cumsum(self.steps[:-1], axis=0, dtype=np.float64)
+        return [self.oldest, *between, self.newest]
 
     def row(self, i: int) -> list[float]:
         """Row ``i``'s offsets at every point, oldest first."""
         if self.oldest is None:
             return []
         at = float(self.oldest[i])
-        out = [at]
-        for step in self.steps:
-            at += float(step[i])
-            out.append(at)
-        return out
+        if self.steps is None:
+            return [at]
+        return [at, *(at + np.cumsum(self.steps[:, i], dtype=np.float64)).tolist()]
 
 
 _NARROW = tuple((dt, float(np.iinfo(dt).max)) for dt in (np.uint8, np.uint16, np.uint32))
