@@ -339,9 +339,12 @@ class PointColumn:
         if self.oldest is None:
             return []
         at = float(self.oldest[i])
-        if self.steps is None:
-            return [at]
-        return [at, *(at + np.cumsum(self.steps[:, i], dtype=np.float64)).tolist()]
+        out = [at]
+        if self.steps is not None:  # one numpy call: a lookup runs once per partition
+            for increase in self.steps[:, i].tolist():
+                at += increase
+                out.append(at)
+        return out
 
 
 _NARROW = tuple((dt, float(np.iinfo(dt).max)) for dt in (np.uint8, np.uint16, np.uint32))
