@@ -15,7 +15,6 @@ sample stands still (``exporter/evaluate/rest.py``)."""
 from __future__ import annotations
 
 import dataclasses
-import functools
 from collections.abc import Iterator, Mapping, MutableMapping, Sequence
 from itertools import repeat
 from typing import NamedTuple
@@ -687,7 +686,7 @@ class Evaluator:
         for p in judged:
             b, n = p.columns, len(p.tps)
             assert b is not None
-            b.rows = _every_row(n) if every else np.flatnonzero(stepped[lo:lo + n])
+            b.rows = np.arange(n) if every else np.flatnonzero(stepped[lo:lo + n])
             b.whole = len(b.rows) == n
             lo += n
         if every:
@@ -840,14 +839,15 @@ class Evaluator:
         memo looked up in C (many groups read the same partitions at the same offsets), the
         rest one at a time."""
         found = list(map(self._lag_memo.get, zip(tps, committed, strict=True), repeat(_MISSING)))
+        zero = lag == 0
         if _MISSING in found:
-            none = (lag == 0).tolist()
+            none = zero.tolist()
             for i in [i for i, v in enumerate(found) if v is _MISSING]:
                 hw = hws[i]
                 found[i] = 0.0 if none[i] or hw is None else self._lag_seconds(
                     tps[i], committed[i], hw, int(lag[i]), exact_ts, now)
         out = np.array(found, float) if None not in found else seconds(found)
-        out[lag == 0] = 0.0
+        out[zero] = 0.0
         return out
 
     def _lag_seconds(self, tp: TP, committed: int, hw: int, lag_off: int,
@@ -986,14 +986,6 @@ def _with_figures(v: GroupView, progress: GroupProgress | None, rebalances: Grou
 
 def _offset(v: int | None) -> int:
     return NO_OFFSET if v is None else v
-
-
-@functools.lru_cache(maxsize=64)
-def _every_row(n: int) -> np.ndarray:
-    """The rows 0 .. n-1 (read-only, shared)."""
-    rows = np.arange(n)
-    rows.flags.writeable = False
-    return rows
 
 def _caught_up(tp: TP, committed: int, lag_off: int | None, lag_s: float | None,
                position: int | None, owner: Member | None) -> PartitionView:

@@ -173,7 +173,7 @@ class ProgressTracker:
             self._lost(memo, o, consumed, first)
         span = table.span(self.min_span)
         rows = np.flatnonzero(~o.unsubscribed) if o.unsubscribed.any() else np.arange(len(o.tps))
-        moved = _moved_over(table, span)
+        moved = _over_span(table, span)
         group = _summed(moved, rows, span)
         pools = self._pools(o, rows, moved, span, group)
         eta, losing = _eta(pools)
@@ -200,7 +200,7 @@ class ProgressTracker:
             _count_loss(memo, o.tps[i], int(consumed[i]), int(o.log_start[i]),
                         first or bool(o.unsubscribed[i]))
 
-    def _pools(self, o: _Observed, rows: np.ndarray, moved: _Moved | None, span: float | None,
+    def _pools(self, o: _Observed, rows: np.ndarray, moved: _OverSpan | None, span: float | None,
                group: Rates | None) -> list[_Pool]:
         """:func:`_pools` over the columns; ``group``: the rates of ``rows`` (a single pool's)."""
         whole = len(rows) == len(o.tps)
@@ -223,7 +223,7 @@ class ProgressTracker:
         return [p for p in pools if p is not None]
 
     def _partitions(self, memo: RatesMemory, o: _Observed, consumed: np.ndarray, rows: np.ndarray,
-                    moved: _Moved | None, span: float | None, eta_of: dict[str, float | None],
+                    moved: _OverSpan | None, span: float | None, eta_of: dict[str, float | None],
                     trimmed: bool) -> ProgressRows:
         """:func:`_partition` of every row, as columns; ``trimmed``: some log start is above
         0 (else nothing is below one)."""
@@ -456,7 +456,7 @@ def _lost_notes(gone: list[tuple[TP, int, int]]) -> list[str]:
     return notes
 
 
-class _Moved(NamedTuple):
+class _OverSpan(NamedTuple):
     """Of each row of a table in columns, its records consumed and produced over the span
     of its points (the newest point's offsets less the oldest's)."""
 
@@ -464,16 +464,16 @@ class _Moved(NamedTuple):
     produced: np.ndarray
 
 
-def _moved_over(table: RateTable, span: float | None) -> _Moved | None:
-    """:class:`_Moved` of every row of ``table``; None while its span is unknown."""
+def _over_span(table: RateTable, span: float | None) -> _OverSpan | None:
+    """:class:`_OverSpan` of every row of ``table``; None while its span is unknown."""
     if span is None:
         return None
     c, h = table.consumed, table.hw
     assert c.newest is not None and c.oldest is not None and h.newest is not None and h.oldest is not None
-    return _Moved(c.newest - c.oldest, h.newest - h.oldest)
+    return _OverSpan(c.newest - c.oldest, h.newest - h.oldest)
 
 
-def _summed(moved: _Moved | None, rows: np.ndarray, span: float | None) -> Rates | None:
+def _summed(moved: _OverSpan | None, rows: np.ndarray, span: float | None) -> Rates | None:
     """:func:`~exporter.evaluate.rates.common_rates` of these rows of a table in columns:
     their points are at the same times, so no interpolation."""
     if moved is None or span is None or not len(rows):

@@ -17,7 +17,6 @@ a rate out of one step.
 
 from __future__ import annotations
 
-import functools
 import math
 from array import array
 from collections.abc import Iterator, Mapping, MutableMapping, Sequence
@@ -350,20 +349,10 @@ class PointColumn:
 _NARROW = tuple((dt, float(np.iinfo(dt).max)) for dt in (np.uint8, np.uint16, np.uint32))
 
 
-@functools.lru_cache(maxsize=64)
-def _zeros(n: int) -> np.ndarray:
-    """No increase in any of ``n`` rows (read-only, shared)."""
-    out = np.zeros(n, np.uint8)
-    out.flags.writeable = False
-    return out
-
-
 def _narrow(increase: np.ndarray) -> np.ndarray:
     """``increase`` (float64 integers, none negative) in the narrowest unsigned dtype that
     holds it exactly, or as it is (NaN, or past 2**32)."""
     top = float(increase.max()) if len(increase) else 0.0
-    if top == 0.0 and not np.isnan(increase).any():
-        return _zeros(len(increase))
     for dtype, most in _NARROW:
         if top <= most:  # False for NaN
             return increase.astype(dtype)
@@ -433,7 +422,7 @@ class RateTable(MutableMapping[TP, Points]):
     def unpack(self) -> dict[TP, Points]:
         """The table as one :class:`Points` per partition, from now on (its exact form)."""
         if self.tps:
-            self._by_tp = dict(self._points())
+            self._by_tp = {tp: Points.from_flat(row) for tp, row in self._flat_rows()}
             self.tps, self._index, self.times = [], None, []
             self.consumed, self.hw = PointColumn(), PointColumn()
         return self._by_tp
@@ -500,19 +489,19 @@ class RateTable(MutableMapping[TP, Points]):
         if not self.tps:
             yield from ((tp, p.flat()) for tp, p in self._by_tp.items())
             return
-        yield from ((tp, p.flat()) for tp, p in self._points())
+        yield from ((tp, tuple(row)) for tp, row in self._flat_rows())
 
-    def _points(self) -> Iterator[tuple[TP, Points]]:
-        """(partition, its :class:`Points`) of every row, while in columns."""
+    def _flat_rows(self) -> Iterator[tuple[TP, list[float]]]:
+        """(partition, its points flat: time, consumed, HW, time, ...) of every row, while
+        in columns."""
         n = len(self.tps)
         if not n or not self.times:
-            yield from ((tp, Points()) for tp in self.tps)
+            yield from ((tp, []) for tp in self.tps)
             return
         times = np.stack([np.full(n, t) for t in self.times], axis=1)
         flat = np.stack([times, np.stack(self.consumed.points(), axis=1), np.stack(self.hw.points(), axis=1)],
                         axis=2)
-        for tp, row in zip(self.tps, flat.reshape(n, -1).tolist(), strict=True):
-            yield tp, Points.from_flat(row)
+        yield from zip(self.tps, flat.reshape(n, -1).tolist(), strict=True)
 
 
 def _moved(new: np.ndarray, newest: np.ndarray) -> np.ndarray | None:
