@@ -8,7 +8,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import IO
 
@@ -16,7 +16,7 @@ from confluent_kafka import Producer
 
 from devenv.kafka import KafkaCluster
 from tests.conftest import ROOT_DIR, wait_for
-from tests.support.exporter_proc import ExporterProcess, select
+from tests.support.exporter_proc import ExporterProcess, Samples, select
 
 
 @dataclass
@@ -53,8 +53,9 @@ class Scenario:
 
 
 class Recorder(threading.Thread):
-    """Scrapes the exporter continuously: per group, [(time, status)], and the group's lag
-    [(time, max lag seconds, lag offsets)] for timing failures to be understood."""
+    """Scrapes the exporter continuously: per group, [(time, status)], the group's lag
+    [(time, max lag seconds, lag offsets)] for timing failures to be understood, and its
+    stall clocks (:meth:`stall_clock`)."""
 
     def __init__(self, exp: ExporterProcess) -> None:
         super().__init__(daemon=True)
@@ -62,6 +63,8 @@ class Recorder(threading.Thread):
         self.timeline: dict[str, list[tuple[float, str]]] = {}
         self.lags: dict[str, list[tuple[float, float, float]]] = {}
         self.scrapes: list[tuple[float, int]] = []  # (time, lagwatch_cycles_total)
+        # Per group and scrape time: (the cycle's sample time, {partition: stalled seconds > 0}).
+        self.stall_clocks: dict[str, dict[float, tuple[float, dict[int, float]]]] = {}
         self.stop_flag = threading.Event()
 
     def run(self) -> None:
@@ -81,6 +84,20 @@ class Recorder(threading.Thread):
             for lab, v in select(m, "kafka_consumergroup_max_lag_seconds").items():
                 group = dict(lab)["group"]
                 self.lags.setdefault(group, []).append((now, v, offsets.get(lab, -1.0)))
+            self._record_stall_clocks(m, now)
+
+    def _record_stall_clocks(self, m: Samples, now: float) -> None:
+        sampled = max(select(m, "lagwatch_last_sample_timestamp_seconds").values(), default=0.0)
+        for lab, v in select(m, "kafka_consumergroup_stalled_seconds").items():
+            if v > 0:
+                d = dict(lab)
+                clocks = self.stall_clocks.setdefault(d["group"], {})
+                clocks.setdefault(now, (sampled, {}))[1][int(d["partition"])] = v
+
+    def stall_clock(self, group: str, at: float) -> tuple[float, dict[int, float]]:
+        """The scrape at ``at`` of the group: its cycle's sample time and, per partition whose
+        committed offset stood while behind, for how many seconds (as served)."""
+        return self.stall_clocks.get(group, {}).get(at, (0.0, {}))
 
     def cycles_after(self, t: float) -> int:
         """The exporter's cycle count at the first scrape at or after ``t``: at least the
@@ -126,6 +143,34 @@ class Recorder(threading.Thread):
             return next((t for t, s in self.statuses(group, since) if s == status), None)
         seen = [s for _t, s in self.changes(group)]
         return wait_for(find, timeout, f"{group} to become {status}; saw {seen}")
+
+
+class CommitWatch(threading.Thread):
+    """Reads a group's committed offsets (a share group's start offsets) from Kafka every
+    0.25 s, apart from the exporter: the truth a ``stalled`` verdict is held against."""
+
+    def __init__(self, read: Callable[[], dict[int, int]]) -> None:
+        super().__init__(daemon=True)
+        self.read = read
+        self.reads: list[tuple[float, float, dict[int, int]]] = []  # (asked at, answered at, offsets)
+        self.stop_flag = threading.Event()
+
+    def run(self) -> None:
+        while not self.stop_flag.wait(0.25):
+            asked = time.time()
+            try:
+                offsets = self.read()
+            except Exception:  # noqa: BLE001 - a missed read is just a gap
+                continue
+            self.reads.append((asked, time.time(), offsets))
+
+    def moved_within(self, partition: int, start: float, end: float) -> list[tuple[float, int]]:
+        """The partition's offsets read wholly within [start, end] (asked at, offset), when they
+        differ (it moved in that span); empty when they do not, or nothing was read then. A
+        starved reader reads less and so finds fewer moves, never more."""
+        seen = [(round(a, 2), o[partition]) for a, b, o in list(self.reads)
+                if a >= start and b <= end and partition in o]
+        return seen if len({o for _a, o in seen}) > 1 else []
 
 
 def spawn(kafka: KafkaCluster, sc: Scenario, mode: str, *extra: str,
