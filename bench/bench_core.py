@@ -45,7 +45,7 @@ import yaml
 from confluent_kafka import ConsumerGroupTopicPartitions, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from bench.live import LiveFleet
+from bench.live import WRITERS, LiveFleet
 from bench.peers import measure_peer, stop
 from devenv.kafka import KafkaCluster, die_with_parent, free_port
 from devenv.procs import children, memory_mb
@@ -233,7 +233,7 @@ def run_size(cluster: KafkaCluster, args: argparse.Namespace, g: int, p: int) ->
     if args.live:
         gids = [f"bench-{tag}-g{i:05d}" for i in range(g)]
         fleet = LiveFleet(cluster.bootstrap_servers, f"bench-{tag}", gids, p, SETUP_HW, commit,
-                          every=args.live_every).start()
+                          every=args.live_every, writer=args.live_writer).start()
     try:
         before = load()
         r = measure(cluster, tag, g, p, args.cycles, args.metrics_detail)
@@ -275,6 +275,8 @@ def main() -> int:
     ap.add_argument("--live", action="store_true",
                     help="keep every partition written and every group committing during the run")
     ap.add_argument("--live-every", type=float, default=2.0, help="seconds between live rounds")
+    ap.add_argument("--live-writer", default="raw", choices=WRITERS,
+                    help="the live fleet's commits: requests built once a round, or the Admin client")
     ap.add_argument("--kminion", help="path of a KMinion binary: measured after lagwatch")
     ap.add_argument("--kafka-exporter", help="path of a kafka_exporter binary: measured after lagwatch")
     ap.add_argument("--peer-scrapes", type=int, default=3)
