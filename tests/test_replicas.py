@@ -8,18 +8,20 @@ group's status and lag), no group is served by two replicas, and each serves onl
 shards' groups: about a third of the groups and group-partitions each, in as many
 sampling requests per cycle as one process sends. Then the Kafka worker of the replica
 serving the stalled group is SIGKILLed: the replica starts a new one, no group is served
-twice, and every group is served again within the session timeout and a few cycles, the
-stalled group's clock continued. Then the replica serving the stalled group is
-SIGKILLed: within the coordination group's session timeout and two cycles (counted in
-the cycles each survivor starts after the kill) another replica serves its groups, the
+twice, and every group is served again, the stalled group's clock continued. Then the
+replica serving the stalled group is SIGKILLed: another replica serves its groups, the
 stalled group `stalled` from its first served cycle with ``stalled_seconds`` continuing
-(not restarted). Last the new owner is stopped with SIGTERM: it leaves the group, and
-the last replica serves everything within a few cycles, the clock continued.
+(not restarted). Both moves wait for Kafka (the dead member's session timeout, then the
+rebalance: the broker's wall clock and pace, read from its log) and then take lagwatch
+a few of the cycles each replica starts after the broker's new assignment. Last the new
+owner is stopped with SIGTERM: it leaves the group, and the last replica serves
+everything within a few cycles, the clock continued.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import signal
 import time
 from collections.abc import Iterator
@@ -52,6 +54,11 @@ from tests.support.scenarios import Scenario, Workload, spawn, stop_all
 # drained replica's shards moving within a few cycles shows it left the group.
 SESSION = 6.0
 HEARTBEAT = min(SESSION / 3, 1.0, INTERVAL / 4)  # exporter/state/coordination.py heartbeat_ms
+COORDINATION = "lagwatch-test"  # the replicas' coordination group: lagwatch-<cluster name>
+# Cycles a replica starts, after the broker assigned it a dead member's shards, up to the
+# first serving their groups: the one that reads them back and serves them, one more in
+# case the assignment came as a cycle's sample was taken, and one for the read-back.
+MOVE_CYCLES = 3
 OFFSETS_PARTITIONS = 10  # offsets.topic.num.partitions of the test brokers (devenv/kafka.py)
 SHARDS = 10
 PER_PARTITION = 2
@@ -183,6 +190,33 @@ def _cycles_started(seen: list[list[_Seen]], fault_at: float) -> float:
     return took
 
 
+_BROKER_LINE = re.compile(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d{3})\] INFO (.*)$")
+
+
+def _reassigned_at(kafka: KafkaCluster, group: str, since: float) -> float:
+    """When the broker gave ``group`` (the coordination group) its first assignment after
+    removing a member that missed its session after ``since`` (Unix time, from the broker's
+    log, in the machine's local time as the JVM writes it). What Kafka takes ends there:
+    the session timeout and the rebalance, both the broker's wall clock and its pace; what
+    lagwatch takes (reading the shards back, judging, serving) is counted in cycles from it."""
+    failed = f" in group {group} has failed, removing it from the group."
+    assigned = f" for group {group} for generation "
+    removed = False
+    for line in kafka.brokers[0].log_file.read_text(errors="replace").splitlines():
+        m = _BROKER_LINE.match(line)
+        if m is None:
+            continue
+        at = time.mktime(time.strptime(m[1], "%Y-%m-%d %H:%M:%S")) + int(m[2]) / 1000
+        if at < since:
+            continue
+        if failed in m[3]:
+            removed = True
+        elif removed and assigned in m[3] and m[3].startswith("[GroupCoordinator"):
+            return at
+    raise AssertionError(f"the broker's log shows no member of {group} removed and the group "
+                         f"assigned again since {since}:\n{kafka.brokers[0].log_tail(20)}")
+
+
 def _served(reps: list[ExporterProcess]) -> list[Samples]:
     return [r.metrics() for r in reps]
 
@@ -200,8 +234,8 @@ def _union(ms: list[Samples]) -> tuple[dict[str, str], dict[str, float], list[st
     return statuses, lags, twice
 
 
-def test_replicas_share_the_groups_and_a_killed_ones_move_with_their_clocks(world: dict[str, Any],
-                                                                           tmp_path: Path) -> None:
+def test_replicas_share_the_groups_and_a_killed_ones_move_with_their_clocks(
+        kafka: KafkaCluster, world: dict[str, Any], tmp_path: Path) -> None:
     groups, stalled = world["groups"], world["stalled"]
     every = {*groups, stalled}
     with ExitStack() as stack:
@@ -239,14 +273,13 @@ def test_replicas_share_the_groups_and_a_killed_ones_move_with_their_clocks(worl
         # The Kafka worker of the stalled group's replica crashes: the replica starts a new
         # one, whose member joins beside the old one until that one's session times out.
         _crash_the_stalled_groups_worker(reps, stalled, every, cycles(SESSION + HEARTBEAT) + 3)
-        # Killed: expired at most SESSION after the kill (after its last heartbeat); the
-        # others learn of the rebalance at their next heartbeat, a quarter cycle later at
-        # most, and are assigned its shards: cycles(SESSION) cycles start after the kill
-        # before that at most, one of them maybe still in progress, and the next one reads
-        # and serves the shards. Counted in the cycles each survivor starts after the kill:
-        # the one in progress at the kill began before it.
+        # Killed: its member expires at most SESSION after the kill (after its last
+        # heartbeat), the others learn of the rebalance at their next heartbeat, a quarter
+        # cycle later at most, and the broker assigns them its shards: Kafka's part, its
+        # wall clock. Then lagwatch's part, counted in the cycles each survivor starts after
+        # that assignment: the next one reads the shards back and serves them.
         survivors = _stop_the_stalled_groups_replica(reps, stalled, every, signal.SIGKILL,
-                                                     cycles(SESSION) + 2, started=True)
+                                                     MOVE_CYCLES, kafka=kafka)
         # Drained (SIGTERM): it ends its cycle, writes its groups and leaves the group at
         # once, no session timeout.
         _stop_the_stalled_groups_replica(survivors, stalled, every, signal.SIGTERM, cycles(HEARTBEAT) + 4)
@@ -304,11 +337,12 @@ def _each_samples_a_third(ms: list[Samples], ref: Samples, every: set[str]) -> N
 
 
 def _stop_the_stalled_groups_replica(reps: list[ExporterProcess], stalled: str, every: set[str], sig: int,
-                                     bound: int, started: bool = False) -> list[ExporterProcess]:
+                                     bound: int, kafka: KafkaCluster | None = None) -> list[ExporterProcess]:
     """``sig`` to the replica serving the stalled group: the others serve all its groups
-    within ``bound`` of their cycles (``started``: of the cycles they start after the
-    signal, :func:`_cycles_started`; else :func:`_cycles_taken`), the stalled group's clock
-    continued. The survivors."""
+    within ``bound`` of their cycles (with ``kafka``, where its member misses its session:
+    of the cycles they start after the broker assigned them its shards, :func:`_reassigned_at`
+    and :func:`_cycles_started`; else of their cycles after the signal, :func:`_cycles_taken`),
+    the stalled group's clock continued. The survivors."""
     was = _stalled_at(reps, stalled)
     assert was.status == "stalled" and was.clock >= STALL_AFTER
     survivors = [r for r in reps if r is not was.replica]
@@ -330,7 +364,8 @@ def _stop_the_stalled_groups_replica(reps: list[ExporterProcess], stalled: str, 
         return got
     ms = wait_for(moved, SESSION + 10 * INTERVAL,
                   f"the groups of the replica sent {sig!r} served by the others")
-    took = _cycles_started(seen, sent_at) if started else _cycles_taken(last_miss, start_cycles)
+    took = (_cycles_started(seen, _reassigned_at(kafka, COORDINATION, sent_at)) if kafka is not None
+            else _cycles_taken(last_miss, start_cycles))
     assert took <= bound, f"{took} cycles to move the shards of the replica sent {sig!r}"
     _stalled_continues(survivors, ms, stalled, was)
     return survivors
