@@ -63,9 +63,24 @@ class Driver:
         if listener:
             self.listeners["main"] = spark_metrics.LagListener(bootstrap_servers=bootstrap,
                                                                heartbeat_interval=heartbeat)
-            self.spark.streams.addListener(self.listeners["main"])
+            self._add_listener(self.listeners["main"])
         self.queries: dict[str, Any] = {}
         self.checkpoints: dict[str, str] = {}
+
+    def _add_listener(self, listener: Any) -> None:
+        """addListener, tried again where a Spark Connect 3.5 server gave up on the Python
+        process it starts for a listener: it waits 10 s for it to connect back (hard-coded in
+        PythonWorkerFactory.createSimpleWorker), and on a loaded machine the process's
+        imports (pyspark's Connect client, grpc, pandas) can take longer. Nothing of the
+        listener runs before it connects: a new attempt starts from nothing."""
+        for attempt in range(3):
+            try:
+                self.spark.streams.addListener(listener)
+                return
+            except Exception as e:
+                if "Python worker failed to connect back" not in str(e) or attempt == 2:
+                    raise
+                print(f"addListener: {e}; trying again", file=sys.stderr, flush=True)
 
     def hello(self) -> dict[str, Any]:
         session = getattr(self.spark, "session_id", None)  # Spark Connect 4.x
@@ -139,7 +154,7 @@ class Driver:
 
     def add_listener(self, key: str, **kwargs: Any) -> dict[str, Any]:
         lst = spark_metrics.LagListener(bootstrap_servers=self.bootstrap, **kwargs)
-        self.spark.streams.addListener(lst)
+        self._add_listener(lst)
         self.listeners[key] = lst
         return {}
 
