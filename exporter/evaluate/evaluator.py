@@ -216,6 +216,15 @@ class _Pending:
     columns: _Columns | None = None
 
 
+class _InColumns(NamedTuple):
+    """A prepared group whose committed partitions join its chunk's columns: its pending
+    record with the cycle facts and the columns it then has."""
+
+    p: _Pending
+    cycle: _GroupCycle
+    columns: _Columns
+
+
 class Evaluator:
     """Keeps per-partition memory for one cluster; call :meth:`evaluate` once per cycle."""
 
@@ -677,15 +686,14 @@ class Evaluator:
         return _Columns(committed=list(map(g.committed.__getitem__, tps)), hw=hws, owners=owners,
                         owned=owned, owner=owner, listed=listed)
 
-    def _stepped_rows(self, judged: list[_Pending], now: float) -> tuple[Samples, np.ndarray]:
+    def _stepped_rows(self, judged: list[_InColumns], now: float) -> tuple[Samples, np.ndarray]:
         """The samples and the memory of the rows of ``judged`` stepped in columns, one group
         after the other; each group's ``rows`` and ``whole`` set."""
         s, before, stepped = self._chunk_samples(judged, now)
         every = bool(stepped.all())
         lo = 0
-        for p in judged:
-            b, n = p.columns, len(p.tps)
-            assert b is not None
+        for j in judged:
+            b, n = j.columns, len(j.p.tps)
             b.rows = np.arange(n) if every else np.flatnonzero(stepped[lo:lo + n])
             b.whole = len(b.rows) == n
             lo += n
@@ -693,48 +701,47 @@ class Evaluator:
             return s, before
         return Samples(*(col[stepped] for col in s)), before[:, stepped]
 
-    def _chunk_samples(self, judged: list[_Pending], now: float
+    def _chunk_samples(self, judged: list[_InColumns], now: float
                        ) -> tuple[Samples, np.ndarray, np.ndarray]:
         """The samples and the memory of every committed partition of ``judged`` (their
         columns gathered), one group after the other, and which of them are stepped in
         columns (:func:`plain`, their topic still subscribed)."""
-        batches = [p.columns for p in judged]
-        assert None not in batches
-        tps = [tp for p in judged for tp in p.tps]
-        committed = [off for b in batches for off in b.committed]  # type: ignore[union-attr]
-        hws = [h for b in batches for h in b.hw]  # type: ignore[union-attr]
+        batches = [j.columns for j in judged]
+        tps = [tp for j in judged for tp in j.p.tps]
+        committed = [off for b in batches for off in b.committed]
+        hws = [h for b in batches for h in b.hw]
         hw = np.array(hws, float) if None not in hws else np.array([np.nan if h is None else h for h in hws])
         followed = np.array(committed, float)
         lag = np.maximum(0.0, hw - followed)
         lag[np.isnan(lag)] = 0.0  # the HW unknown: no lag known, none counted
-        exact_ts = judged[0].cycle.exact_ts  # type: ignore[union-attr]
+        exact_ts = judged[0].cycle.exact_ts
         s = Samples(followed, hw, lag, self._lag_column(tps, committed, hws, lag, exact_ts, now),
-                    np.concatenate([b.owned for b in batches]),  # type: ignore[union-attr]
-                    np.concatenate([b.owner for b in batches]))  # type: ignore[union-attr]
-        before = np.concatenate([p.st.parts.rows for p in judged], axis=1)
+                    np.concatenate([b.owned for b in batches]), np.concatenate([b.owner for b in batches]))
+        before = np.concatenate([j.p.st.parts.rows for j in judged], axis=1)
         stepped = plain(before, s)
-        if any(b.listed is not None for b in batches):  # type: ignore[union-attr]
-            stepped &= np.concatenate([np.ones(len(p.tps), bool) if p.columns.listed is None
-                                       else p.columns.listed for p in judged])  # type: ignore[union-attr]
+        if any(b.listed is not None for b in batches):
+            stepped &= np.concatenate([np.ones(len(j.p.tps), bool) if j.columns.listed is None
+                                       else j.columns.listed for j in judged])
         return s, before, stepped
 
     def _judge_columns(self, groups: list[_Pending], now: float) -> None:
         """The memory step of every group's plain partitions at once, and which of them
         every rule leaves ``ok`` (exporter/evaluate/columns.py): each takes its next memory
         now; their rows are built with the rest of their group (:meth:`_columns_rows`)."""
-        judged = [p for p in groups if p.columns is not None and p.cycle is not None]
+        judged = [_InColumns(p, p.cycle, p.columns) for p in groups
+                  if p.columns is not None and p.cycle is not None]
         if not judged:
             return
         s, before = self._stepped_rows(judged, now)
-        sizes = [len(p.columns.rows) for p in judged]  # type: ignore[union-attr]
+        sizes = [len(j.columns.rows) for j in judged]
 
         def per_row(values: list[float] | list[bool]) -> np.ndarray:
             return np.repeat(np.array(values), sizes)
 
-        batches = [p.columns for p in judged]
-        cycles = [p.cycle for p in judged]
-        stall_after = per_row([p.th.stall_after for p in judged])
-        lag_threshold = per_row([p.th.lag_seconds for p in judged])
+        batches = [j.columns for j in judged]
+        cycles = [j.cycle for j in judged]
+        stall_after = per_row([j.p.th.stall_after for j in judged])
+        lag_threshold = per_row([j.p.th.lag_seconds for j in judged])
         after, e = observe_rows(before, s, now, Tuning(self.interval, lag_threshold, stall_after))
         outside, allowance = per_row([c.st.outside_at is not None for c in cycles]), per_row(
             [c.allowance for c in cycles])
