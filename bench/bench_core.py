@@ -19,7 +19,9 @@ up); by default every group is behind.
 
 ``--live`` keeps the fleet in use during the run (bench/live.py): every partition written
 and every group committing a few records behind the HW every ``--live-every`` seconds, so
-every value changes every cycle; it prints how often the groups committed while measured.
+every value changes every cycle; it prints how often the groups committed while measured
+and the writer's CPU a round (``--live-writer``: requests built once a round, bench/commits.py,
+by default; ``admin``, confluent_kafka's Admin client, several times the CPU).
 ``--kminion`` and ``--kafka-exporter`` take the paths of binaries built from the peers'
 sources: after lagwatch stops, each runs alone on the same broker and fleet and is scraped
 ``--peer-scrapes`` times (bench/peers.py). A benchmark, not a test: nothing is asserted.
