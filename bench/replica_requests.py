@@ -1,0 +1,91 @@
+"""Sampling requests per cycle of N replicas against one process, on B local brokers.
+
+    .venv/bin/python -m bench.replica_requests --brokers 3 --replicas 3 --groups 200
+
+Creates a topic of 12 partitions (replication factor min(B, 3)) and G groups with committed
+offsets (no members), then runs one plain process (``state.enabled: false``) and N
+replicas (``state.replicas``) side by side, all at ``interval: 1``. After a settling
+spell it reads each one's ``lagwatch_kafka_requests_total`` and ``lagwatch_cycles_total``
+twice, ``--seconds`` apart, and prints per process the requests a cycle, the groups it
+serves and the shards it owns. Requests are per broker and coordinator (docs/design.md,
+Replicas): what the figures show is how far sharding divides them. A benchmark, not a
+test: nothing is asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
+
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from devenv.kafka import KafkaCluster, commit_offsets
+from tests.conftest import exporter_config
+from tests.support.exporter_proc import ExporterProcess, Samples, select, value
+
+TOPIC, PARTITIONS = "rq", 12
+
+
+def _fleet(k: KafkaCluster, groups: int, brokers: int) -> list[str]:
+    admin = AdminClient({"bootstrap.servers": k.bootstrap_servers})
+    admin.create_topics([NewTopic(TOPIC, PARTITIONS, min(brokers, 3))])[TOPIC].result(60)
+    gids = [f"rq-g{i:04d}" for i in range(groups)]
+    for _ in range(30):  # a fresh broker refuses commits while it loads __consumer_offsets
+        try:
+            commit_offsets(k.bootstrap_servers, gids[0], TOPIC, {0: 0})
+            break
+        except Exception:  # noqa: BLE001 - retried
+            time.sleep(2)
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(lambda g: commit_offsets(k.bootstrap_servers, g, TOPIC,
+                                               dict.fromkeys(range(PARTITIONS), 0)), gids))
+    return gids
+
+
+def _read(m: Samples) -> tuple[float, float, int, float | None]:
+    """Cycles, requests, groups served and shards owned, as one scrape says them."""
+    served = {dict(lab)["group"] for lab in select(m, "kafka_consumergroup_status")}
+    return (value(m, "lagwatch_cycles_total", cluster="test") or 0.0,
+            value(m, "lagwatch_kafka_requests_total", cluster="test") or 0.0, len(served),
+            value(m, "lagwatch_shards_owned", cluster="test"))
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--brokers", type=int, default=3)
+    ap.add_argument("--replicas", type=int, default=3)
+    ap.add_argument("--groups", type=int, default=200)
+    ap.add_argument("--seconds", type=float, default=20.0)
+    args = ap.parse_args()
+    with KafkaCluster(brokers_count=args.brokers, heap="1g") as k, ExitStack() as stack:
+        _fleet(k, args.groups, args.brokers)
+        tmp = tempfile.mkdtemp(prefix="lagwatch-rq-")
+        cluster = {"name": "test", "bootstrap_servers": k.bootstrap_servers, "groups": {"allow": "^rq-"}}
+        single = exporter_config(tmp, k.bootstrap_servers,
+                                 clusters=[{**cluster, "state": {"enabled": False}}])
+        replica = exporter_config(tmp, k.bootstrap_servers, clusters=[{**cluster, "state": {
+            "topic": "__lagwatch_state_rq", "partitions": PARTITIONS, "replicas": True}}])
+        procs = [("one process", stack.enter_context(ExporterProcess(None, config=single)))]
+        procs += [(f"replica {i + 1}", stack.enter_context(ExporterProcess(None, config=replica)))
+                  for i in range(args.replicas)]
+        for _name, p in procs:
+            p.wait_ready()
+        time.sleep(20)  # the coordination group settled, every shard read back
+        before = [_read(p.metrics()) for _n, p in procs]
+        time.sleep(args.seconds)
+        after = [_read(p.metrics()) for _n, p in procs]
+        print(f"{args.brokers} broker(s), {args.groups} groups x {PARTITIONS} partitions, "
+              f"{args.replicas} replicas beside one process", flush=True)
+        for (name, _p), (c0, r0, _g, _s), (c1, r1, served, shards) in zip(procs, before, after, strict=True):
+            per = (r1 - r0) / max(1.0, c1 - c0)
+            owned = "" if shards is None else f", {shards:.0f} shard(s)"
+            print(f"  {name:<12} {per:5.1f} requests a cycle over {c1 - c0:.0f} cycles, "
+                  f"{served} groups served{owned}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
