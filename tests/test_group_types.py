@@ -262,8 +262,11 @@ def _unfounded_stalls(recorder: Recorder, watch: CommitWatch, group: str, since:
         if status != "stalled":
             continue
         sampled, clocks = recorder.stall_clock(group, t)
-        # One second at each end: the exporter's sample time is its cycle's, not its request's.
-        moved = {p: watch.moved_within(p, sampled - sec + 1, sampled - 1)
+        # A clock starts at the sample time of the cycle that saw the offset move, the
+        # start of its sampling: the commit may come as late as that cycle's OffsetFetch,
+        # up to a sampling's length after (the slowest seen, and half a second more).
+        after = recorder.slowest_sample + 0.5
+        moved = {p: watch.moved_within(p, sampled - sec + after, sampled - 1)
                  for p, sec in clocks.items() if sec >= STALL_AFTER - INTERVAL}
         if not moved or all(moved.values()):
             wrong.append((round(t - since, 1), clocks, moved))

@@ -65,6 +65,7 @@ class Recorder(threading.Thread):
         self.scrapes: list[tuple[float, int]] = []  # (time, lagwatch_cycles_total)
         # Per group and scrape time: (the cycle's sample time, {partition: stalled seconds > 0}).
         self.stall_clocks: dict[str, dict[float, tuple[float, dict[int, float]]]] = {}
+        self.slowest_sample = 0.0  # the longest sampling (seconds) any scrape reported
         self.stop_flag = threading.Event()
 
     def run(self) -> None:
@@ -88,6 +89,8 @@ class Recorder(threading.Thread):
 
     def _record_stall_clocks(self, m: Samples, now: float) -> None:
         sampled = max(select(m, "lagwatch_last_sample_timestamp_seconds").values(), default=0.0)
+        took = max(select(m, "lagwatch_sample_duration_seconds").values(), default=0.0)
+        self.slowest_sample = max(self.slowest_sample, took)
         for lab, v in select(m, "kafka_consumergroup_stalled_seconds").items():
             if v > 0:
                 d = dict(lab)
