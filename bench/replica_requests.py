@@ -2,14 +2,15 @@
 
     .venv/bin/python -m bench.replica_requests --brokers 3 --replicas 3 --groups 200
 
-Creates a topic of 12 partitions (replication factor min(B, 3)) and G groups with committed
-offsets (no members), then runs one plain process (``state.enabled: false``) and N
-replicas (``state.replicas``) side by side, all at ``interval: 1``. After a settling
-spell it reads each one's ``lagwatch_kafka_requests_total`` and ``lagwatch_cycles_total``
-twice, ``--seconds`` apart, and prints per process the requests a cycle, the groups it
-serves and the shards it owns. Requests are per broker and coordinator (docs/design.md,
-Replicas): what the figures show is how far sharding divides them. A benchmark, not a
-test: nothing is asserted.
+Creates a topic of 12 partitions and G groups with committed offsets (no members), as
+``bench_core`` does (:func:`bench.bench_core.setup`), then runs one plain process
+(``state.enabled: false``) and N replicas (``state.replicas``) side by side, all at
+``interval: 1``. After a settling spell it reads each one's
+``lagwatch_kafka_requests_total`` and ``lagwatch_cycles_total`` twice, ``--seconds``
+apart, and prints per process the requests a cycle, the groups it serves and the shards
+it owns. Requests are per broker and coordinator (docs/design.md, Replicas): what the
+figures show is how far sharding divides them. A benchmark, not a test: nothing is
+asserted.
 """
 
 from __future__ import annotations
@@ -17,32 +18,14 @@ from __future__ import annotations
 import argparse
 import tempfile
 import time
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 
-from confluent_kafka.admin import AdminClient, NewTopic
-
-from devenv.kafka import KafkaCluster, commit_offsets
+from bench.bench_core import setup
+from devenv.kafka import KafkaCluster
 from tests.conftest import exporter_config
 from tests.support.exporter_proc import ExporterProcess, Samples, select, value
 
-TOPIC, PARTITIONS = "rq", 12
-
-
-def _fleet(k: KafkaCluster, groups: int, brokers: int) -> list[str]:
-    admin = AdminClient({"bootstrap.servers": k.bootstrap_servers})
-    admin.create_topics([NewTopic(TOPIC, PARTITIONS, min(brokers, 3))])[TOPIC].result(60)
-    gids = [f"rq-g{i:04d}" for i in range(groups)]
-    for _ in range(30):  # a fresh broker refuses commits while it loads __consumer_offsets
-        try:
-            commit_offsets(k.bootstrap_servers, gids[0], TOPIC, {0: 0})
-            break
-        except Exception:  # noqa: BLE001 - retried
-            time.sleep(2)
-    with ThreadPoolExecutor(8) as pool:
-        list(pool.map(lambda g: commit_offsets(k.bootstrap_servers, g, TOPIC,
-                                               dict.fromkeys(range(PARTITIONS), 0)), gids))
-    return gids
+TAG, PARTITIONS = "rq", 12  # the fleet: topic bench-rq, groups bench-rq-g00000 ...
 
 
 def _read(m: Samples) -> tuple[float, float, int, float | None]:
@@ -61,9 +44,10 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=20.0)
     args = ap.parse_args()
     with KafkaCluster(brokers_count=args.brokers, heap="1g") as k, ExitStack() as stack:
-        _fleet(k, args.groups, args.brokers)
+        setup(k, args.groups, PARTITIONS, TAG, 1.0)
         tmp = tempfile.mkdtemp(prefix="lagwatch-rq-")
-        cluster = {"name": "test", "bootstrap_servers": k.bootstrap_servers, "groups": {"allow": "^rq-"}}
+        cluster = {"name": "test", "bootstrap_servers": k.bootstrap_servers,
+                   "groups": {"allow": f"^bench-{TAG}-"}}
         single = exporter_config(tmp, k.bootstrap_servers,
                                  clusters=[{**cluster, "state": {"enabled": False}}])
         replica = exporter_config(tmp, k.bootstrap_servers, clusters=[{**cluster, "state": {
