@@ -14,7 +14,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 
 from exporter.config import ClusterConfig, Config, LagMode, MetricsDetail
@@ -22,10 +22,10 @@ from exporter.contracts.errors import ErrorRecord, ErrorStage
 from exporter.contracts.reports import SparkReport
 from exporter.contracts.sampling import SamplerMemory
 from exporter.contracts.snapshot import Snapshot
-from exporter.contracts.view import ClusterView
-from exporter.contracts.worker import Shards
+from exporter.contracts.view import ClusterView, GroupView
+from exporter.contracts.worker import PartitionBodies, Shards
 from exporter.evaluate.evaluator import Evaluator
-from exporter.expose.render import render_cluster
+from exporter.expose.render import chunk_of, render_cluster
 from exporter.kafka.worker import KafkaWorker, SampleReply, WorkerCrashed
 from exporter.logs import TRANSITION
 from exporter.recording import Writer, header
@@ -139,23 +139,17 @@ class ClusterRunner:
                 self.recorder.cycle(snap, consumer_reports, spark_reports, exact_ts, snap.taken_at)
             if self.state is not None and snap.ok:
                 self._restore(res, snap.taken_at)
-            view = self.evaluator.evaluate(snap, consumer_reports, spark_reports, exact_ts)
+            feed = _LinesFeed(self, self.cycles) if snap.ok else None
+            view = self.evaluator.evaluate(snap, consumer_reports, spark_reports, exact_ts,
+                                           judged=feed.send if feed else None)
             # The sample (every group's offsets) is freed before the render takes its buffers.
             ok, errors = snap.ok, snap.errors
             del snap, res
             self.cycles += 1
-            if not ok:
-                if self._failures == 0:
-                    log.error("cluster %s: cannot sample: %s", self.cfg.name, view.last_error,
-                              extra=TRANSITION)
-                elif crash:  # every death, with its exit code: never held back as a repeat
-                    log.error("cluster %s: %s", self.cfg.name, crash, extra=TRANSITION)
-            elif self._failures:
-                log.info("cluster %s: sampling recovered", self.cfg.name)
-            for e in errors if ok else ():
-                log.warning("cluster %s: %s: %s", self.cfg.name, e.stage, e.message)
+            self._say(ok, view, crash, errors)
             # The render is part of the cycle: the record is complete before anyone sees it.
-            exposition = render_cluster(view, self.compat, self.bounded)
+            exposition = render_cluster(view, self.compat, self.bounded,
+                                        feed.collector(view) if feed else None)
             self.store.publish(ClusterRecord(view=view, stats=self._stats(t0), exposition=exposition))
             if ok and self.state is not None:
                 self._write_state(view)
@@ -166,6 +160,19 @@ class ClusterRunner:
             with contextlib.suppress(Exception):  # serve the count with the last record
                 self.store.publish(replace(self.store.record(self.cfg.name), stats=self._stats(t0)))
             return False
+
+    def _say(self, ok: bool, view: ClusterView, crash: str, errors: tuple[ErrorRecord, ...]) -> None:
+        """The cycle's outcome in the log: a failure, a recovery, the errors of a cycle read."""
+        if not ok:
+            if self._failures == 0:
+                log.error("cluster %s: cannot sample: %s", self.cfg.name, view.last_error,
+                          extra=TRANSITION)
+            elif crash:  # every death, with its exit code: never held back as a repeat
+                log.error("cluster %s: %s", self.cfg.name, crash, extra=TRANSITION)
+        elif self._failures:
+            log.info("cluster %s: sampling recovered", self.cfg.name)
+        for e in errors if ok else ():
+            log.warning("cluster %s: %s: %s", self.cfg.name, e.stage, e.message)
 
     def _worker_crashed(self, e: WorkerCrashed) -> None:
         """A Kafka worker that died outside sampling: counted, and logged every time (its
@@ -287,6 +294,47 @@ class ClusterRunner:
         self._worker_reports_requests = c.reports_requests
         self.reports_received = frozen_counts(c.reports_received)
         self.reports_dropped = frozen_counts(c.reports_dropped)
+
+
+class _LinesFeed:
+    """One cycle's per-partition lines, rendered by the Kafka worker beside the evaluation
+    (exporter/expose/partition_lines.py): each judged chunk sent as it is done, the
+    bodies collected at the end of the render. Whatever did not go, or came back
+    without lines, the render makes in this process instead."""
+
+    def __init__(self, runner: ClusterRunner, cycle: int) -> None:
+        self.runner, self.cycle = runner, cycle
+        self.sent = True  # every chunk so far went to the worker
+
+    def send(self, views: list[GroupView]) -> None:
+        if not self.sent:
+            return
+        r = self.runner
+        try:
+            self.sent = r.worker.send_lines(chunk_of(self.cycle, r.cfg.name, views, r.bounded))
+        except WorkerCrashed as e:  # the next cycle starts a new worker
+            self.sent = False
+            r._worker_crashed(e)
+
+    def collector(self, view: ClusterView) -> Callable[[], PartitionBodies | None]:
+        return lambda: self._collect(view)
+
+    def _collect(self, view: ClusterView) -> PartitionBodies | None:
+        if not self.sent:
+            return None
+        r = self.runner
+        try:
+            reply = r.worker.partition_lines(self.cycle)
+        except WorkerCrashed as e:
+            r._worker_crashed(e)
+            return None
+        if reply is not None and reply.error is not None:
+            log.warning("cluster %s: the Kafka worker could not render the partition lines "
+                        "(rendered here instead): %s", r.cfg.name, reply.error)
+        # A view capped after its chunks went (max_group_partitions) serves fewer groups.
+        if reply is None or view.dropped_group_partitions:
+            return None
+        return reply.bodies
 
 
 class Exporter:

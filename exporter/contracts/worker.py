@@ -1,13 +1,16 @@
 """The messages between the runner (main process) and its Kafka worker process, pickled
 over the worker's pipe: one start message, then one request at a time, each answered by
-exactly one reply. The worker keeps nothing between requests that the runner needs: the
-sampler's memory travels with each SampleRequest and comes back with its SampleReply."""
+exactly one reply, but for :class:`PartitionLinesChunk`, which is answered by none (the
+cycle's :class:`PartitionLinesRequest` collects what the chunks rendered). The worker
+keeps nothing between requests that the runner needs: the sampler's memory travels with
+each SampleRequest and comes back with its SampleReply."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from exporter.contracts.packed import Packed
 from exporter.contracts.reports import ConsumerReport, SparkReport
 from exporter.contracts.sampling import SamplerMemory
 from exporter.contracts.snapshot import TP, Snapshot
@@ -126,3 +129,40 @@ class StateWriteReply:
     denied: str | None = None  # why lagwatch may not write the topic (authorization)
     error: str | None = None
     cluster_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionLinesChunk:
+    """Judged groups whose per-partition lines the worker renders (exporter/expose/
+    partition_lines.py); no reply. A chunk of a cycle other than the one the worker holds
+    starts that cycle's lines afresh."""
+
+    cycle: int  # the runner's cycle number
+    labels: list[str]  # per group: its label text (cluster and group, escaped)
+    sizes: list[int]  # per group: its rows, in order
+    tps: list[TP]  # every group's (topic, partition) rows, one after the other
+    # The rows' columns (exporter/contracts/view.py PartitionRows) as their arrays' bytes,
+    # native int64 or float64, read with the standard library's ``array``: the worker
+    # imports no numpy (its interpreter stays about 10 MB smaller).
+    committed: bytes  # int64
+    position: bytes  # int64
+    lag_offsets: bytes  # int64
+    lag_seconds: bytes  # float64
+    stalled_seconds: bytes  # float64
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionLinesRequest:
+    """The lines of this cycle's chunks, rendered: answered by :class:`PartitionLinesReply`."""
+
+    cycle: int
+
+
+# The five per-partition families' bodies, in the contract's order: text, or deflated.
+PartitionBodies = tuple[bytes | Packed, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionLinesReply:
+    bodies: PartitionBodies | None  # None: rendering failed (error says why)
+    error: str | None = None

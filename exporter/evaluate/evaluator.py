@@ -15,7 +15,7 @@ sample stands still (``exporter/evaluate/rest.py``)."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator, Mapping, MutableMapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, MutableMapping, Sequence
 from itertools import repeat
 from typing import NamedTuple
 
@@ -117,6 +117,8 @@ MAX_REASONS = 5
 # Groups are prepared and judged in chunks of about this many committed partitions: the
 # column pass's arrays and the prepared groups' facts stay small whatever the cluster.
 CHUNK_ROWS = 4096
+# Takes a chunk's judged views, in the view's order (:meth:`Evaluator.evaluate`).
+OnJudged = Callable[[list[GroupView]], None]
 _MISSING = object()  # not in a memo
 # States in which a coordinator-driven group moves partitions between members.
 IN_FLIGHT_STATES = frozenset({KafkaGroupState.ASSIGNING, KafkaGroupState.RECONCILING,
@@ -272,7 +274,11 @@ class Evaluator:
                  consumer_reports: dict[str, list[ConsumerReport]] | None = None,
                  spark_reports: dict[str, SparkReport] | None = None,
                  exact_ts: dict[tuple[str, int, int], float] | None = None,
-                 now: float | None = None) -> ClusterView:
+                 now: float | None = None, judged: OnJudged | None = None) -> ClusterView:
+        """The cycle's view. ``judged`` is handed the groups' final views as each chunk is
+        judged, in the view's order (the per-partition lines rendered beside the
+        evaluation: exporter/expose/partition_lines.py); not called when the cluster
+        could not be read."""
         now = snap.taken_at if now is None else now
         if not snap.ok:
             # Keep everything we knew; only `up` and the error change.
@@ -297,7 +303,8 @@ class Evaluator:
         # group-partition, in the views and memory kept.
         self._keys = {tp: tp for tp in snap.partitions}
         self.progress.begin(self._keys)
-        views = self._views(snap, samples, changed, consumer_reports, spark_reports, exact_ts or {}, now)
+        views = self._views(snap, samples, changed, consumer_reports, spark_reports, exact_ts or {}, now,
+                            judged)
         for gid in list(self.groups):
             if gid not in samples:
                 del self.groups[gid]  # deleted group: its series vanish this cycle
@@ -335,11 +342,13 @@ class Evaluator:
 
     def _views(self, snap: Snapshot, samples: dict[str, GroupSample], changed: set[str],
                consumer_reports: dict[str, list[ConsumerReport]], spark_reports: dict[str, SparkReport],
-               exact_ts: dict[tuple[str, int, int], float], now: float) -> dict[str, GroupView]:
+               exact_ts: dict[tuple[str, int, int], float], now: float,
+               judged: OnJudged | None) -> dict[str, GroupView]:
         """Every group's view: a group at rest served again, the others prepared and judged
-        in chunks (:data:`CHUNK_ROWS`)."""
+        in chunks (:data:`CHUNK_ROWS`), each chunk's views then handed to ``judged``."""
         views: dict[str, GroupView] = {}
         pending: list[_Pending] = []
+        done: list[GroupView] = []  # views in the dict's order, not yet handed on
         rows = 0
         for gid, g in samples.items():
             reports = consumer_reports.get(gid, [])
@@ -347,6 +356,7 @@ class Evaluator:
             if r is not None and still(r, g, changed, bool(reports), now):
                 self.rest[gid], views[gid] = r, served(r, self.progress.window, now)
                 self.progress.rested(gid, views[gid])
+                done.append(views[gid])
                 continue
             pending.append(self._prepared(gid, g, self._thresholds_of(gid), r, snap.partitions, reports,
                                           spark_reports.get(gid) if g.type == GroupType.SPARK else None,
@@ -354,8 +364,10 @@ class Evaluator:
             rows += len(pending[-1].tps)
             if rows >= CHUNK_ROWS:
                 self._judge_chunk(pending, views, snap.partitions, now)
+                done = _handed(judged, done, pending, views)
                 pending, rows = [], 0
         self._judge_chunk(pending, views, snap.partitions, now)
+        _handed(judged, done, pending, views)
         return views
 
     def _judge_chunk(self, pending: list[_Pending], views: dict[str, GroupView],
@@ -894,6 +906,17 @@ class Evaluator:
         """A topic's offsets and HW history as read at ``sampled_at``."""
         persist.import_topic(self, state, sampled_at)
 
+
+
+def _handed(judged: OnJudged | None, done: list[GroupView], pending: list[_Pending],
+            views: dict[str, GroupView]) -> list[GroupView]:
+    """``done`` and the chunk just judged handed to ``judged``; what is left to hand on."""
+    if judged is None:
+        return done
+    done.extend(views[p.gid] for p in pending)
+    if done:
+        judged(done)
+    return []
 
 
 def _rejoins(cycles: list[_GroupCycle], sizes: list[int], changed_at: np.ndarray) -> np.ndarray:

@@ -25,4 +25,8 @@ def cluster_label(v: ClusterView) -> str:
 
 
 def group_labels(v: ClusterView, group: str) -> str:
-    return f'cluster="{escape_label(v.cluster)}",group="{escape_label(group)}"'
+    return group_label_text(v.cluster, group)
+
+
+def group_label_text(cluster: str, group: str) -> str:
+    return f'cluster="{escape_label(cluster)}",group="{escape_label(group)}"'

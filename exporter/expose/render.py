@@ -12,19 +12,22 @@ record it publishes (exporter/store.py); a scrape only writes those bytes
 
 from __future__ import annotations
 
-import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+
+import numpy as np
 
 from exporter.contracts.view import STATUSES, ClusterView, GroupView, PartitionRows
+from exporter.contracts.worker import PartitionBodies, PartitionLinesChunk
 from exporter.expose.compat import kafka_exporter_lines
 from exporter.expose.detail import Detail, detail_of
 from exporter.expose.families import CycleFamilies
-from exporter.expose.labels import group_labels, partition_labels
-from exporter.expose.textformat import Lines, Packed, escape_label, finite, float_text
+from exporter.expose.labels import group_label_text, group_labels, partition_labels
+from exporter.expose.partition_lines import NAMES, Out, add_group
+from exporter.expose.textformat import Packed, escape_label, finite
 
 # One family of one cluster: (name, "# HELP/# TYPE" header, read-only sample lines, or
 # the deflated lines of a large family: exporter/expose/textformat.py).
-Family = tuple[str, bytes, memoryview | Packed]
+Family = tuple[str, bytes, bytes | memoryview | Packed]
 # What a scrape writes: text, or a family to inflate as it is written (:func:`write_chunks`).
 Chunk = bytes | memoryview | Packed
 Exposition = tuple[Family, ...]
@@ -56,15 +59,14 @@ def render_partitions(v: ClusterView, fam: CycleFamilies) -> None:
 
 
 def render_groups(v: ClusterView, fam: CycleFamilies, compat: frozenset[str],
-                  level: dict[str, Detail] | None = None) -> None:
+                  level: dict[str, Detail] | None = None, partitions: bool = True) -> None:
     """kafka_consumergroup_*: each group's state, status and per-partition lag; with
     ``level`` (``metrics_detail: bounded``: exporter/expose/detail.py), only the status
-    series that is 1, and of each group only what its level says."""
+    series that is 1, and of each group only what its level says; ``partitions`` False:
+    without the per-partition families (exporter/expose/partition_lines.py)."""
     info, members, status = fam.consumergroup_info, fam.consumergroup_members, fam.consumergroup_status
     max_lag, lag_sum = fam.consumergroup_max_lag_seconds, fam.consumergroup_lag_offsets_sum
-    per_partition = (fam.consumergroup_committed_offset, fam.consumergroup_position_offset,
-                     fam.consumergroup_lag_offsets, fam.consumergroup_lag_seconds,
-                     fam.consumergroup_stalled_seconds)
+    per_partition = _per_partition(fam)
     poll_age = fam.consumergroup_member_last_poll_age_seconds
     epoch = fam.consumergroup_epoch
     compat_ke = "kafka_exporter" in compat
@@ -93,48 +95,53 @@ def render_groups(v: ClusterView, fam: CycleFamilies, compat: frozenset[str],
             if m.last_poll_age is not None and m.client_id not in seen_clients:
                 seen_clients.add(m.client_id)
                 poll_age.add(f'{gl},client_id="{escape_label(m.client_id)}"', m.last_poll_age)
-        if lv == Detail.PARTITIONS:
-            _partition_lines(gl, g.partitions, per_partition)
+        if lv == Detail.PARTITIONS and partitions:
+            group_lines(gl, g.partitions, per_partition)
 
 
-def _partition_lines(gl: str, rows: PartitionRows, out: tuple[Lines, Lines, Lines, Lines, Lines]) -> None:
-    """One group's per-partition series (committed, position, lag in offsets and seconds,
-    stalled), formatted into one text per family and added at once: the most numerous
-    lines of a large cluster, so each costs a list append, not an encode and a copy. Read
-    from the rows' columns (NO_OFFSET and NaN: no line), no PartitionView made."""
-    committed, position, lag_o, lag_s, stalled = (f"{f.name}{{" for f in out)
-    isfinite = math.isfinite
-    cl: list[str] = []
-    po: list[str] = []
-    lo: list[str] = []
-    ls: list[str] = []
-    st: list[str] = []
-    gtl: dict[str, str] = {}
-    texts: dict[float, str] = {0.0: "0"}  # a group's seconds repeat (one stall clock for all)
-    for (topic, partition), c, p, lag, secs, stall in zip(
-            rows.tps, rows.committed.tolist(), rows.position.tolist(), rows.lag_offsets.tolist(),
-            rows.lag_seconds.tolist(), rows.stalled_seconds.tolist(), strict=True):
-        tl = gtl.get(topic)
-        if tl is None:
-            tl = gtl[topic] = f'{gl},topic="{escape_label(topic)}"'
-        pl = f'{tl},partition="{partition}"}} '
-        if c >= 0:
-            cl.append(f"{committed}{pl}{c}\n")
-        if p >= 0:
-            po.append(f"{position}{pl}{p}\n")
-        if lag >= 0:
-            lo.append(f"{lag_o}{pl}{lag}\n")
-        # Most partitions of a large cluster are caught up: 0 s needs no formatting.
-        if isfinite(secs):  # NaN: unknown, no line
-            if (t := texts.get(secs)) is None:
-                t = texts[secs] = float_text(secs)
-            ls.append(f"{lag_s}{pl}{t}\n")
-        if (t := texts.get(stall)) is None:
-            t = texts[stall] = float_text(stall)
-        st.append(f"{stalled}{pl}{t}\n")
-    for lines, text in zip(out, (cl, po, lo, ls, st), strict=True):
-        if text:
-            lines.add_text("".join(text))
+def _per_partition(fam: CycleFamilies) -> Out:
+    return (fam.consumergroup_committed_offset, fam.consumergroup_position_offset,
+            fam.consumergroup_lag_offsets, fam.consumergroup_lag_seconds,
+            fam.consumergroup_stalled_seconds)
+
+
+def render_partition_lines(v: ClusterView, fam: CycleFamilies, bounded: bool) -> None:
+    """The per-partition families alone, where no other process rendered them."""
+    per_partition = _per_partition(fam)
+    for g in v.groups.values():
+        if detailed(g, bounded):
+            group_lines(group_labels(v, g.group), g.partitions, per_partition)
+
+
+def group_lines(gl: str, rows: PartitionRows, out: Out) -> None:
+    """One group's per-partition series from its rows' columns, no PartitionView made."""
+    add_group(gl, rows.tps, rows.committed.tolist(), rows.position.tolist(), rows.lag_offsets.tolist(),
+          rows.lag_seconds.tolist(), rows.stalled_seconds.tolist(), out)
+
+
+def detailed(g: GroupView, bounded: bool) -> bool:
+    """Whether ``g``'s per-partition series are served (bounded mode: exporter/expose/detail.py)."""
+    return not bounded or detail_of(g) == Detail.PARTITIONS
+
+
+def chunk_of(cycle: int, cluster: str, views: Iterable[GroupView], bounded: bool) -> PartitionLinesChunk:
+    """What the worker needs of these groups' lines: label texts and the rows' five
+    columns, one array each for the whole chunk."""
+    labels: list[str] = []
+    sizes: list[int] = []
+    rows: list[PartitionRows] = []
+    for g in views:
+        if detailed(g, bounded):
+            labels.append(group_label_text(cluster, g.group))
+            sizes.append(len(g.partitions.tps))
+            rows.append(g.partitions)
+    tps = [tp for r in rows for tp in r.tps]
+
+    def joined(column: str) -> bytes:
+        return np.concatenate([getattr(r, column) for r in rows]).tobytes() if rows else b""
+
+    return PartitionLinesChunk(cycle, labels, sizes, tps, joined("committed"), joined("position"),
+                               joined("lag_offsets"), joined("lag_seconds"), joined("stalled_seconds"))
 
 
 def render_progress(v: ClusterView, fam: CycleFamilies, groups: Iterable[GroupView]) -> None:
@@ -224,16 +231,19 @@ def render_spark(v: ClusterView, fam: CycleFamilies, groups: Iterable[GroupView]
                 getattr(fam, field).add(gl, val)
 
 
-def render_cluster(v: ClusterView, compat: frozenset[str] = frozenset(), bounded: bool = False
-                   ) -> Exposition:
+def render_cluster(v: ClusterView, compat: frozenset[str] = frozenset(), bounded: bool = False,
+                   lines: Callable[[], PartitionBodies | None] | None = None) -> Exposition:
     """The view families of one cluster's view, encoded once, in the contract's order;
     ``bounded``: every group's status and max lag, the rest only of the groups
-    exporter/expose/detail.py picks."""
+    exporter/expose/detail.py picks. ``lines``: where the per-partition families come
+    from, called once the others are rendered (the worker's, rendered beside the
+    evaluation: exporter/expose/partition_lines.py); None from it, or no ``lines``:
+    rendered here."""
     fam = CycleFamilies.new()
     render_partitions(v, fam)
     groups = list(v.groups.values())
     level = {g.group: detail_of(g) for g in groups} if bounded else None
-    render_groups(v, fam, compat, level)
+    render_groups(v, fam, compat, level, partitions=lines is None)
     served = groups if level is None else [g for g in groups if level[g.group] >= Detail.GROUP]
     render_progress(v, fam, served)
     render_rebalances(v, fam, served)
@@ -242,9 +252,14 @@ def render_cluster(v: ClusterView, compat: frozenset[str] = frozenset(), bounded
     render_exposure(v, fam, detailed)
     render_below_log_start(v, fam, served, detailed)
     render_unsubscribed(v, fam, detailed)
+    bodies = lines() if lines is not None else None
+    if lines is not None and bodies is None:
+        render_partition_lines(v, fam, bounded)
+    given = dict(zip(NAMES, bodies, strict=True)) if bodies is not None else {}
     out = fam.in_order()
     if "kafka_exporter" in compat:
         out.extend(kafka_exporter_lines(v, level))
     # A read-only view of each buffer, not a copy, or the deflated text of a large family:
     # the text of a large cluster is ~50 MB.
-    return tuple((f.name, f.header().encode(), f.body()) for f in out)
+    return tuple((f.name, f.header().encode(), given[f.name] if f.name in given else f.body())
+                 for f in out)

@@ -23,8 +23,9 @@ from __future__ import annotations
 import collections
 import math
 import zlib
-from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
+
+from exporter.contracts.packed import Packed
 
 # Bytes of encoded lines a family buffers before deflating them: below this a family
 # stays plain text (small clusters, every test's hand-built view). The families of a
@@ -33,8 +34,6 @@ PACK_ABOVE = 1 << 18
 # zlib's fastest level: about 0.25 s of CPU per 100 MB of text, against 0.9 s at level 6
 # for a few per cent less.
 PACK_LEVEL = 1
-# Bytes of text one inflation step writes at most (what a scrape holds at a time).
-UNPACK_PIECE = 1 << 20
 # Pieces of one family handed to the deflating thread and not deflated yet, at most.
 IN_FLIGHT = 2
 # One thread deflates every family's pieces in the order they are handed over (a
@@ -67,31 +66,6 @@ def float_text(v: float) -> str:
 def finite(v: float | None) -> bool:
     """Unknown values are left out, never NaN or Inf."""
     return v is not None and math.isfinite(v)
-
-
-class Packed:
-    """The deflated text of one family: ``len()`` is the text's length,
-    :meth:`pieces` inflates it in pieces of at most UNPACK_PIECE bytes."""
-
-    __slots__ = ("data", "size")
-
-    def __init__(self, data: bytes, size: int) -> None:
-        self.data, self.size = data, size
-
-    def __len__(self) -> int:
-        return self.size
-
-    def pieces(self) -> Iterator[bytes]:
-        d = zlib.decompressobj()
-        rest = self.data
-        while rest:
-            out = d.decompress(rest, UNPACK_PIECE)
-            if out:
-                yield out
-            rest = d.unconsumed_tail
-        tail = d.flush()
-        if tail:
-            yield tail
 
 
 class Lines:

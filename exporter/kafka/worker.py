@@ -37,6 +37,9 @@ from exporter.contracts.sampling import SamplerMemory
 from exporter.contracts.snapshot import TP, Snapshot
 from exporter.contracts.worker import (
     LeaveRequest,
+    PartitionLinesChunk,
+    PartitionLinesReply,
+    PartitionLinesRequest,
     SampleReply,
     SampleRequest,
     StateLoadReply,
@@ -52,6 +55,7 @@ from exporter.contracts.worker import (
 from exporter.runtime import collect_less
 
 if TYPE_CHECKING:
+    from exporter.expose.partition_lines import PartitionLines
     from exporter.kafka.sampler import Sampler
     from exporter.kafka.timestamps import RecordTimestamps
     from exporter.reports.reader import ReportReader
@@ -117,6 +121,10 @@ def _serve(conn: _Pipe, start: WorkerStart) -> None:
             req = conn.recv()
         except (EOFError, OSError):
             break
+        if isinstance(req, PartitionLinesChunk):  # answered by none
+            ctx.render(req)
+            del req
+            continue
         reply = ctx.answer(req)
         if reply is None:  # a parent of another version: no answer, its deadline restarts us
             log.error("cluster %s: unknown request %s", cfg.name, type(req).__name__)
@@ -138,6 +146,38 @@ class _Clients:
         self.counts = WorkerCounters()
         self.state: StateTopic | None = None  # the state topic's clients, made at first use
         self.coordinator: Coordinator | None = None  # with replicas, made at the first cycle
+        self.lines: PartitionLines | None = None  # the per-partition lines of the runner's cycle
+        self.lines_error: str | None = None  # why this cycle's lines failed, if they did
+
+    def render(self, chunk: PartitionLinesChunk) -> None:
+        """A chunk's lines added to its cycle's (exporter/expose/partition_lines.py); a
+        Python exception fails the cycle's lines, and the runner renders them itself."""
+        from exporter.expose.partition_lines import PartitionLines
+
+        if self.lines is None or self.lines.cycle != chunk.cycle:
+            self.lines, self.lines_error = PartitionLines(chunk.cycle), None
+        if self.lines_error is not None:
+            return
+        try:
+            self.lines.add(chunk)
+        except Exception as e:  # noqa: BLE001 - said in the reply; the runner renders them
+            log.exception("cluster %s: rendering partition lines failed", self.cfg.name)
+            self.lines_error = f"{type(e).__name__}: {e}"
+
+    def _rendered(self, req: PartitionLinesRequest) -> PartitionLinesReply:
+        from exporter.expose.partition_lines import PartitionLines
+
+        lines, error = self.lines, self.lines_error
+        self.lines, self.lines_error = None, None
+        if lines is None or lines.cycle != req.cycle:  # no chunk this cycle: no line
+            lines, error = PartitionLines(req.cycle), None
+        if error is not None:
+            return PartitionLinesReply(None, error)
+        try:
+            return PartitionLinesReply(lines.bodies())
+        except Exception as e:  # noqa: BLE001 - said in the reply; the runner renders them
+            log.exception("cluster %s: rendering partition lines failed", self.cfg.name)
+            return PartitionLinesReply(None, f"{type(e).__name__}: {e}")
 
     def _state(self) -> StateTopic:
         if self.state is None:
@@ -145,9 +185,12 @@ class _Clients:
             self.state = StateTopic(self.cfg)
         return self.state
 
-    def answer(self, req: Any) -> SampleReply | TimestampsReply | StateLoadReply | StateWriteReply | None:
+    def answer(self, req: Any) -> (SampleReply | TimestampsReply | StateLoadReply | StateWriteReply
+                                   | PartitionLinesReply | None):
         if isinstance(req, SampleRequest):
             return self._sample(req)
+        if isinstance(req, PartitionLinesRequest):
+            return self._rendered(req)
         if isinstance(req, TimestampsRequest):
             try:
                 return TimestampsReply(found=self.exact.lookup(req.wanted))
@@ -348,6 +391,27 @@ class KafkaWorker:
         """Leave the coordination group (replicas), if the worker is running."""
         if self.proc is not None and self.proc.poll() is None and self.conn is not None:
             self._call(LeaveRequest(), self.cfg.request_timeout + 10)
+
+    def send_lines(self, chunk: PartitionLinesChunk) -> bool:
+        """A chunk of the cycle's judged groups to render (no answer). False: no worker is
+        running (none is started for this: the runner renders what did not go)."""
+        if self.conn is None:
+            return False
+        if self.proc is None or self.proc.poll() is not None:
+            raise self._crashed()
+        try:
+            self.conn.send(chunk)
+        except OSError:
+            raise self._crashed() from None
+        return True
+
+    def partition_lines(self, cycle: int) -> PartitionLinesReply | None:
+        """The lines of the cycle's chunks; None: no worker is running."""
+        if self.conn is None:
+            return None
+        reply = self._call(PartitionLinesRequest(cycle), self.cfg.request_timeout + 30)
+        assert isinstance(reply, PartitionLinesReply), type(reply)
+        return reply
 
     def timestamps(self, wanted: list[tuple[TP, int]]) -> Timestamps:
         reply = self._call(TimestampsRequest(wanted), self.cfg.request_timeout * 3 + 10)

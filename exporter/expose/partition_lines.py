@@ -1,0 +1,117 @@
+"""The per-partition families of the consumer groups (committed, position, lag in
+offsets and in seconds, stalled): five lines a group-partition, most of a large
+cluster's ``/metrics`` and most of its rendering.
+
+They need nothing but each group's judged rows, so they are rendered beside the
+evaluation rather than after it: the runner hands each chunk of judged groups
+(:class:`~exporter.contracts.worker.PartitionLinesChunk`) to the cluster's worker
+process as the evaluator finishes it, the worker formats and deflates their lines on
+the other core while the main process judges the next chunk, and the family bodies
+come back with the cycle's :class:`~exporter.contracts.worker.PartitionLinesReply`.
+The main process renders every other family and takes these five bodies in their
+place (exporter/expose/render.py). Where the worker cannot (it died, or the view
+was capped after the chunks went), the main process renders them itself with the
+same :func:`add_group` (exporter/expose/render.py): the bytes are the same either way
+(tests/test_partition_lines.py). This module runs in the worker, which imports no numpy
+(a test keeps it so): the columns cross as bytes and are read with ``array``.
+"""
+
+from __future__ import annotations
+
+import array
+import math
+from collections.abc import Sequence
+
+from exporter.contracts.snapshot import TP
+from exporter.contracts.worker import PartitionBodies, PartitionLinesChunk
+from exporter.expose.textformat import Lines, escape_label, float_text
+
+# The five families, in the contract's order.
+NAMES: tuple[str, ...] = ("kafka_consumergroup_committed_offset", "kafka_consumergroup_position_offset",
+                          "kafka_consumergroup_lag_offsets", "kafka_consumergroup_lag_seconds",
+                          "kafka_consumergroup_stalled_seconds")
+
+Out = tuple[Lines, Lines, Lines, Lines, Lines]
+
+
+def new_lines() -> Out:
+    """The five families' empty buffers: their sample lines only (the main process writes
+    each family's header, from the metric contract)."""
+    a, b, c, d, e = (Lines(n, "") for n in NAMES)
+    return a, b, c, d, e
+
+
+def add_group(gl: str, tps: Sequence[TP], committed_: Sequence[int], position_: Sequence[int],
+          lag_offsets: Sequence[int], lag_seconds: Sequence[float], stalled_seconds: Sequence[float],
+          out: Out) -> None:
+    """One group's per-partition series, formatted into one text per family and added at
+    once: each line costs a list append, not an encode and a copy (NO_OFFSET and NaN: no
+    line)."""
+    committed, position, lag_o, lag_s, stalled = (f"{f.name}{{" for f in out)
+    isfinite = math.isfinite
+    cl: list[str] = []
+    po: list[str] = []
+    lo: list[str] = []
+    ls: list[str] = []
+    st: list[str] = []
+    gtl: dict[str, str] = {}
+    texts: dict[float, str] = {0.0: "0"}  # a group's seconds repeat (one stall clock for all)
+    for (topic, partition), c, p, lag, secs, stall in zip(
+            tps, committed_, position_, lag_offsets, lag_seconds, stalled_seconds, strict=True):
+        tl = gtl.get(topic)
+        if tl is None:
+            tl = gtl[topic] = f'{gl},topic="{escape_label(topic)}"'
+        pl = f'{tl},partition="{partition}"}} '
+        if c >= 0:
+            cl.append(f"{committed}{pl}{c}\n")
+        if p >= 0:
+            po.append(f"{position}{pl}{p}\n")
+        if lag >= 0:
+            lo.append(f"{lag_o}{pl}{lag}\n")
+        # Most partitions of a large cluster are caught up: 0 s needs no formatting.
+        if isfinite(secs):  # NaN: unknown, no line
+            if (t := texts.get(secs)) is None:
+                t = texts[secs] = float_text(secs)
+            ls.append(f"{lag_s}{pl}{t}\n")
+        if (t := texts.get(stall)) is None:
+            t = texts[stall] = float_text(stall)
+        st.append(f"{stalled}{pl}{t}\n")
+    for lines, text in zip(out, (cl, po, lo, ls, st), strict=True):
+        if text:
+            lines.add_text("".join(text))
+
+
+class PartitionLines:
+    """One cycle's five families as its chunks arrive (in the worker process)."""
+
+    def __init__(self, cycle: int) -> None:
+        self.cycle = cycle
+        self.out = new_lines()
+
+    def add(self, chunk: PartitionLinesChunk) -> None:
+        n = len(chunk.tps)
+        committed, position, lag_o = (_column("q", c, n) for c in (chunk.committed, chunk.position,
+                                                                   chunk.lag_offsets))
+        lag_s, stalled = _column("d", chunk.lag_seconds, n), _column("d", chunk.stalled_seconds, n)
+        if sum(chunk.sizes) != len(chunk.tps):
+            raise ValueError(f"a chunk of {len(chunk.tps)} rows says its groups hold {sum(chunk.sizes)}")
+        at = 0
+        for gl, n in zip(chunk.labels, chunk.sizes, strict=True):
+            end = at + n
+            add_group(gl, chunk.tps[at:end], committed[at:end], position[at:end], lag_o[at:end],
+                      lag_s[at:end], stalled[at:end], self.out)
+            at = end
+
+    def bodies(self) -> PartitionBodies:
+        """The five families' bodies, picklable (plain text as bytes, or deflated)."""
+        return tuple(b.tobytes() if isinstance(b, memoryview) else b
+                     for b in (lines.body() for lines in self.out))
+
+
+def _column(kind: str, data: bytes, rows: int) -> list:
+    """A column's values from its bytes (``q``: int64, ``d``: float64)."""
+    a = array.array(kind)
+    a.frombytes(data)
+    if len(a) != rows:
+        raise ValueError(f"a chunk of {rows} rows has a column of {len(a)}")
+    return a.tolist()
