@@ -11,7 +11,8 @@ Prints one table, a row per size: the whole cycle (median and max of
 lagwatch_cycle_duration_seconds), its Kafka part (sampling), the rest (record timestamps,
 evaluation and rendering, in the main process), Kafka requests per cycle
 (lagwatch_kafka_requests_total: every sampling request sent) and per broker, the time a
-scrape of /metrics takes (the slowest), its size, and the peak RSS of the process tree
+scrape of /metrics takes (the slowest; gzip-encoded, as Prometheus asks for it), its size
+(text, and gzipped), and the peak RSS of the process tree
 (the main process and its Kafka worker, each's VmHWM), with the load average before and
 after. Under each row: how many groups had each status at the last cycle. ``--not-ok F``
 commits a fraction F of the groups behind the high watermark and the others at it (caught
@@ -30,6 +31,7 @@ sources: after lagwatch stops, each runs alone on the same broker and fleet and 
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import re
 import statistics
@@ -146,6 +148,14 @@ def _cluster_doc(base: str) -> dict | None:
         return None
 
 
+def _scrape(base: str) -> bytes:
+    """/metrics as Prometheus asks for it (``Accept-Encoding: gzip``), still gzipped."""
+    req = urllib.request.Request(f"{base}/metrics", headers={"Accept-Encoding": "gzip"})
+    with urllib.request.urlopen(req, timeout=60) as r:
+        assert r.headers.get("Content-Encoding") == "gzip"
+        return r.read()
+
+
 def _watch(proc: subprocess.Popen, base: str, cycles: int, deadline: float) -> dict[str, list]:
     """Poll the cluster's JSON document every 0.5 s until ``cycles`` cycles are seen; per new
     cycle, two scrapes of /metrics (the first builds the families, the second is cached),
@@ -153,7 +163,7 @@ def _watch(proc: subprocess.Popen, base: str, cycles: int, deadline: float) -> d
     once per cycle as Prometheus would at ``scrape_interval`` = ``interval``, not at every
     poll: a full exposition every 0.5 s would take CPU from the cycles measured."""
     seen: dict[str, list] = {"cycle": [], "sample": [], "reqs": [], "render": [], "sizes": [],
-                             "at": [], "statuses": []}
+                             "gzip_sizes": [], "at": [], "statuses": []}
     seen_cycles, last_at = 0, None
     while len(seen["cycle"]) < cycles and time.monotonic() < deadline:
         doc = _cluster_doc(base)
@@ -162,8 +172,9 @@ def _watch(proc: subprocess.Popen, base: str, cycles: int, deadline: float) -> d
             continue
         last_at = doc["sampled_at"]
         s = time.monotonic()
-        body = urllib.request.urlopen(f"{base}/metrics", timeout=60).read()
+        zipped = _scrape(base)
         took = time.monotonic() - s
+        body = gzip.decompress(zipped)
         m = _self_metrics(body)
         n = value(m, "lagwatch_cycles_total", cluster="bench") or 0
         if n > seen_cycles and (value(m, "lagwatch_up", cluster="bench") or 0) == 1:
@@ -174,9 +185,10 @@ def _watch(proc: subprocess.Popen, base: str, cycles: int, deadline: float) -> d
             seen["reqs"].append((n, value(m, "lagwatch_kafka_requests_total") or 0))
             seen["render"].append(took)
             seen["sizes"].append(len(body))
+            seen["gzip_sizes"].append(len(zipped))
             seen["statuses"].append(statuses(body))
             s = time.monotonic()
-            urllib.request.urlopen(f"{base}/metrics", timeout=60).read()
+            _scrape(base)
             seen["render"].append(time.monotonic() - s)
         time.sleep(0.5)
     return seen
@@ -203,12 +215,14 @@ def measure(cluster: KafkaCluster, tag: str, groups: int, partitions: int, cycle
     return {"cycle_s": statistics.median(cyc), "cycle_max_s": max(cyc),
             "sample_s": statistics.median(smp), "main_s": statistics.median(rest),
             "requests_per_cycle": per_cycle, "render_s": max(w["render"]),
-            "metrics_mb": max(w["sizes"]) / 1e6, "peak_rss_mb": rss, "worker_rss_mb": worker_rss,
+            "metrics_mb": max(w["sizes"]) / 1e6, "gzip_mb": max(w["gzip_sizes"]) / 1e6,
+            "peak_rss_mb": rss, "worker_rss_mb": worker_rss,
             "window": (w["at"][0], w["at"][-1]), "statuses": w["statuses"][-1]}
 
 
 HEADER = (f"{'groups':>6} {'parts':>5} {'group-parts':>11} {'cycle s':>8} {'max s':>6} {'kafka s':>8} "
-          f"{'eval+render s':>13} {'req/cycle':>9} {'per broker':>10} {'scrape s':>8} {'/metrics MB':>11} "
+          f"{'eval+render s':>13} {'req/cycle':>9} {'per broker':>10} {'scrape s':>8} "
+          f"{'/metrics MB (gzip)':>18} "
           f"{'peak RSS MB main+worker':>23}")
 
 
@@ -216,7 +230,8 @@ def row(g: int, p: int, r: dict, brokers: int) -> str:
     return (f"{g:>6} {p:>5} {g * p:>11} {r['cycle_s']:>8.2f} {r['cycle_max_s']:>6.2f} "
             f"{r['sample_s']:>8.2f} {r['main_s']:>13.2f} {r['requests_per_cycle']:>9.0f} "
             f"{r['requests_per_cycle'] / brokers:>10.1f} {r['render_s']:>8.2f} "
-            f"{r['metrics_mb']:>11.1f} {r['peak_rss_mb']:>11.0f} + {r['worker_rss_mb']:.0f} "
+            f"{r['metrics_mb']:>11.1f} ({r['gzip_mb']:>4.1f}) "
+            f"{r['peak_rss_mb']:>11.0f} + {r['worker_rss_mb']:.0f} "
             f"= {r['peak_rss_mb'] + r['worker_rss_mb']:.0f}")
 
 

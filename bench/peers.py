@@ -4,11 +4,13 @@ Both collect from Kafka when scraped, so a scrape's duration is their whole cycl
 binaries are built by the caller from the peers' public sources; this module only runs
 them, on loopback, against the run's broker, with the same group and topic filters as
 lagwatch. Each peer is started alone, scraped once to warm up (connections, metadata),
-then ``scrapes`` times one after the other; its peak RSS (VmHWM) is read before it stops.
+then ``scrapes`` times one after the other, each as Prometheus asks (gzip where the peer
+offers it: both do, compressing at the scrape); its peak RSS (VmHWM) is read before it stops.
 """
 
 from __future__ import annotations
 
+import gzip
 import os
 import re
 import statistics
@@ -67,9 +69,15 @@ def stop(proc: subprocess.Popen) -> None:
 
 
 def _scrape(url: str) -> tuple[float, bytes]:
+    """One scrape as Prometheus asks for it (``Accept-Encoding: gzip``), timed to its last
+    byte; the body inflated after the timing where the peer gzipped it."""
     s = time.monotonic()
-    body = urllib.request.urlopen(url, timeout=600).read()
-    return time.monotonic() - s, body
+    req = urllib.request.Request(url, headers={"Accept-Encoding": "gzip"})
+    with urllib.request.urlopen(req, timeout=600) as r:
+        body = r.read()
+        took = time.monotonic() - s
+        zipped = r.headers.get("Content-Encoding") == "gzip"
+    return took, gzip.decompress(body) if zipped else body
 
 
 def _first_scrape(proc: subprocess.Popen, url: str, log: Path, deadline: float) -> bytes:

@@ -1,6 +1,12 @@
 """A family's deflated text: what a large family's lines are kept as in a published
 record (exporter/expose/textformat.py), and what the Kafka worker sends back of the
-per-partition families it rendered (exporter/contracts/worker.py)."""
+per-partition families it rendered (exporter/contracts/worker.py).
+
+The text is a raw deflate stream (RFC 1951) ended by a sync flush, not by a final block,
+with its length and CRC-32 beside it: such streams of independent compressors, one after
+the other and closed by one final block, are one valid deflate stream (a block refers
+back only within its own compressor's text), so a gzip-encoded scrape writes the deflated
+bytes as they are, with no inflating and no deflating again (exporter/expose/gzip_scrape.py)."""
 
 from __future__ import annotations
 
@@ -9,22 +15,24 @@ from collections.abc import Iterator
 
 # Bytes of text one inflation step writes at most (what a scrape holds at a time).
 UNPACK_PIECE = 1 << 20
+# zlib's wbits for a raw deflate stream: no zlib header, no Adler-32 trailer.
+RAW = -15
 
 
 class Packed:
-    """The deflated text of one family: ``len()`` is the text's length,
-    :meth:`pieces` inflates it in pieces of at most UNPACK_PIECE bytes."""
+    """The deflated text of one family: ``len()`` is the text's length, ``crc`` its
+    CRC-32; :meth:`pieces` inflates it in pieces of at most UNPACK_PIECE bytes."""
 
-    __slots__ = ("data", "size")
+    __slots__ = ("crc", "data", "size")
 
-    def __init__(self, data: bytes, size: int) -> None:
-        self.data, self.size = data, size
+    def __init__(self, data: bytes, size: int, crc: int) -> None:
+        self.data, self.size, self.crc = data, size, crc
 
     def __len__(self) -> int:
         return self.size
 
     def pieces(self) -> Iterator[bytes]:
-        d = zlib.decompressobj()
+        d = zlib.decompressobj(RAW)
         rest = self.data
         while rest:
             out = d.decompress(rest, UNPACK_PIECE)

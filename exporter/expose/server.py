@@ -24,6 +24,7 @@ import yaml
 
 from exporter.config import ConfigError
 from exporter.expose import api, scrape, statuspage
+from exporter.expose.gzip_scrape import accepts_gzip, gzip_chunks
 from exporter.store import Store
 
 log = logging.getLogger("lagwatch.http")
@@ -157,10 +158,18 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.write(body)
 
     def _send_chunks(self, code: int, chunks: list[scrape.Chunk], ctype: str) -> None:
+        """A scrape's body; gzip-encoded where the client takes it (Prometheus does): the
+        families kept deflated are written as they are (exporter/expose/gzip_scrape.py)."""
+        gz = accepts_gzip(self.headers.get("Accept-Encoding"))
+        if gz:
+            chunks = list(gzip_chunks(chunks))
         self.send_response(code)
         self.send_header("Content-Type", ctype)
         self.send_header("Content-Length", str(sum(len(c) for c in chunks)))
         self.send_header("Cache-Control", "no-store")
+        self.send_header("Vary", "Accept-Encoding")
+        if gz:
+            self.send_header("Content-Encoding", "gzip")
         self.end_headers()
         if self.command != "HEAD":
             scrape.write_chunks(chunks, self.wfile.write)

@@ -25,7 +25,7 @@ import math
 import zlib
 from concurrent.futures import Future, ThreadPoolExecutor
 
-from exporter.contracts.packed import Packed
+from exporter.contracts.packed import RAW, Packed
 
 # Bytes of encoded lines a family buffers before deflating them: below this a family
 # stays plain text (small clusters, every test's hand-built view). The families of a
@@ -72,7 +72,7 @@ class Lines:
     """Sample lines of one family, encoded as they are added (a list of 400k small
     strings would cost more memory than the text itself), deflated past PACK_ABOVE."""
 
-    __slots__ = ("name", "help", "kind", "buf", "_z", "_packed", "_pending", "_size")
+    __slots__ = ("name", "help", "kind", "buf", "_z", "_packed", "_pending", "_size", "_crc")
 
     def __init__(self, name: str, help_text: str, kind: str = "gauge") -> None:
         self.name, self.help, self.kind = name, help_text, kind
@@ -81,6 +81,7 @@ class Lines:
         self._packed: list[bytes] = []
         self._pending: collections.deque[Future[bytes]] = collections.deque()
         self._size = 0
+        self._crc = 0  # CRC-32 of the text deflated so far (updated on the deflating thread)
 
     def add(self, labels: str, v: float | int) -> None:
         self.add_text(f"{self.name}{{{labels}}} {fmt_value(v)}\n")
@@ -96,10 +97,10 @@ class Lines:
         """The buffered lines handed to the deflating thread (the buffer is not touched
         again here); past :data:`IN_FLIGHT` pieces waiting, the oldest is waited for."""
         if self._z is None:
-            self._z = zlib.compressobj(PACK_LEVEL)
+            self._z = zlib.compressobj(PACK_LEVEL, zlib.DEFLATED, RAW)
         buf, self.buf = self.buf, bytearray()
         self._size += len(buf)
-        self._pending.append(_DEFLATER.submit(self._z.compress, buf))
+        self._pending.append(_DEFLATER.submit(self._step, self._z, buf))
         while len(self._pending) > IN_FLIGHT:
             self._packed.append(self._pending.popleft().result())
 
@@ -111,10 +112,15 @@ class Lines:
         self._deflate()
         self._packed.extend(f.result() for f in self._pending)
         self._pending.clear()
-        self._packed.append(self._z.flush())
-        body = Packed(b"".join(self._packed), self._size)
-        self._packed, self._z = [], None
+        self._packed.append(self._z.flush(zlib.Z_SYNC_FLUSH))
+        body = Packed(b"".join(self._packed), self._size, self._crc)
+        self._packed, self._z, self._crc = [], None, 0
         return body
+
+    def _step(self, z: zlib._Compress, buf: bytearray) -> bytes:
+        """On the deflating thread, which takes a family's pieces in order."""
+        self._crc = zlib.crc32(buf, self._crc)
+        return z.compress(buf)
 
     def header(self) -> str:
         return f"# HELP {self.name} {escape_help(self.help)}\n# TYPE {self.name} {self.kind}\n"
