@@ -148,12 +148,12 @@ def _cluster_doc(base: str) -> dict | None:
         return None
 
 
-def _scrape(base: str) -> bytes:
-    """/metrics as Prometheus asks for it (``Accept-Encoding: gzip``), still gzipped."""
+def _scrape(base: str) -> tuple[bytes, bool]:
+    """/metrics as Prometheus asks for it (``Accept-Encoding: gzip``), as sent; whether
+    it came gzipped (an older lagwatch serves text)."""
     req = urllib.request.Request(f"{base}/metrics", headers={"Accept-Encoding": "gzip"})
     with urllib.request.urlopen(req, timeout=60) as r:
-        assert r.headers.get("Content-Encoding") == "gzip"
-        return r.read()
+        return r.read(), r.headers.get("Content-Encoding") == "gzip"
 
 
 def _watch(proc: subprocess.Popen, base: str, cycles: int, deadline: float) -> dict[str, list]:
@@ -172,9 +172,9 @@ def _watch(proc: subprocess.Popen, base: str, cycles: int, deadline: float) -> d
             continue
         last_at = doc["sampled_at"]
         s = time.monotonic()
-        zipped = _scrape(base)
+        zipped, gzipped = _scrape(base)
         took = time.monotonic() - s
-        body = gzip.decompress(zipped)
+        body = gzip.decompress(zipped) if gzipped else zipped
         m = _self_metrics(body)
         n = value(m, "lagwatch_cycles_total", cluster="bench") or 0
         if n > seen_cycles and (value(m, "lagwatch_up", cluster="bench") or 0) == 1:
