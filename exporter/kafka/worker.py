@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import faulthandler
+import fcntl
 import logging
 import os
 import signal
@@ -63,6 +64,10 @@ if TYPE_CHECKING:
     from exporter.state.topic import StateTopic
 
 log = logging.getLogger("lagwatch.worker")
+
+
+# The runner -> worker pipe's buffer (the kernel's default pipe-max-size).
+PIPE_BYTES = 1 << 20
 
 
 class WorkerCrashed(Exception):
@@ -348,6 +353,10 @@ class KafkaWorker:
         # The pipe takes its own copies of the descriptors; Popen's are closed now, so no
         # descriptor is ever closed twice (a reused number could belong to another cluster).
         self.conn = _Pipe(os.dup(self.proc.stdout.fileno()), os.dup(self.proc.stdin.fileno()))
+        # Room for a few chunks of partition lines (about 200 KB each at 4,096 rows): with
+        # the default 64 KB, judging waited at each send for the worker to finish the last.
+        with contextlib.suppress(OSError, AttributeError):  # Linux only; capped by pipe-max-size
+            fcntl.fcntl(self.proc.stdin.fileno(), fcntl.F_SETPIPE_SZ, PIPE_BYTES)
         self.proc.stdout.close()
         self.proc.stdin.close()
         self.conn.send(WorkerStart(self.cfg, self.thresholds, self.log_level))
