@@ -11,9 +11,9 @@ come back with the cycle's :class:`~exporter.contracts.worker.PartitionLinesRepl
 The main process renders every other family and takes these five bodies in their
 place (exporter/expose/render.py). Where the worker cannot (it died, or the view
 was capped after the chunks went), the main process renders them itself with the
-same :func:`add_group` (exporter/expose/render.py): the bytes are the same either way
-(tests/test_partition_lines.py). This module runs in the worker, which imports no numpy
-(a test keeps it so): the columns cross as bytes and are read with ``array``.
+same :func:`add_group`: the bytes are the same either way (tests/test_partition_lines.py).
+This module runs in the worker, which imports no numpy (a test keeps it so): the columns
+cross as bytes and are read with ``array``.
 """
 
 from __future__ import annotations
@@ -41,13 +41,13 @@ def new_lines() -> Out:
     return a, b, c, d, e
 
 
-def add_group(gl: str, tps: Sequence[TP], committed_: Sequence[int], position_: Sequence[int],
-          lag_offsets: Sequence[int], lag_seconds: Sequence[float], stalled_seconds: Sequence[float],
-          out: Out) -> None:
+def add_group(gl: str, tps: Sequence[TP], committed: Sequence[int], position: Sequence[int],
+              lag_offsets: Sequence[int], lag_seconds: Sequence[float],
+              stalled_seconds: Sequence[float], out: Out) -> None:
     """One group's per-partition series, formatted into one text per family and added at
     once: each line costs a list append, not an encode and a copy (NO_OFFSET and NaN: no
     line)."""
-    committed, position, lag_o, lag_s, stalled = (f"{f.name}{{" for f in out)
+    pre_c, pre_p, pre_lo, pre_ls, pre_st = (f"{f.name}{{" for f in out)
     isfinite = math.isfinite
     cl: list[str] = []
     po: list[str] = []
@@ -56,26 +56,26 @@ def add_group(gl: str, tps: Sequence[TP], committed_: Sequence[int], position_: 
     st: list[str] = []
     gtl: dict[str, str] = {}
     texts: dict[float, str] = {0.0: "0"}  # a group's seconds repeat (one stall clock for all)
-    for (topic, partition), c, p, lag, secs, stall in zip(
-            tps, committed_, position_, lag_offsets, lag_seconds, stalled_seconds, strict=True):
+    for (topic, partition), c, pos, lag, secs, stall in zip(
+            tps, committed, position, lag_offsets, lag_seconds, stalled_seconds, strict=True):
         tl = gtl.get(topic)
         if tl is None:
             tl = gtl[topic] = f'{gl},topic="{escape_label(topic)}"'
         pl = f'{tl},partition="{partition}"}} '
         if c >= 0:
-            cl.append(f"{committed}{pl}{c}\n")
-        if p >= 0:
-            po.append(f"{position}{pl}{p}\n")
+            cl.append(f"{pre_c}{pl}{c}\n")
+        if pos >= 0:
+            po.append(f"{pre_p}{pl}{pos}\n")
         if lag >= 0:
-            lo.append(f"{lag_o}{pl}{lag}\n")
+            lo.append(f"{pre_lo}{pl}{lag}\n")
         # Most partitions of a large cluster are caught up: 0 s needs no formatting.
         if isfinite(secs):  # NaN: unknown, no line
             if (t := texts.get(secs)) is None:
                 t = texts[secs] = float_text(secs)
-            ls.append(f"{lag_s}{pl}{t}\n")
+            ls.append(f"{pre_ls}{pl}{t}\n")
         if (t := texts.get(stall)) is None:
             t = texts[stall] = float_text(stall)
-        st.append(f"{stalled}{pl}{t}\n")
+        st.append(f"{pre_st}{pl}{t}\n")
     for lines, text in zip(out, (cl, po, lo, ls, st), strict=True):
         if text:
             lines.add_text("".join(text))
@@ -89,15 +89,15 @@ class PartitionLines:
         self.out = new_lines()
 
     def add(self, chunk: PartitionLinesChunk) -> None:
-        n = len(chunk.tps)
-        committed, position, lag_o = (_column("q", c, n) for c in (chunk.committed, chunk.position,
-                                                                   chunk.lag_offsets))
-        lag_s, stalled = _column("d", chunk.lag_seconds, n), _column("d", chunk.stalled_seconds, n)
-        if sum(chunk.sizes) != len(chunk.tps):
-            raise ValueError(f"a chunk of {len(chunk.tps)} rows says its groups hold {sum(chunk.sizes)}")
+        rows = len(chunk.tps)
+        committed, position, lag_o = (_column("q", c, rows) for c in (chunk.committed, chunk.position,
+                                                                      chunk.lag_offsets))
+        lag_s, stalled = _column("d", chunk.lag_seconds, rows), _column("d", chunk.stalled_seconds, rows)
+        if sum(chunk.sizes) != rows:
+            raise ValueError(f"a chunk of {rows} rows says its groups hold {sum(chunk.sizes)}")
         at = 0
-        for gl, n in zip(chunk.labels, chunk.sizes, strict=True):
-            end = at + n
+        for gl, size in zip(chunk.labels, chunk.sizes, strict=True):
+            end = at + size
             add_group(gl, chunk.tps[at:end], committed[at:end], position[at:end], lag_o[at:end],
                       lag_s[at:end], stalled[at:end], self.out)
             at = end
