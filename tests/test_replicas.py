@@ -217,6 +217,14 @@ def _reassigned_at(kafka: KafkaCluster, group: str, since: float) -> float:
                          f"assigned again since {since}:\n{kafka.brokers[0].log_tail(20)}")
 
 
+def _has_reassigned(kafka: KafkaCluster, group: str, since: float) -> bool:
+    try:
+        _reassigned_at(kafka, group, since)
+    except AssertionError:
+        return False
+    return True
+
+
 def _served(reps: list[ExporterProcess]) -> list[Samples]:
     return [r.metrics() for r in reps]
 
@@ -273,6 +281,11 @@ def test_replicas_share_the_groups_and_a_killed_ones_move_with_their_clocks(
         # The Kafka worker of the stalled group's replica crashes: the replica starts a new
         # one, whose member joins beside the old one until that one's session times out.
         _crash_the_stalled_groups_worker(reps, stalled, every, cycles(SESSION + HEARTBEAT) + 3)
+        # The crashed worker's member expires a session after its last heartbeat, which may
+        # be after its replica serves again: waited for, so that the broker's next removal
+        # of a member is the killed replica's (which _reassigned_at counts from).
+        wait_for(lambda: _has_reassigned(kafka, COORDINATION, moves_from), SESSION + 10 * INTERVAL,
+                 "the crashed worker's member removed and the group assigned again")
         # Killed: its member expires at most SESSION after the kill (after its last
         # heartbeat), the others learn of the rebalance at their next heartbeat, a quarter
         # cycle later at most, and the broker assigns them its shards: Kafka's part, its
