@@ -10,6 +10,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import dataclasses
+import itertools
 import logging
 import os
 import threading
@@ -68,6 +69,9 @@ class ClusterRunner:
         self.shards: Shards | None = None  # with replicas: this replica's, as of the last cycle
         self._stop = threading.Event()
         self.thread = threading.Thread(target=self._run, name=f"sampler-{cfg.name}", daemon=True)
+        # Numbers the cycles' partition lines: a cycle that raised leaves its chunks in the
+        # worker, and the next one's number must differ (self.cycles counts only those done).
+        self._feeds = itertools.count(1)
         self._failures = 0
         self.recorder: Writer | None = None
         if config.record_dir:
@@ -139,7 +143,7 @@ class ClusterRunner:
                 self.recorder.cycle(snap, consumer_reports, spark_reports, exact_ts, snap.taken_at)
             if self.state is not None and snap.ok:
                 self._restore(res, snap.taken_at)
-            feed = _LinesFeed(self, self.cycles) if snap.ok else None
+            feed = _LinesFeed(self, next(self._feeds)) if snap.ok else None
             view = self.evaluator.evaluate(snap, consumer_reports, spark_reports, exact_ts,
                                            judged=feed.send if feed else None)
             # The sample (every group's offsets) is freed before the render takes its buffers.

@@ -21,9 +21,16 @@ import pytest
 
 from bench.footprint import snapshot
 from exporter import recording
-from exporter.config import Thresholds
+from exporter.config import Thresholds, build_config
+from exporter.contracts.snapshot import Snapshot
 from exporter.contracts.view import ClusterView, GroupView
-from exporter.contracts.worker import PartitionLinesChunk, PartitionLinesReply, PartitionLinesRequest
+from exporter.contracts.worker import (
+    PartitionLinesChunk,
+    PartitionLinesReply,
+    PartitionLinesRequest,
+    SampleReply,
+    WorkerCounters,
+)
 from exporter.evaluate.evaluator import Evaluator
 from exporter.expose.families import CycleFamilies
 from exporter.expose.labels import group_labels
@@ -32,8 +39,8 @@ from exporter.expose.render import _per_partition, chunk_of, render_cluster
 from exporter.expose.scrape import body_of, view_chunks
 from exporter.expose.textformat import Packed
 from exporter.kafka.worker import WorkerCrashed, _Clients
-from exporter.runner import _LinesFeed
-from exporter.store import ClusterRecord, SelfStats
+from exporter.runner import ClusterRunner, _LinesFeed
+from exporter.store import ClusterRecord, SelfStats, Store, initial_record
 from tests.test_columns import RECORDINGS, _LiveRun
 
 pytestmark = pytest.mark.unit
@@ -212,3 +219,31 @@ def test_the_worker_s_modules_import_no_numpy() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          cwd=Path(__file__).resolve().parent.parent, timeout=120)
     assert out.stdout.strip() == "[]", out.stdout
+
+
+def test_a_cycle_that_raised_leaves_its_lines_out_of_the_next(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The feed's numbers: a cycle whose evaluation raised after its first chunk went left
+    that chunk in the worker; the next cycle's chunks carry another number, so the worker
+    starts afresh (a repeated number would serve the first chunk's lines twice)."""
+    config = build_config({"clusters": [{"name": "c", "bootstrap_servers": "127.0.0.1:1"}]}, {})
+    runner = ClusterRunner(config.clusters[0], config, Store([initial_record("c", frozenset())]))
+    sent: list[int] = []
+    snap = Snapshot(cluster="c", taken_at=1.0, duration=0.1, partitions={}, groups={})
+    monkeypatch.setattr(runner.worker, "sample",
+                        lambda memory=None: SampleReply(snap, {}, {}, WorkerCounters()))
+    monkeypatch.setattr(runner.worker, "send_lines", lambda chunk: sent.append(chunk.cycle) or True)
+    monkeypatch.setattr(runner.worker, "partition_lines", lambda cycle: None)
+    calls = [0]
+
+    def evaluate(*a: object, judged=None, **k: object) -> ClusterView:  # noqa: ANN001
+        calls[0] += 1
+        judged([])
+        if calls[0] == 1:
+            raise RuntimeError("a bug")
+        return ClusterView(cluster="c", up=True, sampled_at=1.0, sample_duration=0.1, partitions={},
+                           groups={})
+
+    monkeypatch.setattr(runner.evaluator, "evaluate", evaluate)
+    monkeypatch.setattr(runner, "state", None)
+    assert not runner.cycle() and runner.cycle()
+    assert len(sent) == 2 and sent[0] != sent[1]
