@@ -346,8 +346,11 @@ class KafkaWorker:
             [sys.executable, "-c", "from exporter.kafka.worker import child_main; child_main()"],
             stdin=subprocess.PIPE,
             # librdkafka runs a thread per broker; glibc gives each its own malloc arena
-            # and their fragmentation, not data, dominated the worker's RSS at scale.
-            env={**os.environ, "MALLOC_ARENA_MAX": os.environ.get("MALLOC_ARENA_MAX", "2")},
+            # and their fragmentation, not data, dominated the worker's RSS at scale. The
+            # mmap threshold fixed as in the main process (exporter/cli.py _tune_malloc):
+            # the partition lines' buffers, left to a dynamic threshold, stay in the heap.
+            env={**os.environ, "MALLOC_ARENA_MAX": os.environ.get("MALLOC_ARENA_MAX", "2"),
+                 "MALLOC_MMAP_THRESHOLD_": os.environ.get("MALLOC_MMAP_THRESHOLD_", str(128 * 1024))},
             stdout=subprocess.PIPE, close_fds=True)
         assert self.proc.stdin is not None and self.proc.stdout is not None
         # The pipe takes its own copies of the descriptors; Popen's are closed now, so no
