@@ -31,6 +31,7 @@ from exporter.contracts.worker import (
     SampleReply,
     WorkerCounters,
 )
+from exporter.evaluate import evaluator as evaluator_module
 from exporter.evaluate.evaluator import Evaluator
 from exporter.expose.families import CycleFamilies
 from exporter.expose.labels import group_labels
@@ -42,6 +43,7 @@ from exporter.kafka.worker import WorkerCrashed, _Clients
 from exporter.runner import ClusterRunner, _LinesFeed
 from exporter.store import ClusterRecord, SelfStats, Store, initial_record
 from tests.test_columns import RECORDINGS, _LiveRun
+from tests.test_rest import _Run
 
 pytestmark = pytest.mark.unit
 
@@ -58,6 +60,7 @@ class _Beside:
         self.cycle = 0
         self.labels: list[str] = []
         self.lines = PartitionLines(0)
+        self.largest = 0  # the most rows a chunk held
 
     def begin(self) -> None:
         self.cycle += 1
@@ -66,11 +69,13 @@ class _Beside:
     def judged(self, views: list[GroupView]) -> None:
         chunk = pickle.loads(pickle.dumps(chunk_of(self.cycle, self.cluster, views, self.bounded)))
         self.labels += chunk.labels
+        self.largest = max(self.largest, len(chunk.tps))
         self.lines.add(chunk)
 
 
-def _replay(cycles, ev: Evaluator, cluster: str) -> tuple[int, int]:  # noqa: ANN001
-    """Both ways, full and bounded, every cycle; (views compared, bodies deflated)."""
+def _replay(cycles, ev: Evaluator, cluster: str) -> tuple[int, int, int]:  # noqa: ANN001
+    """Both ways, full and bounded, every cycle; (views compared, bodies deflated, the
+    most rows a chunk held)."""
     full, bounded = _Beside(cluster, False), _Beside(cluster, True)
     compared = packed = 0
     for snap, consumer, spark, exact_ts, now in cycles:
@@ -92,7 +97,7 @@ def _replay(cycles, ev: Evaluator, cluster: str) -> tuple[int, int]:  # noqa: AN
             beside = render_cluster(view, bounded=b, lines=lambda bodies=bodies: bodies)
             assert _body(view, beside) == _body(view, render_cluster(view, bounded=b))
         compared += 1
-    return compared, packed
+    return compared, packed, full.largest
 
 
 @pytest.mark.parametrize("path", RECORDINGS, ids=lambda p: p.name.split(".")[0])
@@ -101,7 +106,7 @@ def test_a_recording_renders_the_same_lines_beside_the_evaluation(path: Path) ->
     head = rec.header
     ev = Evaluator(head["cluster"], rec.thresholds, rec.interval, int(head["history_points"]),
                    int(head["max_group_partitions"]), rec.group_thresholds)
-    compared, _ = _replay([(c.snap, c.consumer, c.spark, c.exact_ts, c.now) for c in rec.cycles], ev,
+    compared, _, _ = _replay([(c.snap, c.consumer, c.spark, c.exact_ts, c.now) for c in rec.cycles], ev,
                           head["cluster"])
     assert compared > 0
 
@@ -114,7 +119,7 @@ def test_a_cluster_in_use_renders_the_same_lines_beside_the_evaluation() -> None
     for i in range(120):
         now += rnd.uniform(0.7, 1.6)
         timeline.append(run.cycle(i, now))
-    compared, _ = _replay(timeline, Evaluator("live", th, 1.0), "live")
+    compared, _, _ = _replay(timeline, Evaluator("live", th, 1.0), "live")
     assert compared > 100
 
 
@@ -123,9 +128,27 @@ def test_the_benchmark_shapes_render_the_same_lines_in_chunks_deflated(live: boo
     ev = Evaluator("bench", Thresholds(), 15.0)
     timeline = [(snapshot(120, 50, c, 1_000_000.0 + 15 * c, live=live), {}, {}, {}, 1_000_000.0 + 15 * c)
                 for c in range(4)]
-    compared, packed = _replay(timeline, ev, "bench")  # 6,000 rows: two chunks a cycle
+    compared, packed, _ = _replay(timeline, ev, "bench")  # 6,000 rows: two chunks a cycle
     assert compared == 4
     assert packed >= 4  # the families past PACK_ABOVE went deflated through the pipe
+
+
+def test_a_cluster_at_rest_is_handed_on_in_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Groups at rest count toward a chunk as the groups judged do: a cluster at rest is not
+    sent to the worker as one chunk of every group at the end (a million rows, once)."""
+    monkeypatch.setattr(evaluator_module, "CHUNK_ROWS", 12)
+    run = _Run(1)  # 24 groups of 3 partitions on idle and written topics, most at rest
+    th = Thresholds(stall_after=30, livelock_after=30, lag_seconds=600, window=600, report_stale_after=30)
+    now, timeline = 1_767_225_600.0, []
+    for i in range(120):
+        now += 1.0
+        timeline.append(run.cycle(i, now))
+    ev = Evaluator("syn", th, 1.0)
+    compared, _, largest = _replay(timeline, ev, "syn")
+    assert compared > 100 and ev.rest  # groups were at rest
+    # at most the groups at rest short of a chunk and a judged chunk, each with its last
+    # group's rows past the chunk's (every group at once: 72 rows here)
+    assert largest <= 2 * (12 + 3), largest
 
 
 def _chunk(cycle: int, gid: str, n: int = 3) -> PartitionLinesChunk:

@@ -349,7 +349,7 @@ class Evaluator:
         views: dict[str, GroupView] = {}
         pending: list[_Pending] = []
         done: list[GroupView] = []  # views in the dict's order, not yet handed on
-        rows = 0
+        rows = resting = 0  # the rows of the groups pending, and of those at rest in ``done``
         for gid, g in samples.items():
             reports = consumer_reports.get(gid, [])
             r = self.rest.pop(gid, None)
@@ -357,6 +357,9 @@ class Evaluator:
                 self.rest[gid], views[gid] = r, served(r, self.progress.window, now)
                 self.progress.rested(gid, views[gid])
                 done.append(views[gid])
+                resting += len(views[gid].partitions)
+                if resting >= CHUNK_ROWS:  # a cluster at rest is handed on in chunks too
+                    done, resting = _handed(judged, done, [], views), 0
                 continue
             pending.append(self._prepared(gid, g, self._thresholds_of(gid), r, snap.partitions, reports,
                                           spark_reports.get(gid) if g.type == GroupType.SPARK else None,
@@ -364,7 +367,7 @@ class Evaluator:
             rows += len(pending[-1].tps)
             if rows >= CHUNK_ROWS:
                 self._judge_chunk(pending, views, snap.partitions, now)
-                done = _handed(judged, done, pending, views)
+                done, resting = _handed(judged, done, pending, views), 0
                 pending, rows = [], 0
         self._judge_chunk(pending, views, snap.partitions, now)
         _handed(judged, done, pending, views)
@@ -910,12 +913,13 @@ class Evaluator:
 
 def _handed(judged: OnJudged | None, done: list[GroupView], pending: list[_Pending],
             views: dict[str, GroupView]) -> list[GroupView]:
-    """``done`` and the chunk just judged handed to ``judged``; what is left to hand on."""
-    if judged is None:
-        return done
-    done.extend(views[p.gid] for p in pending)
-    if done:
-        judged(done)
+    """``done`` and the chunk just judged handed to ``judged``; what is left to hand on
+    (nothing). The groups pending are not in ``views`` before they are judged, so views
+    at rest handed on ahead of them keep the dict's order."""
+    if judged is not None:
+        done.extend(views[p.gid] for p in pending)
+        if done:
+            judged(done)
     return []
 
 
