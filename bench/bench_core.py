@@ -31,7 +31,6 @@ sources: after lagwatch stops, each runs alone on the same broker and fleet and 
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
 import re
 import statistics
@@ -50,7 +49,7 @@ from confluent_kafka import ConsumerGroupTopicPartitions, Producer, TopicPartiti
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from bench.live import WRITERS, LiveFleet
-from bench.peers import measure_peer, stop
+from bench.peers import measure_peer, scrape, stop
 from devenv.kafka import KafkaCluster, die_with_parent, free_port
 from devenv.procs import children, memory_mb
 from tests.support.exporter_proc import Samples, parse_metrics, value
@@ -148,14 +147,6 @@ def _cluster_doc(base: str) -> dict | None:
         return None
 
 
-def _scrape(base: str) -> tuple[bytes, bool]:
-    """/metrics as Prometheus asks for it (``Accept-Encoding: gzip``), as sent; whether
-    it came gzipped (an older lagwatch serves text)."""
-    req = urllib.request.Request(f"{base}/metrics", headers={"Accept-Encoding": "gzip"})
-    with urllib.request.urlopen(req, timeout=60) as r:
-        return r.read(), r.headers.get("Content-Encoding") == "gzip"
-
-
 def _watch(proc: subprocess.Popen, base: str, cycles: int, deadline: float) -> dict[str, list]:
     """Poll the cluster's JSON document every 0.5 s until ``cycles`` cycles are seen; per new
     cycle, two scrapes of /metrics (the first builds the families, the second is cached),
@@ -172,9 +163,7 @@ def _watch(proc: subprocess.Popen, base: str, cycles: int, deadline: float) -> d
             continue
         last_at = doc["sampled_at"]
         s = time.monotonic()
-        zipped, gzipped = _scrape(base)
-        took = time.monotonic() - s
-        body = gzip.decompress(zipped) if gzipped else zipped
+        took, wire, body = scrape(f"{base}/metrics", 60)
         m = _self_metrics(body)
         n = value(m, "lagwatch_cycles_total", cluster="bench") or 0
         if n > seen_cycles and (value(m, "lagwatch_up", cluster="bench") or 0) == 1:
@@ -185,11 +174,9 @@ def _watch(proc: subprocess.Popen, base: str, cycles: int, deadline: float) -> d
             seen["reqs"].append((n, value(m, "lagwatch_kafka_requests_total") or 0))
             seen["render"].append(took)
             seen["sizes"].append(len(body))
-            seen["gzip_sizes"].append(len(zipped))
+            seen["gzip_sizes"].append(wire)
             seen["statuses"].append(statuses(body))
-            s = time.monotonic()
-            _scrape(base)
-            seen["render"].append(time.monotonic() - s)
+            seen["render"].append(scrape(f"{base}/metrics", 60)[0])
         time.sleep(0.5)
     return seen
 

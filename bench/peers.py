@@ -68,16 +68,17 @@ def stop(proc: subprocess.Popen) -> None:
         proc.wait(30)
 
 
-def _scrape(url: str) -> tuple[float, bytes]:
-    """One scrape as Prometheus asks for it (``Accept-Encoding: gzip``), timed to its last
-    byte; the body inflated after the timing where the peer gzipped it."""
+def scrape(url: str, timeout: float = 600) -> tuple[float, int, bytes]:
+    """One scrape as Prometheus asks for it (``Accept-Encoding: gzip``): seconds to its
+    last byte, bytes on the wire, and the text (inflated after the timing where the
+    server gzipped it; an older lagwatch answers text)."""
     s = time.monotonic()
     req = urllib.request.Request(url, headers={"Accept-Encoding": "gzip"})
-    with urllib.request.urlopen(req, timeout=600) as r:
+    with urllib.request.urlopen(req, timeout=timeout) as r:
         body = r.read()
         took = time.monotonic() - s
         zipped = r.headers.get("Content-Encoding") == "gzip"
-    return took, gzip.decompress(body) if zipped else body
+    return took, len(body), gzip.decompress(body) if zipped else body
 
 
 def _first_scrape(proc: subprocess.Popen, url: str, log: Path, deadline: float) -> bytes:
@@ -86,7 +87,7 @@ def _first_scrape(proc: subprocess.Popen, url: str, log: Path, deadline: float) 
         if proc.poll() is not None:
             raise RuntimeError(f"exited {proc.returncode}: {log.read_text()[-2000:]}")
         try:
-            return _scrape(url)[1]
+            return scrape(url)[2]
         except OSError:
             time.sleep(0.5)
     raise RuntimeError(f"no /metrics in time: {log.read_text()[-2000:]}")
@@ -107,7 +108,7 @@ def measure_peer(name: str, binary: str, bootstrap: str, topic: str, group_prefi
             _first_scrape(proc, url, log, time.monotonic() + 600)
             took, sizes, series = [], [], []
             for _ in range(scrapes):
-                t, body = _scrape(url)
+                t, _wire, body = scrape(url)
                 took.append(t)
                 sizes.append(len(body))
                 series.append(body.count(LAG_SERIES[name]))

@@ -359,7 +359,8 @@ class Evaluator:
                 done.append(views[gid])
                 resting += len(views[gid].partitions)
                 if resting >= CHUNK_ROWS:  # a cluster at rest is handed on in chunks too
-                    done, resting = _handed(judged, done, [], views), 0
+                    _handed(judged, done, [], views)
+                    done, resting = [], 0
                 continue
             pending.append(self._prepared(gid, g, self._thresholds_of(gid), r, snap.partitions, reports,
                                           spark_reports.get(gid) if g.type == GroupType.SPARK else None,
@@ -367,7 +368,8 @@ class Evaluator:
             rows += len(pending[-1].tps)
             if rows >= CHUNK_ROWS:
                 self._judge_chunk(pending, views, snap.partitions, now)
-                done, resting = _handed(judged, done, pending, views), 0
+                _handed(judged, done, pending, views)
+                done, resting = [], 0
                 pending, rows = [], 0
         self._judge_chunk(pending, views, snap.partitions, now)
         _handed(judged, done, pending, views)
@@ -912,15 +914,12 @@ class Evaluator:
 
 
 def _handed(judged: OnJudged | None, done: list[GroupView], pending: list[_Pending],
-            views: dict[str, GroupView]) -> list[GroupView]:
-    """``done`` and the chunk just judged handed to ``judged``; what is left to hand on
-    (nothing). The groups pending are not in ``views`` before they are judged, so views
-    at rest handed on ahead of them keep the dict's order."""
-    if judged is not None:
-        done.extend(views[p.gid] for p in pending)
-        if done:
-            judged(done)
-    return []
+            views: dict[str, GroupView]) -> None:
+    """``done`` and the chunk just judged handed to ``judged``. The groups pending are not
+    in ``views`` before they are judged, so views at rest handed on ahead of them keep the
+    dict's order."""
+    if judged is not None and (done or pending):
+        judged(done + [views[p.gid] for p in pending])
 
 
 def _rejoins(cycles: list[_GroupCycle], sizes: list[int], changed_at: np.ndarray) -> np.ndarray:

@@ -18,6 +18,7 @@ import zlib
 from collections.abc import Iterable
 
 from exporter.contracts.packed import RAW, Packed
+from exporter.expose.textformat import PACK_LEVEL
 
 # Member header: magic, deflate, no flags, no mtime, no extra flags, unknown OS.
 HEADER = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\xff"
@@ -79,7 +80,7 @@ def gzip_chunks(chunks: Iterable[bytes | memoryview | Packed]) -> list[bytes]:
         if not text:
             return
         joined = b"".join(text)
-        z = zlib.compressobj(1, zlib.DEFLATED, RAW)
+        z = zlib.compressobj(PACK_LEVEL, zlib.DEFLATED, RAW)
         out.append(z.compress(joined) + z.flush(zlib.Z_SYNC_FLUSH))
         crc, size = crc32_combine(crc, zlib.crc32(joined), len(joined)), size + len(joined)
         text.clear()

@@ -20,7 +20,7 @@ from exporter.contracts.view import STATUSES, ClusterView, GroupView, PartitionR
 from exporter.contracts.worker import PartitionBodies, PartitionLinesChunk
 from exporter.expose.compat import kafka_exporter_lines
 from exporter.expose.detail import Detail, detail_of
-from exporter.expose.families import CycleFamilies
+from exporter.expose.families import CycleFamilies, field_of
 from exporter.expose.labels import group_label_text, group_labels, partition_labels
 from exporter.expose.partition_lines import NAMES, Out, add_group
 from exporter.expose.textformat import Packed, escape_label, finite
@@ -59,14 +59,13 @@ def render_partitions(v: ClusterView, fam: CycleFamilies) -> None:
 
 
 def render_groups(v: ClusterView, fam: CycleFamilies, compat: frozenset[str],
-                  level: dict[str, Detail] | None = None, partitions: bool = True) -> None:
-    """kafka_consumergroup_*: each group's state, status and per-partition lag; with
+                  level: dict[str, Detail] | None = None) -> None:
+    """kafka_consumergroup_*: each group's state, status and group-level series; with
     ``level`` (``metrics_detail: bounded``: exporter/expose/detail.py), only the status
-    series that is 1, and of each group only what its level says; ``partitions`` False:
-    without the per-partition families (exporter/expose/partition_lines.py)."""
+    series that is 1, and of each group only what its level says. The per-partition
+    families: :func:`render_partition_lines`, or the worker's."""
     info, members, status = fam.consumergroup_info, fam.consumergroup_members, fam.consumergroup_status
     max_lag, lag_sum = fam.consumergroup_max_lag_seconds, fam.consumergroup_lag_offsets_sum
-    per_partition = _per_partition(fam)
     poll_age = fam.consumergroup_member_last_poll_age_seconds
     epoch = fam.consumergroup_epoch
     compat_ke = "kafka_exporter" in compat
@@ -95,14 +94,11 @@ def render_groups(v: ClusterView, fam: CycleFamilies, compat: frozenset[str],
             if m.last_poll_age is not None and m.client_id not in seen_clients:
                 seen_clients.add(m.client_id)
                 poll_age.add(f'{gl},client_id="{escape_label(m.client_id)}"', m.last_poll_age)
-        if lv == Detail.PARTITIONS and partitions:
-            group_lines(gl, g.partitions, per_partition)
 
 
 def _per_partition(fam: CycleFamilies) -> Out:
-    return (fam.consumergroup_committed_offset, fam.consumergroup_position_offset,
-            fam.consumergroup_lag_offsets, fam.consumergroup_lag_seconds,
-            fam.consumergroup_stalled_seconds)
+    a, b, c, d, e = (getattr(fam, field_of(name)) for name in NAMES)
+    return a, b, c, d, e
 
 
 def render_partition_lines(v: ClusterView, fam: CycleFamilies, bounded: bool) -> None:
@@ -116,7 +112,7 @@ def render_partition_lines(v: ClusterView, fam: CycleFamilies, bounded: bool) ->
 def group_lines(gl: str, rows: PartitionRows, out: Out) -> None:
     """One group's per-partition series from its rows' columns, no PartitionView made."""
     add_group(gl, rows.tps, rows.committed.tolist(), rows.position.tolist(), rows.lag_offsets.tolist(),
-          rows.lag_seconds.tolist(), rows.stalled_seconds.tolist(), out)
+              rows.lag_seconds.tolist(), rows.stalled_seconds.tolist(), out)
 
 
 def detailed(g: GroupView, bounded: bool) -> bool:
@@ -243,7 +239,7 @@ def render_cluster(v: ClusterView, compat: frozenset[str] = frozenset(), bounded
     render_partitions(v, fam)
     groups = list(v.groups.values())
     level = {g.group: detail_of(g) for g in groups} if bounded else None
-    render_groups(v, fam, compat, level, partitions=lines is None)
+    render_groups(v, fam, compat, level)
     served = groups if level is None else [g for g in groups if level[g.group] >= Detail.GROUP]
     render_progress(v, fam, served)
     render_rebalances(v, fam, served)
@@ -253,7 +249,7 @@ def render_cluster(v: ClusterView, compat: frozenset[str] = frozenset(), bounded
     render_below_log_start(v, fam, served, detailed)
     render_unsubscribed(v, fam, detailed)
     bodies = lines() if lines is not None else None
-    if lines is not None and bodies is None:
+    if bodies is None:
         render_partition_lines(v, fam, bounded)
     given = dict(zip(NAMES, bodies, strict=True)) if bodies is not None else {}
     out = fam.in_order()

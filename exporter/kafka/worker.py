@@ -53,10 +53,10 @@ from exporter.contracts.worker import (
     WorkerCounters,
     WorkerStart,
 )
+from exporter.expose.partition_lines import PartitionLines
 from exporter.runtime import collect_less
 
 if TYPE_CHECKING:
-    from exporter.expose.partition_lines import PartitionLines
     from exporter.kafka.sampler import Sampler
     from exporter.kafka.timestamps import RecordTimestamps
     from exporter.reports.reader import ReportReader
@@ -157,8 +157,6 @@ class _Clients:
     def render(self, chunk: PartitionLinesChunk) -> None:
         """A chunk's lines added to its cycle's (exporter/expose/partition_lines.py); a
         Python exception fails the cycle's lines, and the runner renders them itself."""
-        from exporter.expose.partition_lines import PartitionLines
-
         if self.lines is None or self.lines.cycle != chunk.cycle:
             self.lines, self.lines_error = PartitionLines(chunk.cycle), None
         if self.lines_error is not None:
@@ -170,8 +168,6 @@ class _Clients:
             self.lines_error = f"{type(e).__name__}: {e}"
 
     def _rendered(self, req: PartitionLinesRequest) -> PartitionLinesReply:
-        from exporter.expose.partition_lines import PartitionLines
-
         lines, error = self.lines, self.lines_error
         self.lines, self.lines_error = None, None
         if lines is None or lines.cycle != req.cycle:  # no chunk this cycle: no line
