@@ -38,7 +38,7 @@ STAGES: tuple[tuple[str, object, str], ...] = (
     ("    partitions one at a time", ev_mod.Evaluator, "_partition"),
     ("    partitions classified from columns", ev_mod.Evaluator, "_classified"),
     ("    exposure", ev_mod, "_exposure"),
-    ("  rates, catch-up, losses", progress.ProgressTracker, "one"),
+    ("  rates, catch-up, losses", progress.ProgressTracker, "many"),
     ("  rebalances", rebalances.RebalanceTracker, "one"),
     ("  rest (enter, settle)", ev_mod, "enter"),
 )

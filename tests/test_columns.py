@@ -41,12 +41,13 @@ pytestmark = pytest.mark.unit
 RECORDINGS = sorted((Path(__file__).resolve().parent / "recordings").glob("*.jsonl.xz"))
 
 
-def _compare(cycles, make, seen: set[Status | str] | None = None) -> int:  # noqa: ANN001
+def _compare(cycles, make, seen: set[Status | str] | None = None) -> tuple[int, int]:  # noqa: ANN001
     """Feed cycles to an evaluator judging in columns and one judging one partition at a
-    time; assert equal views and memories; return the partitions judged in columns. The
+    time; assert equal views and memories; return the partitions judged in columns and the
+    groups whose rate points stepped together with others' (summed over the cycles). The
     groups' statuses seen are added to ``seen``, and "lost" once a group lost records."""
     cols, one = make(True), make(False)
-    in_columns = 0
+    in_columns = together = 0
     for i, (snap, consumer, spark, exact_ts, now) in enumerate(cycles):
         a = cols.evaluate(snap, consumer, spark, exact_ts, now=now)
         b = one.evaluate(snap, consumer, spark, exact_ts, now=now)
@@ -55,10 +56,11 @@ def _compare(cycles, make, seen: set[Status | str] | None = None) -> int:  # noq
             seen |= {v.status for v in b.groups.values()}
             seen |= {"lost" for v in b.groups.values() if v.progress and v.progress.records_lost_total}
         in_columns += cols.judged_in_columns
-        assert one.judged_in_columns == 0
+        together += cols.progress.stepped_together
+        assert one.judged_in_columns == 0 and one.progress.stepped_together == 0
         for gid in b.groups if snap.ok else ():
             assert _memory(cols, gid) == _memory(one, gid), f"cycle {i}: {gid}'s memory differs"
-    return in_columns
+    return in_columns, together
 
 
 @pytest.mark.parametrize("path", RECORDINGS, ids=lambda p: p.name.split(".")[0])
@@ -70,7 +72,7 @@ def test_a_recording_replays_the_same_judged_in_columns(path: Path) -> None:
         return Evaluator(head["cluster"], rec.thresholds, rec.interval, int(head["history_points"]),
                          int(head["max_group_partitions"]), rec.group_thresholds, columns=columns)
 
-    in_columns = _compare([(c.snap, c.consumer, c.spark, c.exact_ts, c.now) for c in rec.cycles], make)
+    in_columns, _ = _compare([(c.snap, c.consumer, c.spark, c.exact_ts, c.now) for c in rec.cycles], make)
     if not path.name.startswith(("spark", "jvm")):  # every group there reports or is a query
         assert in_columns > 0, path.name
 
@@ -83,7 +85,8 @@ def test_the_resting_cluster_of_test_rest_runs_the_same_judged_in_columns() -> N
     for i in range(300):
         now += rnd.uniform(0.9, 1.3)
         timeline.append(run.cycle(i, now))
-    assert _compare(timeline, lambda columns: Evaluator("syn", th, 1.0, columns=columns)) > 0
+    in_columns, together = _compare(timeline, lambda columns: Evaluator("syn", th, 1.0, columns=columns))
+    assert in_columns > 0 and together > 0
 
 
 class _LiveRun:
@@ -194,11 +197,14 @@ def test_a_cluster_in_use_runs_the_same_judged_in_columns(seed: int, interval: f
     for i in range(cycles):
         now += interval * rnd.uniform(0.7, 1.6)  # cycles are never evenly spaced
         timeline.append(run.cycle(i, now))
-    in_columns = _compare(timeline, lambda columns: Evaluator("live", th, interval, columns=columns),
-                          statuses)
+    def make(columns: bool) -> Evaluator:
+        return Evaluator("live", th, interval, columns=columns)
+
+    in_columns, together = _compare(timeline, make, statuses)
     # the run shows every status a cluster without reports or Spark can show, and losses
     assert {Status.OK, Status.LAGGING, Status.STALLED, Status.STOPPED, Status.REWIND, "lost"} <= statuses
     assert in_columns > cycles * 30  # most partitions, most cycles
+    assert together > cycles * 5  # and the rate points of many groups, stepped together
 
 
 @pytest.mark.parametrize("live", [True, False], ids=["live", "behind"])
@@ -209,6 +215,7 @@ def test_the_benchmark_shapes_are_judged_in_columns(live: bool) -> None:
         snap = snapshot(40, 10, c, 1_000_000.0 + 15 * c, live=live)
         assert cols.evaluate(snap) == one.evaluate(snap)
     assert cols.judged_in_columns == 400  # every partition of the last cycle
+    assert cols.progress.stepped_together == 40  # and every group's rate points, together
     assert live_snapshot(2, 2, 1, 0.0).groups  # the live shape has groups
 
 

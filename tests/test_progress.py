@@ -19,6 +19,7 @@ from exporter.evaluate.rates import (
     fmt_duration,
     min_span,
     rates,
+    step_together,
 )
 from exporter.evaluate.retention import lost_step
 from exporter.expose.render import render_cluster
@@ -372,3 +373,64 @@ def test_a_rate_tables_points_read_back_exactly_whatever_the_increase(seed: int)
         assert dict(table.items()) == exact
     assert dict(table.flat_items()) == {tp: p.flat() for tp, p in exact.items()}
     assert np.dtype(np.float64) in widths and widths & {np.dtype(t) for t in (np.uint8, np.uint16, np.uint32)}
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_tables_stepped_together_hold_what_each_stepped_alone_holds(seed: int) -> None:
+    """step_together (tables at the same times, at once) against RateTable.step of each:
+    the same points, the same arrays kept where a table stood still, the same widths of
+    the increases (1, 2, 4 bytes or float64), and a table with a row moved backwards left
+    as its own step leaves it (unchanged, False); it restarts, and steps with the tables at
+    its times from then on, as the progress tracker groups them."""
+    rng = np.random.default_rng(seed)
+    sizes = [3, 1, 5, 2]
+    tps = [[(f"t{k}", p) for p in range(n)] for k, n in enumerate(sizes)]
+    together, alone = [RateTable() for _ in sizes], [RateTable() for _ in sizes]
+    consumed = [np.full(n, 1000.0) for n in sizes]
+    hw = [np.full(n, 2.0**40) for n in sizes]
+    t, refused, kept, widths = 1000.0, 0, 0, set()
+    for c in range(90):
+        t += float(rng.choice([5.0, 15.0, 40.0]))
+        was, hw_was = consumed[2][1], hw[0][0]
+        for k, n in enumerate(sizes):
+            if k == 1 and c % 7 == 0:
+                continue  # stands still: its arrays stay
+            top = float(rng.choice([0, 200, 60_000, 4_000_000_000, 2.0**40]))
+            consumed[k] = consumed[k] + rng.integers(0, top + 1, n).astype(float)
+            hw[k] = hw[k] + rng.integers(0, 300, n).astype(float)
+        if c % 11 == 5:  # a rewind in the third table
+            consumed[2] = consumed[2].copy()
+            consumed[2][1] = was - 1
+        if c % 13 == 7:  # an HW moved backwards in the first (a truncated log)
+            hw[0] = hw[0].copy()
+            hw[0][0] = hw_was - 1
+        cohorts: dict[tuple[float, ...], list[int]] = {}
+        for k, tb in enumerate(together):
+            if not tb.times:  # its first point, alone (as the tracker does)
+                for table in (tb, alone[k]):
+                    table.start(tps[k])
+                    assert table.step(t, consumed[k], hw[k], 600.0)
+            else:
+                cohorts.setdefault(tuple(tb.times), []).append(k)
+        for ks in cohorts.values():
+            before = [(together[k].consumed.newest, together[k].hw.newest) for k in ks]
+            got = step_together([together[k] for k in ks], t, np.concatenate([consumed[k] for k in ks]),
+                                np.concatenate([hw[k] for k in ks]), 600.0)
+            want = [alone[k].step(t, consumed[k], hw[k], 600.0) for k in ks]
+            assert got == want
+            for k, ok, (c_was, h_was) in zip(ks, want, before, strict=True):
+                a, b = together[k], alone[k]
+                if not ok:  # unchanged; both restart at the next cycle
+                    assert a.consumed.newest is c_was and a.hw.newest is h_was
+                    refused += 1
+                    a.start([]), b.start([])
+                    a.times.clear(), b.times.clear()
+                    continue
+                assert a.times == b.times and dict(a.flat_items()) == dict(b.flat_items())
+                if a.consumed.steps is not None:
+                    assert b.consumed.steps is not None and a.consumed.steps.dtype == b.consumed.steps.dtype
+                    widths.add(a.consumed.steps.dtype)
+                if k == 1 and c % 7 == 0 and len(a.times) > 1:
+                    assert a.consumed.newest is c_was  # stood still: the same array
+                    kept += 1
+    assert refused > 10 and kept > 0 and np.dtype(np.float64) in widths and np.dtype(np.uint8) in widths

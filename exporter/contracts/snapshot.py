@@ -68,6 +68,7 @@ class PartitionOffsets:
 
 # A PartitionOffsets' HW as one C-level call: gathered for every group-partition each cycle.
 HW_OF = operator.attrgetter("hw")
+LOG_START_OF = operator.attrgetter("log_start")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

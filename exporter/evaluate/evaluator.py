@@ -26,6 +26,7 @@ from exporter.contracts.reports import ConnectSide, ConsumerReport, SparkReport
 from exporter.contracts.snapshot import (
     COMMITTING_TYPES,
     HW_OF,
+    LOG_START_OF,
     TP,
     GroupSample,
     GroupType,
@@ -96,7 +97,7 @@ from exporter.evaluate.memory import (
     remember_uncommitted,
     rest_step,
 )
-from exporter.evaluate.progress import ProgressTracker
+from exporter.evaluate.progress import Observed, ProgressTracker
 from exporter.evaluate.rebalances import RebalanceTracker
 from exporter.evaluate.rest import Resting, changed_topics, enter, possible, served, settle, still
 from exporter.evaluate.rules import (
@@ -163,6 +164,7 @@ class _Columns:
 
     committed: list[int]
     hw: list[int | None]
+    log_start: list[int | None]
     owners: list[Member | None]
     owned: np.ndarray  # bool: a member owns it (:func:`_member_owns`)
     owner: np.ndarray  # its owner's id in the group's PartitionTable, -1: none
@@ -379,8 +381,10 @@ class Evaluator:
                      partitions: dict[TP, PartitionOffsets], now: float) -> None:
         """Prepared groups judged: their column pass, then each group in turn."""
         self._judge_columns(pending, now)
-        for p in pending:
-            views[p.gid] = self._judged(p, partitions, now)
+        judged = [(p, self._group(p, now)) for p in pending]
+        figures = self.progress.many([(p.gid, v, p.g, _observed(p, v)) for p, v in judged], partitions, now)
+        for (p, v), progress in zip(judged, figures, strict=True):
+            views[p.gid] = self._judged(p, v, progress, partitions, now)
 
     def _prepared(self, gid: str, g: GroupSample, th: Thresholds, r: Resting | None,
                   partitions: dict[TP, PartitionOffsets], reports: list[ConsumerReport],
@@ -408,13 +412,13 @@ class Evaluator:
         return _Pending(gid=gid, g=g, st=state, th=th, reports=reports, cycle=c, tps=tps,
                         columns=self._column_batch(c, tps) if self.columns else None)
 
-    def _judged(self, p: _Pending, partitions: dict[TP, PartitionOffsets], now: float) -> GroupView:
-        """One group judged, with its rates and rebalances; found at rest, it is skipped
-        from the next cycle on while nothing changes (exporter/evaluate/rest.py). Done group
-        by group, so a group entering rest drops its per-partition rate points before the
-        next group is judged: a cycle that wakes every group holds one group's points."""
-        v = self._group(p, now)
-        progress = self.progress.one(p.gid, v, p.g, partitions, now)
+    def _judged(self, p: _Pending, v: GroupView, progress: GroupProgress | None,
+                partitions: dict[TP, PartitionOffsets], now: float) -> GroupView:
+        """One group's view (:meth:`_group`) with its rates (``progress``) and rebalances;
+        found at rest, it is skipped from the next cycle on while nothing changes
+        (exporter/evaluate/rest.py). Done chunk by chunk, so a group entering rest drops its
+        per-partition rate points before the next chunk is judged: a cycle that wakes every
+        group holds one chunk's points."""
         rebalances = self.rebalances.one(p.gid, v, p.g, p.reports, now)
         if progress is not None or rebalances is not None:  # one copy of the view, not two
             v = _with_figures(v, progress or v.progress, rebalances or v.rebalances)
@@ -697,11 +701,15 @@ class Evaluator:
                 or not table.aligned(tps)):
             return None
         pos = list(map(c.partitions.get, tps))
-        hws = list(map(HW_OF, pos)) if all(pos) else [None if po is None else po.hw for po in pos]
+        if all(pos):
+            hws, log_start = list(map(HW_OF, pos)), list(map(LOG_START_OF, pos))
+        else:
+            hws = [None if po is None else po.hw for po in pos]
+            log_start = [None if po is None else po.log_start for po in pos]
         owners, owned, owner = _owners(c, table, tps)
         listed = np.fromiter((tp[0] not in c.left for tp in tps), bool, len(tps)) if c.left else None
-        return _Columns(committed=list(map(g.committed.__getitem__, tps)), hw=hws, owners=owners,
-                        owned=owned, owner=owner, listed=listed)
+        return _Columns(committed=list(map(g.committed.__getitem__, tps)), hw=hws, log_start=log_start,
+                        owners=owners, owned=owned, owner=owner, listed=listed)
 
     def _stepped_rows(self, judged: list[_InColumns], now: float) -> tuple[Samples, np.ndarray]:
         """The samples and the memory of the rows of ``judged`` stepped in columns, one group
@@ -911,6 +919,19 @@ class Evaluator:
         """A topic's offsets and HW history as read at ``sampled_at``."""
         persist.import_topic(self, state, sampled_at)
 
+
+
+def _observed(p: _Pending, v: GroupView) -> Observed | None:
+    """What the progress tracker observes of a group whose every committed partition was
+    stepped in columns and who has no other row, from the columns gathered
+    (:meth:`Evaluator._column_batch`); None for another group (the tracker reads its view)."""
+    b = p.columns
+    rows = v.partitions
+    if b is None or not b.whole or b.samples is None or len(rows) != len(p.tps):
+        return None
+    log_start = (np.array(b.log_start, float) if None not in b.log_start
+                 else np.array([np.nan if x is None else x for x in b.log_start], float))
+    return Observed(rows.tps, b.samples.lag_off, b.samples.hw, log_start, rows.unsubscribed, rows.owner)
 
 
 def _handed(judged: OnJudged | None, done: list[GroupView], pending: list[_Pending],

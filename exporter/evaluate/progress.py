@@ -9,14 +9,13 @@ of :mod:`exporter.evaluate.retention`) and attaches a :class:`GroupProgress` to 
 
 from __future__ import annotations
 
-import operator
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
 import numpy as np
 
-from exporter.contracts.snapshot import HW_OF, TP, GroupSample, PartitionOffsets
+from exporter.contracts.snapshot import HW_OF, LOG_START_OF, TP, GroupSample, PartitionOffsets
 from exporter.contracts.view import (
     Filled,
     GroupProgress,
@@ -37,6 +36,7 @@ from exporter.evaluate.rates import (
     fmt_rate,
     min_span,
     rates,
+    step_together,
 )
 from exporter.evaluate.retention import below_log_start, lost_step, retained_position
 
@@ -96,6 +96,7 @@ class ProgressTracker:
         # One object per distinct PartitionProgress of a cycle (they are frozen).
         self._shared: dict[PartitionProgress, PartitionProgress] = {}
         self._canon: dict[TP, TP] = {}
+        self.stepped_together = 0  # groups whose points stepped with others' in the last cycle
 
     def begin(self, keys: dict[TP, TP]) -> None:
         """A cycle's groups follow; the evaluator annotates each as soon as it is judged,
@@ -104,6 +105,7 @@ class ProgressTracker:
         memory kept and in the figures served (one object per partition)."""
         self._shared = {}
         self._canon = keys
+        self.stepped_together = 0
 
     def rested(self, gid: str, v: GroupView) -> None:
         """A group at rest: its view carries its figures already (exporter/evaluate/rest.py)."""
@@ -117,6 +119,56 @@ class ProgressTracker:
             memo.last = self._group(memo, v, partitions, now)
         # An unreadable group keeps its last figures, like its last judgement.
         return memo.last
+
+    def many(self, groups: Sequence[ChunkGroup], partitions: dict[TP, PartitionOffsets], now: float
+             ) -> list[GroupProgress | None]:
+        """:meth:`one` of each group of a chunk, in order. The groups whose points are in
+        columns at the same times and whose :class:`Observed` columns the evaluator
+        gathered step together (:func:`~exporter.evaluate.rates.step_together`); the others
+        one after the other."""
+        out: list[GroupProgress | None] = [None] * len(groups)
+        cohorts: dict[tuple[float, ...], list[int]] = {}
+        for i, (gid, v, sample, o) in enumerate(groups):
+            memo = self.groups.get(gid)
+            table = None if memo is None else memo.parts
+            if (self.columns and o is not None and sample.error is None and isinstance(table, RateTable)
+                    and table.times and table.tps == o.tps):
+                cohorts.setdefault(tuple(table.times), []).append(i)
+            else:
+                out[i] = self.one(gid, v, sample, partitions, now)
+        for members in cohorts.values():
+            self._together([groups[i] for i in members], partitions, now, members, out)
+        return out
+
+    def _together(self, groups: list[ChunkGroup], partitions: dict[TP, PartitionOffsets], now: float,
+                  at: list[int], out: list[GroupProgress | None]) -> None:
+        """:meth:`many` of groups whose points are at the same times: their figures into
+        ``out`` at ``at``."""
+        obs = [o for _gid, _v, _s, o in groups if o is not None]
+        hw = np.concatenate([o.hw for o in obs])
+        consumed = hw - np.concatenate([o.lag for o in obs])
+        starts = np.cumsum([0, *map(len, [o.tps for o in obs[:-1]])])
+        unfit = np.logical_or.reduceat(np.isnan(hw) | (consumed < 0), starts).tolist()
+        if any(unfit):  # an offset not known: as :func:`_observed` reads it, one at a time
+            for (gid, v, sample, _o), i, bad in zip(groups, at, unfit, strict=True):
+                if bad:
+                    out[i] = self.one(gid, v, sample, partitions, now)
+            fit = [(g, i) for g, i, bad in zip(groups, at, unfit, strict=True) if not bad]
+            if fit:
+                self._together([g for g, _i in fit], partitions, now, [i for _g, i in fit], out)
+            return
+        memos = [self.groups[gid] for gid, *_ in groups]
+        stepped = step_together([m.parts for m in memos], now, consumed, hw, self.window)
+        span = memos[0].parts.span(self.min_span)
+        lo = 0
+        for (gid, v, sample, o), memo, i, ok in zip(groups, memos, at, stepped, strict=True):
+            assert o is not None
+            rows, lo = slice(lo, lo + len(o.tps)), lo + len(o.tps)
+            if ok:
+                out[i] = memo.last = self._figures(memo, o, consumed[rows], span, first=False)
+                self.stepped_together += 1
+            else:  # a row moved backwards: its points restart, one at a time
+                out[i] = self.one(gid, v, sample, partitions, now)
 
     def end(self, views: dict[str, GroupView]) -> None:
         """The cycle's groups are done: ``views`` holds every group of the cycle."""
@@ -155,7 +207,7 @@ class ProgressTracker:
             memo.counted.pop(tp, None)
         return summarize(rows, memo, self.settle, self.min_span, self._shared)
 
-    def _in_columns(self, memo: RatesMemory, o: _Observed, now: float) -> GroupProgress | None:
+    def _in_columns(self, memo: RatesMemory, o: Observed, now: float) -> GroupProgress | None:
         """:meth:`_one_at_a_time`'s figures for a group whose partitions are sampled together
         (its points in columns, or none yet), a few array operations for all of them; None,
         nothing changed, for a group in any other shape."""
@@ -168,10 +220,16 @@ class ProgressTracker:
         consumed = o.hw - o.lag
         if not table.step(now, consumed, o.hw, self.window):
             return None
+        return self._figures(memo, o, consumed, table.span(self.min_span), first)
+
+    def _figures(self, memo: RatesMemory, o: Observed, consumed: np.ndarray, span: float | None,
+                 first: bool) -> GroupProgress:
+        """The figures of a group whose points in columns took this cycle's (``first``: its
+        first), read over ``span``."""
+        table = memo.parts
         trimmed = bool((o.log_start > 0).any())  # NaN (unknown) is not: nothing trimmed known
         if trimmed or memo.counted:
             self._lost(memo, o, consumed, first)
-        span = table.span(self.min_span)
         rows = np.flatnonzero(~o.unsubscribed) if o.unsubscribed.any() else np.arange(len(o.tps))
         moved = _over_span(table, span)
         group = _summed(moved, rows, span)
@@ -186,7 +244,7 @@ class ProgressTracker:
         return _progress(group, eta, losing, len(pools), memo, parts, _lost_notes(gone),
                          _retained(o, consumed, rows))
 
-    def _lost(self, memo: RatesMemory, o: _Observed, consumed: np.ndarray, first: bool) -> None:
+    def _lost(self, memo: RatesMemory, o: Observed, consumed: np.ndarray, first: bool) -> None:
         """:func:`~exporter.evaluate.retention.lost_step` of the partitions where it changes
         something: a log start above the floor (the consumed offset, or where losses were
         counted to when that is higher), or below where they were counted to (recreated)."""
@@ -200,7 +258,7 @@ class ProgressTracker:
             _count_loss(memo, o.tps[i], int(consumed[i]), int(o.log_start[i]),
                         first or bool(o.unsubscribed[i]))
 
-    def _pools(self, o: _Observed, rows: np.ndarray, moved: _OverSpan | None, span: float | None,
+    def _pools(self, o: Observed, rows: np.ndarray, moved: _OverSpan | None, span: float | None,
                group: Rates | None) -> list[_Pool]:
         """:func:`_pools` over the columns; ``group``: the rates of ``rows`` (a single pool's)."""
         whole = len(rows) == len(o.tps)
@@ -222,7 +280,7 @@ class ProgressTracker:
                  for owner, idx in sorted(by_owner.items()))
         return [p for p in pools if p is not None]
 
-    def _partitions(self, memo: RatesMemory, o: _Observed, consumed: np.ndarray, rows: np.ndarray,
+    def _partitions(self, memo: RatesMemory, o: Observed, consumed: np.ndarray, rows: np.ndarray,
                     moved: _OverSpan | None, span: float | None, eta_of: dict[str, float | None],
                     trimmed: bool) -> ProgressRows:
         """:func:`_partition` of every row, as columns; ``trimmed``: some log start is above
@@ -265,9 +323,10 @@ class ProgressTracker:
                     points)
 
 
-class _Observed(NamedTuple):
+class Observed(NamedTuple):
     """The partitions of one group view whose pace a cycle observes, as columns (in the
-    view's order; float64, ``log_start`` NaN where unknown)."""
+    view's order; float64, ``log_start`` NaN where unknown): :func:`_observed` reads them
+    from the view, or the evaluator hands those it gathered (:meth:`ProgressTracker.many`)."""
 
     tps: list[TP]  # the view's own list where every row is observed (read, not written)
     lag: np.ndarray
@@ -277,10 +336,12 @@ class _Observed(NamedTuple):
     owners: Sequence[str]
 
 
-_LOG_START = operator.attrgetter("log_start")
+# A group of a chunk whose figures are wanted (:meth:`ProgressTracker.many`): its id, its
+# view, its sample, and its columns as the evaluator gathered them (None: read from the view).
+ChunkGroup = tuple[str, GroupView, GroupSample, Observed | None]
 
 
-def _observed(v: GroupView, partitions: dict[TP, PartitionOffsets]) -> _Observed | None:
+def _observed(v: GroupView, partitions: dict[TP, PartitionOffsets]) -> Observed | None:
     """What :meth:`ProgressTracker._observe` reads of each partition, as columns (from the
     view's rows); None for a group without any."""
     rows = v.partitions
@@ -300,8 +361,8 @@ def _observed(v: GroupView, partitions: dict[TP, PartitionOffsets]) -> _Observed
         hws = list(map(HW_OF, pos))
     if not tps:
         return None
-    log_start = list(map(_LOG_START, pos))
-    return _Observed(tps, lag.astype(np.float64), np.array(hws, float),
+    log_start = list(map(LOG_START_OF, pos))
+    return Observed(tps, lag.astype(np.float64), np.array(hws, float),
                      np.array(log_start, float) if None not in log_start else
                      np.array([np.nan if x is None else x for x in log_start], float),
                      unsubscribed, owners)
@@ -485,7 +546,7 @@ def _summed(moved: _OverSpan | None, rows: np.ndarray, span: float | None) -> Ra
     return Rates(consume=consumed / span, produce=produced / span, span=span)
 
 
-def _retained(o: _Observed, consumed: np.ndarray, rows: np.ndarray) -> float | None:
+def _retained(o: Observed, consumed: np.ndarray, rows: np.ndarray) -> float | None:
     """:func:`_retained_position` over the columns."""
     ls, lag = o.log_start[rows], o.lag[rows]
     c = consumed[rows]

@@ -297,7 +297,14 @@ class PointColumn:
         if self.newest is None:
             self.oldest = self.newest = new
             return
-        step = _narrow(new - self.newest).reshape(1, -1)
+        increase = new - self.newest
+        self.push_increase(new, increase, _top(increase))
+
+    def push_increase(self, new: np.ndarray, increase: np.ndarray, top: float) -> None:
+        """:meth:`push` with ``increase`` (``new`` less the newest point, float64) and its
+        largest value ``top`` computed beforehand (:func:`step_together`: for many tables
+        at once)."""
+        step = _narrow(increase, top).reshape(1, -1)
         self.steps = step.copy() if self.steps is None else np.concatenate([self.steps, step])
         self.newest = new
 
@@ -307,10 +314,18 @@ class PointColumn:
         assert self.newest is not None and steps is not None
         if new is self.newest:
             return
-        step = _narrow(new - (self.newest - steps[-1]))
-        if not np.can_cast(step.dtype, steps.dtype):  # a wider increase: every row widened
-            steps = self.steps = steps.astype(np.result_type(steps.dtype, step.dtype))
-        steps[-1] = step
+        increase = new - (self.newest - steps[-1])
+        self.replace_increase(new, increase, _top(increase))
+
+    def replace_increase(self, new: np.ndarray, increase: np.ndarray, top: float) -> None:
+        """:meth:`replace_newest` with ``increase`` (``new`` less the point before the
+        newest, float64) and its largest value ``top`` computed beforehand."""
+        steps = self.steps
+        assert steps is not None
+        dtype = _dtype_for(top)
+        if not np.can_cast(dtype, steps.dtype):  # a wider increase: every row widened
+            steps = self.steps = steps.astype(np.result_type(steps.dtype, dtype))
+        steps[-1] = increase
         self.newest = new
 
     def drop_oldest(self) -> None:
@@ -349,14 +364,25 @@ class PointColumn:
 _NARROW = tuple((dt, float(np.iinfo(dt).max)) for dt in (np.uint8, np.uint16, np.uint32))
 
 
-def _narrow(increase: np.ndarray) -> np.ndarray:
-    """``increase`` (float64 integers, none negative) in the narrowest unsigned dtype that
-    holds it exactly, or as it is (NaN, or past 2**32)."""
-    top = float(increase.max()) if len(increase) else 0.0
+def _top(increase: np.ndarray) -> float:
+    """The largest of ``increase`` (NaN if any is), 0 for none."""
+    return float(increase.max()) if len(increase) else 0.0
+
+
+def _dtype_for(top: float) -> np.dtype:
+    """The narrowest unsigned dtype that holds every increase up to ``top`` exactly;
+    float64 for NaN, or past 2**32."""
     for dtype, most in _NARROW:
         if top <= most:  # False for NaN
-            return increase.astype(dtype)
-    return increase
+            return np.dtype(dtype)
+    return np.dtype(np.float64)
+
+
+def _narrow(increase: np.ndarray, top: float | None = None) -> np.ndarray:
+    """``increase`` (float64 integers, none negative) in the narrowest unsigned dtype that
+    holds it exactly, or as it is (NaN, or past 2**32); ``top``: its largest value."""
+    dtype = _dtype_for(_top(increase) if top is None else top)
+    return increase if dtype == np.float64 else increase.astype(dtype)
 
 
 class RateTable(MutableMapping[TP, Points]):
@@ -463,7 +489,7 @@ class RateTable(MutableMapping[TP, Points]):
             if moved_consumed is None or moved_hw is None:
                 return False
             consumed, hw = moved_consumed, moved_hw
-        if n >= 2 and t - self.times[-2] < window / POINTS_PER_WINDOW:
+        if _replaces(self.times, t, window):
             self.times[-1] = t
             self.consumed.replace_newest(consumed)
             self.hw.replace_newest(hw)
@@ -471,11 +497,15 @@ class RateTable(MutableMapping[TP, Points]):
             self.times.append(t)
             self.consumed.push(consumed)
             self.hw.push(hw)
+        self._forget(t, window)
+        return True
+
+    def _forget(self, t: float, window: float) -> None:
+        """The points older than the window dropped, two kept at least."""
         while len(self.times) > 2 and self.times[0] < t - window:
             del self.times[0]
             self.consumed.drop_oldest()
             self.hw.drop_oldest()
-        return True
 
     def span(self, min_span: float) -> float | None:
         """The span every row's rates are read over (:func:`rates`); None while unknown."""
@@ -511,3 +541,53 @@ def _moved(new: np.ndarray, newest: np.ndarray) -> np.ndarray | None:
     if (new == newest).all():
         return newest
     return None if (new < newest).any() else new
+
+
+def _replaces(times: list[float], t: float, window: float) -> bool:
+    """Whether a point at ``t`` replaces the newest of ``times`` (it comes within a tenth
+    of the window after the one before it) rather than adding one."""
+    return len(times) >= 2 and t - times[-2] < window / POINTS_PER_WINDOW
+
+
+def step_together(tables: Sequence[RateTable], t: float, consumed: np.ndarray, hw: np.ndarray,
+                  window: float) -> list[bool]:
+    """:meth:`RateTable.step` of many tables at once: tables in columns with one point or
+    more, all at the same times, their rows in ``consumed`` and ``hw`` one table after the
+    other (float64, none NaN). The comparisons, increases and their largest values are a
+    few array operations for all of them; each table then takes its slices. Returns, per
+    table, whether it stepped (False: some row moved backwards; that table is unchanged,
+    as :meth:`RateTable.step` leaves it)."""
+    sizes = [len(tb.tps) for tb in tables]
+    starts = np.cumsum([0, *sizes[:-1]])
+    c_old = np.concatenate([tb.consumed.newest for tb in tables])  # type: ignore[misc]
+    h_old = np.concatenate([tb.hw.newest for tb in tables])  # type: ignore[misc]
+    back = np.logical_or.reduceat((consumed < c_old) | (hw < h_old), starts).tolist()
+    c_same = np.logical_and.reduceat(consumed == c_old, starts).tolist()
+    h_same = np.logical_and.reduceat(hw == h_old, starts).tolist()
+    replace = _replaces(tables[0].times, t, window)
+    if replace:  # the increases over the point before the newest
+        c_old = c_old - np.concatenate([tb.consumed.steps[-1] for tb in tables])  # type: ignore[index]
+        h_old = h_old - np.concatenate([tb.hw.steps[-1] for tb in tables])  # type: ignore[index]
+    c_up, h_up = consumed - c_old, hw - h_old
+    c_top, h_top = np.maximum.reduceat(c_up, starts).tolist(), np.maximum.reduceat(h_up, starts).tolist()
+    lo = 0
+    for k, (tb, n) in enumerate(zip(tables, sizes, strict=True)):
+        rows, lo = slice(lo, lo + n), lo + n
+        if back[k]:
+            continue
+        tb._index = None
+        for column, same, new, up, top in ((tb.consumed, c_same[k], consumed, c_up, c_top[k]),
+                                           (tb.hw, h_same[k], hw, h_up, h_top[k])):
+            if replace and same:
+                continue  # the newest point stays, its array too
+            kept = column.newest if same else new[rows].copy()  # a copy: no chunk kept alive
+            if replace:
+                column.replace_increase(kept, up[rows], top)
+            else:
+                column.push_increase(kept, up[rows], top)
+        if replace:
+            tb.times[-1] = t
+        else:
+            tb.times.append(t)
+        tb._forget(t, window)
+    return [not b for b in back]
