@@ -23,6 +23,12 @@ from tests.support.recorded import record_dir
 ROOT_DIR = Path(__file__).resolve().parent.parent
 KAFKA_VERSION = os.environ.get("LAGWATCH_TEST_KAFKA_VERSION", "4.4.0")
 
+# Every JVM the tests start (brokers, Spark, Java clients, Kafka's tools) compiles with C1
+# only: the suite's JVMs live seconds to minutes and do little, and C2's compiler threads
+# took about half of a broker's CPU over its first 40 s (8.3 against 4.4 CPU seconds),
+# on a machine whose two cores the suite keeps busy. The benchmarks keep the full JIT.
+os.environ.setdefault("JAVA_TOOL_OPTIONS", "-XX:TieredStopAtLevel=1")
+
 
 # Waits are hang guards, not timing assertions (those count exporter cycles): each waits
 # several times what it names, which costs nothing when the condition comes in time.
