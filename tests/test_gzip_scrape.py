@@ -58,6 +58,10 @@ def test_accept_encoding_is_read_as_rfc_9110_says() -> None:
     assert accepts_gzip("identity, GZIP")
     assert not accepts_gzip(None) and not accepts_gzip("") and not accepts_gzip("deflate, br")
     assert not accepts_gzip("gzip;q=0") and not accepts_gzip("gzip;q=x")
+    # gzip named wins over *, wherever each stands; a q among other parameters counts
+    assert not accepts_gzip("*, gzip;q=0") and not accepts_gzip("*;q=1, gzip;q=0")
+    assert accepts_gzip("*;q=0, gzip") and not accepts_gzip("gzip;q=0, x-gzip")  # gzip's own word
+    assert accepts_gzip("br, gzip;level=1;q=0.3") and not accepts_gzip("gzip;level=1;q=0")
 
 
 def test_the_server_serves_gzip_to_whom_asks_and_text_to_the_others() -> None:

@@ -98,13 +98,23 @@ def gzip_chunks(chunks: Iterable[bytes | memoryview | Packed]) -> list[bytes]:
 
 
 def accepts_gzip(accept_encoding: str | None) -> bool:
-    """Whether an Accept-Encoding header takes gzip (RFC 9110 12.5.3; ``q=0`` refuses)."""
+    """Whether an Accept-Encoding header takes gzip (RFC 9110 12.5.3): its qvalue above 0,
+    ``gzip`` (or ``x-gzip``) named rather than ``*`` when both are, a malformed qvalue
+    refusing."""
+    q: dict[str, float] = {}
     for item in (accept_encoding or "").split(","):
-        coding, _, params = item.strip().partition(";")
-        if coding.strip().lower() in ("gzip", "x-gzip", "*"):
-            q = params.strip().lower().removeprefix("q=")
-            try:
-                return not params.strip() or float(q) > 0
-            except ValueError:
-                return False
+        coding, *params = (part.strip().lower() for part in item.split(";"))
+        weight = 1.0
+        for param in params:
+            if param.startswith("q="):
+                try:
+                    weight = float(param[2:])
+                except ValueError:
+                    weight = 0.0
+        if coding:
+            q.setdefault(coding, weight)
+    for coding in ("gzip", "x-gzip", "*"):
+        if coding in q:
+            return q[coding] > 0
+    return False
     return False
