@@ -145,8 +145,8 @@ class ProgressTracker:
         """:meth:`many` of groups whose points are at the same times: their figures into
         ``out`` at ``at``."""
         obs = [o for _gid, _v, _s, o in groups if o is not None]
-        hw = np.concatenate([o.hw for o in obs])
-        consumed = hw - np.concatenate([o.lag for o in obs])
+        hw, lag = np.concatenate([o.hw for o in obs]), np.concatenate([o.lag for o in obs])
+        consumed = hw - lag
         starts = np.cumsum([0, *map(len, [o.tps for o in obs[:-1]])])
         unfit = np.logical_or.reduceat(np.isnan(hw) | (consumed < 0), starts).tolist()
         if any(unfit):  # an offset not known: as :func:`_observed` reads it, one at a time
@@ -160,15 +160,61 @@ class ProgressTracker:
         memos = [self.groups[gid] for gid, *_ in groups]
         stepped = step_together([m.parts for m in memos], now, consumed, hw, self.window)
         span = memos[0].parts.span(self.min_span)
+        pooled = self._one_pool_figures(memos, obs, stepped, _Chunk(consumed, hw, lag, starts), span)
         lo = 0
-        for (gid, v, sample, o), memo, i, ok in zip(groups, memos, at, stepped, strict=True):
+        for (gid, v, sample, o), memo, i, ok, fig in zip(groups, memos, at, stepped, pooled, strict=True):
             assert o is not None
             rows, lo = slice(lo, lo + len(o.tps)), lo + len(o.tps)
             if ok:
-                out[i] = memo.last = self._figures(memo, o, consumed[rows], span, first=False)
+                out[i] = memo.last = fig or self._figures(memo, o, consumed[rows], span, first=False)
                 self.stepped_together += 1
             else:  # a row moved backwards: its points restart, one at a time
                 out[i] = self.one(gid, v, sample, partitions, now)
+
+    def _one_pool_figures(self, memos: list[RatesMemory], obs: list[Observed], stepped: list[bool],
+                       chunk: _Chunk, span: float | None) -> list[GroupProgress | None]:
+        """:meth:`_figures` of the groups stepped together that need nothing per row: no
+        committed offset below its log start and no losses counted, every partition
+        subscribed, one owner (or none) for all, so one pool. Their sums, rates and
+        retained positions are read over the chunk at once; None for each other group
+        (:meth:`_figures` then)."""
+        starts = chunk.starts
+        log_start = np.concatenate([o.log_start for o in obs])  # NaN (unknown): no comparison holds
+        below = np.logical_or.reduceat(log_start > chunk.consumed, starts).tolist()
+        left = np.logical_or.reduceat(np.concatenate([o.unsubscribed for o in obs]), starts).tolist()
+        retained = _retained_each(chunk, log_start)
+        lags = np.add.reduceat(chunk.lag, starts).tolist()
+        sums = [(0.0, 0.0)] * len(memos)
+        if span is not None:  # the newest points are this cycle's: the chunk's own offsets
+            moved_c = chunk.consumed - np.concatenate([m.parts.consumed.oldest for m in memos])  # type: ignore[misc]
+            moved_h = chunk.hw - np.concatenate([m.parts.hw.oldest for m in memos])  # type: ignore[misc]
+            sums = list(zip(np.add.reduceat(moved_c, starts).tolist(),
+                            np.add.reduceat(moved_h, starts).tolist(), strict=True))
+            consume_all, produce_all = moved_c / span, moved_h / span
+        out: list[GroupProgress | None] = []
+        lo = 0
+        for k, (memo, o, (c_sum, h_sum)) in enumerate(zip(memos, obs, sums, strict=True)):
+            n = len(o.tps)
+            rows, lo = slice(lo, lo + n), lo + n
+            if not stepped[k] or below[k] or left[k] or memo.counted or len(set(o.owners)) != 1:
+                out.append(None)
+                continue
+            group = None if span is None else Rates(consume=c_sum / span, produce=h_sum / span, span=span)
+            pool = _pool(o.owners[0], o.tps, int(lags[k]), lambda g=group: g, self.settle)
+            pools = [] if pool is None else [pool]
+            eta, losing = _eta(pools)
+            if span is None:
+                consume = produce = filled(Filled.UNKNOWN, n)
+            else:  # copies: a slice would keep the chunk's array alive with the figures
+                consume, produce = consume_all[rows].copy(), produce_all[rows].copy()
+            catchup = (np.where(o.lag > 0, pool.eta, np.nan) if pool is not None and pool.eta is not None
+                       else filled(Filled.UNKNOWN, n))
+            tps = memo.parts.tps
+            lost = (np.array([memo.lost.get(tp, 0) for tp in tps], np.int64) if memo.lost
+                    else filled(Filled.ZERO, n))
+            parts = ProgressRows(tps, consume, produce, catchup, lost, filled(Filled.ZERO, n))
+            out.append(_progress(group, eta, losing, len(pools), memo, parts, [], retained[k]))
+        return out
 
     def end(self, views: dict[str, GroupView]) -> None:
         """The cycle's groups are done: ``views`` holds every group of the cycle."""
@@ -334,6 +380,15 @@ class Observed(NamedTuple):
     log_start: np.ndarray
     unsubscribed: np.ndarray  # bool
     owners: Sequence[str]
+
+
+class _Chunk(NamedTuple):
+    """The rows of groups stepped together, one group after the other (float64)."""
+
+    consumed: np.ndarray
+    hw: np.ndarray
+    lag: np.ndarray
+    starts: np.ndarray  # each group's first row
 
 
 # A group of a chunk whose figures are wanted (:meth:`ProgressTracker.many`): its id, its
@@ -544,6 +599,14 @@ def _summed(moved: _OverSpan | None, rows: np.ndarray, span: float | None) -> Ra
     else:
         consumed, produced = float(moved.consumed[rows].sum()), float(moved.produced[rows].sum())
     return Rates(consume=consumed / span, produce=produced / span, span=span)
+
+
+def _retained_each(chunk: _Chunk, log_start: np.ndarray) -> list[float | None]:
+    """:func:`_retained` of each group of a chunk, every row of it."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        valid = ~np.isnan(log_start) & (log_start != 0) & (chunk.lag > 0) & (chunk.hw > log_start)
+        ratio = np.where(valid, (chunk.consumed - log_start) / (chunk.hw - log_start), np.inf)
+    return [None if r == np.inf else r for r in np.minimum.reduceat(ratio, chunk.starts).tolist()]
 
 
 def _retained(o: Observed, consumed: np.ndarray, rows: np.ndarray) -> float | None:
