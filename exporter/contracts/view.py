@@ -89,6 +89,13 @@ def offsets(values: Iterable[int | None]) -> np.ndarray:
     return np.array([NO_OFFSET if v is None else v for v in values], np.int64)
 
 
+def offsets_column(values: list[int | None]) -> np.ndarray:
+    """Offsets as float64 (the evaluator's columns), NaN for None (not known)."""
+    if None not in values:
+        return np.array(values, float)
+    return np.array([np.nan if v is None else v for v in values], float)
+
+
 def seconds(values: Iterable[float | None]) -> np.ndarray:
     """A seconds column: float64, NaN for None (no served value is ever NaN)."""
     return np.array([np.nan if v is None else v for v in values], np.float64)

@@ -55,6 +55,7 @@ from exporter.contracts.view import (
     Repeated,
     SparkInfo,
     filled,
+    offsets_column,
     seconds,
 )
 from exporter.evaluate import persist
@@ -379,7 +380,8 @@ class Evaluator:
 
     def _judge_chunk(self, pending: list[_Pending], views: dict[str, GroupView],
                      partitions: dict[TP, PartitionOffsets], now: float) -> None:
-        """Prepared groups judged: their column pass, then each group in turn."""
+        """Prepared groups judged: their column pass, their views, their figures (the
+        chunk's rate tables at once), then each group's rebalances and rest."""
         self._judge_columns(pending, now)
         judged = [(p, self._group(p, now)) for p in pending]
         figures = self.progress.many([(p.gid, v, p.g, _observed(p, v)) for p, v in judged], partitions, now)
@@ -735,7 +737,7 @@ class Evaluator:
         tps = [tp for j in judged for tp in j.p.tps]
         committed = [off for b in batches for off in b.committed]
         hws = [h for b in batches for h in b.hw]
-        hw = np.array(hws, float) if None not in hws else np.array([np.nan if h is None else h for h in hws])
+        hw = offsets_column(hws)
         followed = np.array(committed, float)
         lag = np.maximum(0.0, hw - followed)
         lag[np.isnan(lag)] = 0.0  # the HW unknown: no lag known, none counted
@@ -929,9 +931,8 @@ def _observed(p: _Pending, v: GroupView) -> Observed | None:
     rows = v.partitions
     if b is None or not b.whole or b.samples is None or len(rows) != len(p.tps):
         return None
-    log_start = (np.array(b.log_start, float) if None not in b.log_start
-                 else np.array([np.nan if x is None else x for x in b.log_start], float))
-    return Observed(rows.tps, b.samples.lag_off, b.samples.hw, log_start, rows.unsubscribed, rows.owner)
+    return Observed(rows.tps, b.samples.lag_off, b.samples.hw, offsets_column(b.log_start),
+                    rows.unsubscribed, rows.owner)
 
 
 def _handed(judged: OnJudged | None, done: list[GroupView], pending: list[_Pending],

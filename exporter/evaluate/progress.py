@@ -24,6 +24,7 @@ from exporter.contracts.view import (
     PartitionView,
     ProgressRows,
     filled,
+    offsets_column,
 )
 from exporter.evaluate.rates import (
     Points,
@@ -144,7 +145,8 @@ class ProgressTracker:
                   at: list[int], out: list[GroupProgress | None]) -> None:
         """:meth:`many` of groups whose points are at the same times: their figures into
         ``out`` at ``at``."""
-        obs = [o for _gid, _v, _s, o in groups if o is not None]
+        obs = [o for _gid, _v, _s, o in groups if o is not None]  # every one (:meth:`many`)
+        assert len(obs) == len(groups)
         hw, lag = np.concatenate([o.hw for o in obs]), np.concatenate([o.lag for o in obs])
         consumed = hw - lag
         starts = np.cumsum([0, *map(len, [o.tps for o in obs[:-1]])])
@@ -162,8 +164,8 @@ class ProgressTracker:
         span = memos[0].parts.span(self.min_span)
         pooled = self._one_pool_figures(memos, obs, stepped, _Chunk(consumed, hw, lag, starts), span)
         lo = 0
-        for (gid, v, sample, o), memo, i, ok, fig in zip(groups, memos, at, stepped, pooled, strict=True):
-            assert o is not None
+        for (gid, v, sample, _o), o, memo, i, ok, fig in zip(groups, obs, memos, at, stepped, pooled,
+                                                          strict=True):
             rows, lo = slice(lo, lo + len(o.tps)), lo + len(o.tps)
             if ok:
                 out[i] = memo.last = fig or self._figures(memo, o, consumed[rows], span, first=False)
@@ -210,9 +212,8 @@ class ProgressTracker:
             catchup = (np.where(o.lag > 0, pool.eta, np.nan) if pool is not None and pool.eta is not None
                        else filled(Filled.UNKNOWN, n))
             tps = memo.parts.tps
-            lost = (np.array([memo.lost.get(tp, 0) for tp in tps], np.int64) if memo.lost
-                    else filled(Filled.ZERO, n))
-            parts = ProgressRows(tps, consume, produce, catchup, lost, filled(Filled.ZERO, n))
+            parts = ProgressRows(tps, consume, produce, catchup, _lost_column(memo, tps),
+                                 filled(Filled.ZERO, n))
             out.append(_progress(group, eta, losing, len(pools), memo, parts, [], retained[k]))
         return out
 
@@ -348,9 +349,7 @@ class ProgressTracker:
             owners = o.owners if whole else [o.owners[i] for i in rows.tolist()]
             eta = np.array([np.nan if (e := eta_of.get(w)) is None else e for w in owners])
             catchup = np.where(o.lag[rows] > 0, eta, np.nan)
-        lost = (np.array([memo.lost.get(tp, 0) for tp in tps], np.int64) if memo.lost
-                else filled(Filled.ZERO, n))
-        return ProgressRows(tps, consume, produce, catchup, lost, below)
+        return ProgressRows(tps, consume, produce, catchup, _lost_column(memo, tps), below)
 
     def _observe(self, memo: RatesMemory, tp: TP, p: PartitionView, po: PartitionOffsets | None,
                  now: float) -> _Row | None:
@@ -416,11 +415,8 @@ def _observed(v: GroupView, partitions: dict[TP, PartitionOffsets]) -> Observed 
         hws = list(map(HW_OF, pos))
     if not tps:
         return None
-    log_start = list(map(LOG_START_OF, pos))
     return Observed(tps, lag.astype(np.float64), np.array(hws, float),
-                     np.array(log_start, float) if None not in log_start else
-                     np.array([np.nan if x is None else x for x in log_start], float),
-                     unsubscribed, owners)
+                    offsets_column(list(map(LOG_START_OF, pos))), unsubscribed, owners)
 
 
 def summarize(rows: list[_Row], memo: RatesMemory, settle: float, span_min: float,
@@ -599,6 +595,14 @@ def _summed(moved: _OverSpan | None, rows: np.ndarray, span: float | None) -> Ra
     else:
         consumed, produced = float(moved.consumed[rows].sum()), float(moved.produced[rows].sum())
     return Rates(consume=consumed / span, produce=produced / span, span=span)
+
+
+def _lost_column(memo: RatesMemory, tps: list[TP]) -> np.ndarray:
+    """Records lost of each partition of ``tps`` (one shared column of zeros for a group
+    that never lost any)."""
+    if not memo.lost:
+        return filled(Filled.ZERO, len(tps))
+    return np.array([memo.lost.get(tp, 0) for tp in tps], np.int64)
 
 
 def _retained_each(chunk: _Chunk, log_start: np.ndarray) -> list[float | None]:
