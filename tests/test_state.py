@@ -24,6 +24,7 @@ from hypothesis import strategies as st
 from exporter import recording
 from exporter.contracts.state import SavedGroup
 from exporter.contracts.status import Status
+from exporter.contracts.view import ProgressRows
 from exporter.evaluate.evaluator import Evaluator
 from exporter.state import codec
 from exporter.state.codec import DropReason, StateError
@@ -96,6 +97,27 @@ def test_a_restart_mid_replay_serves_what_no_restart_serves(path: Path) -> None:
         assert compared == n - at - gap
     if path.name.startswith(("scenarios", "membership.", "group-types")):
         assert troubled > 0  # the restart fell while groups were stalled, stopped, livelocked
+
+
+@pytest.mark.parametrize("path", RECORDINGS, ids=lambda p: p.name.split(".")[0])
+def test_a_views_rows_are_written_as_the_views_they_are_read_as(path: Path) -> None:
+    """A group's partition rows and rates, made plain from their columns, equal what each
+    row read as a PartitionView (or a PartitionProgress) gives field by field: the state
+    record of a view is the same either way."""
+    rec = recording.load(path)
+    ev = _make(rec)
+    rows = rates = 0
+    for c in rec.cycles:
+        for g in ev.evaluate(c.snap, c.consumer, c.spark, c.exact_ts, now=c.now).groups.values():
+            assert g.partitions.plain() == tuple(to_plain(v) for v in g.partitions), g.group
+            rows += len(g.partitions)
+            progress = g.progress.partitions if g.progress is not None else None
+            if isinstance(progress, ProgressRows):
+                assert progress.plain() == tuple((tuple(tp), to_plain(p)) for tp, p in progress.items())
+                rates += len(progress)
+    assert rows
+    if path.name.startswith("scenarios"):
+        assert rates  # rates in columns were compared
 
 
 def _stalled_group_state() -> tuple[Evaluator, SavedGroup]:

@@ -252,6 +252,18 @@ class PartitionRows(Sequence[PartitionView]):
             text = reason if isinstance(reason, str) else self.reason_at(i)
             yield PartitionView(tp[0], tp[1], c, po, lo, ls, st, status, text, owner, unsub, ev)
 
+    def plain(self) -> tuple[tuple[Any, ...], ...]:
+        """Every row as its :class:`PartitionView`'s field values in order, a status as its
+        value: what the state topic keeps of a view (exporter/state/plain.py), made from
+        the columns, no PartitionView built (this runs for every group written)."""
+        reasons = [r if isinstance(r, str) else self.reason_at(i) for i, r in enumerate(self.reason)]
+        status = [s.value for s in self.status]
+        return tuple(zip([t for t, _ in self.tps], [p for _, p in self.tps], optional(self.committed),
+                         optional(self.position), optional(self.lag_offsets),
+                         [None if v != v else v for v in self.lag_seconds.tolist()],
+                         self.stalled_seconds.tolist(), status, reasons, self.owner,
+                         self.unsubscribed.tolist(), self.evidence, strict=True))
+
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, PartitionRows | tuple | list):
             return NotImplemented
@@ -375,6 +387,14 @@ class ProgressRows(Mapping[TP, PartitionProgress]):
                                  produce_rate=_or_none(float(self.produce[i])),
                                  catchup_seconds=_or_none(float(self.catchup[i])),
                                  lost_total=int(self.lost[i]), below_log_start=int(self.below[i]))
+
+    def plain(self) -> tuple[tuple[TP, tuple[Any, ...]], ...]:
+        """(partition, its :class:`PartitionProgress`'s field values) of every row: what
+        the state topic keeps (exporter/state/plain.py), made from the columns."""
+        def nullable(col: np.ndarray) -> list[float | None]:
+            return [None if v != v else v for v in col.tolist()]
+        return tuple(zip(self.tps, zip(nullable(self.consume), nullable(self.produce), nullable(self.catchup),
+                                       self.lost.tolist(), self.below.tolist(), strict=True), strict=True))
 
     def __repr__(self) -> str:
         return f"ProgressRows({dict(self.items())!r})"

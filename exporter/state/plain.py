@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from functools import cache
 from typing import Any
 
-from exporter.contracts.view import PartitionRows, PartitionView
+from exporter.contracts.view import PartitionRows, PartitionView, ProgressRows
 
 
 class PlainError(ValueError):
@@ -51,8 +51,8 @@ def to_plain(obj: Any) -> Any:
         return obj
     if kind is tuple or kind is list:
         return _plain_items(obj)
-    if kind is PartitionRows:  # plain as the PartitionViews it is read as
-        return tuple(map(to_plain, obj))
+    if kind is PartitionRows or kind is ProgressRows:  # plain as the views they are read as
+        return obj.plain()
     fields = _fields_of(kind)
     if fields is not None:
         return _plain_items(fields(obj))
@@ -80,8 +80,8 @@ def as_json(obj: Any) -> Any:
         return obj.value
     if isinstance(obj, frozenset | set):
         return sorted(to_plain(v) for v in obj)
-    if isinstance(obj, PartitionRows):
-        return list(obj)
+    if isinstance(obj, PartitionRows | ProgressRows):
+        return obj.plain()
     if isinstance(obj, Mapping | Sequence):  # read as one (ProgressRows, GroupReasons)
         return to_plain(obj)
     raise PlainError(f"cannot encode {type(obj).__name__}")
