@@ -170,6 +170,8 @@ def _watch(proc: subprocess.Popen, base: str, cycles: int, deadline: float) -> d
             seen_cycles = int(n)
             seen["at"].append(s)
             seen["cycle"].append(value(m, "lagwatch_cycle_duration_seconds") or 0)
+            if n == 1:  # the first cycle after the start: every partition new to the memory
+                seen["first"] = [seen["cycle"][-1]]
             seen["sample"].append(value(m, "lagwatch_sample_duration_seconds") or 0)
             seen["reqs"].append((n, value(m, "lagwatch_kafka_requests_total") or 0))
             seen["render"].append(took)
@@ -204,7 +206,8 @@ def measure(cluster: KafkaCluster, tag: str, groups: int, partitions: int, cycle
             "requests_per_cycle": per_cycle, "render_s": max(w["render"]),
             "metrics_mb": max(w["sizes"]) / 1e6, "gzip_mb": max(w["gzip_sizes"]) / 1e6,
             "peak_rss_mb": rss, "worker_rss_mb": worker_rss,
-            "window": (w["at"][0], w["at"][-1]), "statuses": w["statuses"][-1]}
+            "window": (w["at"][0], w["at"][-1]), "statuses": w["statuses"][-1],
+            "first_s": w["first"][0] if w.get("first") else None}
 
 
 HEADER = (f"{'groups':>6} {'parts':>5} {'group-parts':>11} {'cycle s':>8} {'max s':>6} {'kafka s':>8} "
@@ -242,7 +245,9 @@ def run_size(cluster: KafkaCluster, args: argparse.Namespace, g: int, p: int) ->
         before = load()
         r = measure(cluster, tag, g, p, args.cycles, args.metrics_detail)
         print(row(g, p, r, args.brokers), f"  [{before}; after: {load()}]", flush=True)
-        print(f"  lagwatch statuses at the last cycle: {dict(r['statuses'])}", flush=True)
+        first = "not seen" if r["first_s"] is None else f"{r['first_s']:.2f} s"
+        print(f"  lagwatch statuses at the last cycle: {dict(r['statuses'])}; first cycle {first}",
+              flush=True)
         if fleet:
             print(f"  {fleet.summary(*r['window'])}", flush=True)
         for name, binary in (("kminion", args.kminion), ("kafka_exporter", args.kafka_exporter)):

@@ -214,7 +214,7 @@ def test_the_benchmark_shapes_are_judged_in_columns(live: bool) -> None:
     for c in range(8):
         snap = snapshot(40, 10, c, 1_000_000.0 + 15 * c, live=live)
         assert cols.evaluate(snap) == one.evaluate(snap)
-    assert cols.judged_in_columns == 400  # every partition of the last cycle
+        assert cols.judged_in_columns == 400  # every partition of every cycle, the first too
     assert cols.progress.stepped_together == 40  # and every group's rate points, together
     assert live_snapshot(2, 2, 1, 0.0).groups  # the live shape has groups
 
@@ -245,6 +245,14 @@ def test_a_partition_memory_is_kept_whole_in_its_row() -> None:
     del table[("t", 1)]
     table[("t", 3)] = full
     assert list(table) == [("t", 2), ("t", 3)] and table[("t", 3)] == full == table[("t", 2)]
+
+
+def test_partitions_seen_first_take_their_first_memory_in_their_rows() -> None:
+    table = PartitionTable()
+    table[("t", 5)] = PartitionMemory.first(3, 50.0)
+    table.add_first([("t", 1), ("u", 0)], [9, 0], 60.0)
+    assert dict(table) == {("t", 5): PartitionMemory.first(3, 50.0), ("t", 1): PartitionMemory.first(9, 60.0),
+                           ("u", 0): PartitionMemory.first(0, 60.0)}
 
 
 def test_rows_made_one_at_a_time_keep_the_keys_they_are_given() -> None:

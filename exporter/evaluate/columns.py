@@ -49,6 +49,9 @@ LAGGING = [name for name, _kind in COLUMNS].index("lagging")
 _REWIND_AT, _OWNERSHIP_AT = 11, 22  # their places in PartitionMemory's flat tuple
 _KINDS = tuple(kind for _name, kind in COLUMNS)
 _RUN = tuple(i for i, (name, _kind) in enumerate(COLUMNS) if name.startswith("run_"))
+# The columns of a first memory that hold the committed offset it starts from
+# (PartitionMemory.first: ``followed`` and its floor's ``next``).
+_STARTS_AT = [i for i, (name, _kind) in enumerate(COLUMNS) if name in ("followed", "floor_next")]
 
 
 def _dec(v: float, kind: str) -> object:
@@ -120,6 +123,18 @@ class PartitionTable(MutableMapping[TP, PartitionMemory]):
         del self.tps[i]
         for j, t in enumerate(self.tps[i:], i):
             index[t] = j
+
+    def add_first(self, tps: list[TP], followed: list[int], now: float) -> None:
+        """Rows for partitions seen for the first time, each
+        :meth:`~exporter.evaluate.memory.PartitionMemory.first` at its followed offset,
+        written at once: a new group's first cycle is then stepped in columns too."""
+        first = np.array(self.encode(PartitionMemory.first(0, now)))
+        for tp in tps:
+            self._append(tp)
+        n = len(self.tps)
+        block = self._buf[:, n - len(tps):n]
+        block[:] = first[:, None]
+        block[_STARTS_AT] = np.array(followed, float)
 
     def _append(self, tp: TP) -> int:
         i = len(self.tps)

@@ -695,12 +695,17 @@ class Evaluator:
     def _column_batch(self, c: _GroupCycle, tps: list[TP]) -> _Columns | None:
         """What a group's committed partitions bring to the chunk's columns
         (:meth:`_judge_columns`), gathered with C-level calls. None when the group is
-        judged one partition at a time (reports, Spark, share groups, partitions new to
-        the memory)."""
+        judged one partition at a time (reports, Spark, share groups); partitions new to
+        the memory take their first memory here."""
         g, table = c.g, c.st.parts
         if (g.type not in COMMITTING_TYPES or c.spark is not None or c.report_of
-                or c.report_by_member or not isinstance(table, PartitionTable) or not tps
-                or not table.aligned(tps)):
+                or c.report_by_member or not isinstance(table, PartitionTable) or not tps):
+            return None
+        if len(table) < len(tps):  # partitions new to the memory: their first memory
+            known = set(table.tps)
+            new = [tp for tp in tps if tp not in known]
+            table.add_first(new, [c.offsets[tp][1] for tp in new], c.now)
+        if not table.aligned(tps):
             return None
         pos = list(map(c.partitions.get, tps))
         if all(pos):
