@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import zlib
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
@@ -22,13 +23,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from exporter import recording
+from exporter.contracts.snapshot import TP
 from exporter.contracts.state import SavedGroup
 from exporter.contracts.status import Status
-from exporter.contracts.view import ProgressRows
+from exporter.contracts.view import PartitionProgress, PartitionRows, PartitionView, ProgressRows
+from exporter.evaluate.columns import PartitionTable
 from exporter.evaluate.evaluator import Evaluator
 from exporter.state import codec
 from exporter.state.codec import DropReason, StateError
-from exporter.state.plain import to_plain
+from exporter.state.plain import PlainError, decoder, from_plain, to_plain
 
 pytestmark = pytest.mark.unit
 
@@ -118,6 +121,36 @@ def test_a_views_rows_are_written_as_the_views_they_are_read_as(path: Path) -> N
     assert rows
     if path.name.startswith("scenarios"):
         assert rates  # rates in columns were compared
+
+
+@pytest.mark.parametrize("path", RECORDINGS[:4], ids=lambda p: p.name.split(".")[0])
+def test_restored_rows_are_made_as_the_generic_decoder_makes_them(path: Path) -> None:
+    """What a restore makes column by column (a view's rows, its rates, a group's memory
+    table) equals what the generic decoder makes row by row, and rows that do not fit
+    are refused as they were."""
+    rec = recording.load(path)
+    ev = _make(rec)
+    views = decoder(tuple[PartitionView, ...])
+    progress_of = decoder(tuple[tuple[tuple[str, int], PartitionProgress], ...])
+    compared = 0
+    for c in rec.cycles:
+        for g in ev.evaluate(c.snap, c.consumer, c.spark, c.exact_ts, now=c.now).groups.values():
+            rows = json.loads(json.dumps(to_plain(g.partitions)))
+            assert from_plain(PartitionRows, rows) == PartitionRows.of(views(rows)) == g.partitions
+            if g.progress is not None:
+                pairs = json.loads(json.dumps(to_plain(g.progress.partitions)))
+                assert dict(from_plain(Mapping[TP, PartitionProgress], pairs)) == dict(progress_of(pairs))
+            table = ev.groups[g.group].parts
+            if isinstance(table, PartitionTable):
+                again = PartitionTable.of_plain(list(table.tps), table.plain())
+                assert dict(again) == dict(table) and again.plain() == table.plain()
+            compared += 1
+    assert compared
+    bad = [["t", 0, 5, None, 1, 2.0, 0.0, "sleepy", "", "", False, ""]]  # no such status
+    with pytest.raises(PlainError):
+        from_plain(PartitionRows, bad)
+    with pytest.raises(PlainError):
+        from_plain(Mapping[TP, PartitionProgress], [[["t", 0], [1.0, None, None, True, 0]]])
 
 
 def _stalled_group_state() -> tuple[Evaluator, SavedGroup]:

@@ -49,6 +49,7 @@ LAGGING = [name for name, _kind in COLUMNS].index("lagging")
 _REWIND_AT, _OWNERSHIP_AT = 11, 22  # their places in PartitionMemory's flat tuple
 _KINDS = tuple(kind for _name, kind in COLUMNS)
 _RUN = tuple(i for i, (name, _kind) in enumerate(COLUMNS) if name.startswith("run_"))
+_OWNER = [name for name, _kind in COLUMNS].index("owner")
 # The columns of a first memory that hold the committed offset it starts from
 # (PartitionMemory.first: ``followed`` and its floor's ``next``).
 _STARTS_AT = [i for i, (name, _kind) in enumerate(COLUMNS) if name in ("followed", "floor_next")]
@@ -75,6 +76,20 @@ class PartitionTable(MutableMapping[TP, PartitionMemory]):
         self._buf = np.zeros((len(COLUMNS), capacity))  # the rows, then room for more
         self.owners: list[str] = []
         self._owner_ids: dict[str, int] = {}
+
+    @classmethod
+    def of_plain(cls, tps: list[TP], rows: list[tuple[object, ...]]) -> PartitionTable:
+        """A table of ``tps`` whose rows are :meth:`plain`'s (an owner as its member id, None
+        where an element is), made column by column: a restored group's memory."""
+        table = cls(len(tps))
+        for tp in tps:
+            table._append(tp)
+        if tps:
+            cols = [list(col) for col in zip(*rows, strict=True)]
+            cols[_OWNER] = [table.owner_id(m) for m in cols[_OWNER]]  # type: ignore[arg-type]
+            table._buf[:, :len(tps)] = [col if None not in col else [NONE if v is None else v for v in col]
+                                        for col in cols]
+        return table
 
     @property
     def rows(self) -> np.ndarray:

@@ -28,7 +28,7 @@ from exporter.evaluate.constants import MAX_JOINS, OUTSIDE_GAPS
 from exporter.evaluate.departures import MAX_DEPARTURES, Departure
 from exporter.evaluate.lag import HwHistory
 from exporter.evaluate.latest import Latest
-from exporter.evaluate.memory import GroupMemory, Ownership, PartitionMemory, Rewind
+from exporter.evaluate.memory import GroupMemory, PartitionMemory
 from exporter.evaluate.progress import ProgressTracker, RatesMemory
 from exporter.evaluate.rates import Points, RateTable
 from exporter.evaluate.rebalances import MAX_EVENTS, RebalanceMemory, RebalanceTracker
@@ -59,18 +59,10 @@ def _row(tp: TP, m: PartitionMemory) -> PartitionRow:
     return (tp[0], tp[1], *m[:11], *m[11], m[12], *m[13:22], *m[22], m[23])
 
 
-def _memory(row: PartitionRow) -> PartitionMemory:
-    v = row[2:]
-    flat = (*v[0:11], Rewind(v[11], v[12]), v[13], *v[14:22], v[22], Ownership(v[23], v[24]), v[25])
-    return tuple.__new__(PartitionMemory, flat)
-
-
 def _table(rows: tuple[PartitionRow, ...]) -> PartitionTable:
     """The partition memory of restored rows, in the columns the evaluator judges in."""
-    table = PartitionTable()
-    for r in sorted(rows, key=lambda r: (r[0], r[1])):
-        table[r[0], r[1]] = _memory(r)
-    return table
+    ordered = sorted(rows, key=lambda r: (r[0], r[1]))
+    return PartitionTable.of_plain([(r[0], r[1]) for r in ordered], [r[2:] for r in ordered])
 
 
 def _rows(parts: MutableMapping[TP, PartitionMemory]) -> tuple[PartitionRow, ...]:

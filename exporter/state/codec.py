@@ -31,7 +31,7 @@ from enum import StrEnum
 from typing import Any
 
 from exporter.contracts.state import PARTITION_KINDS, SavedGroup, SavedTopic
-from exporter.state.plain import PlainError, as_json, from_plain
+from exporter.state.plain import PlainError, as_json, from_plain, row_fits
 
 VERSION = 1
 # A record inflates to at most this many bytes: a corrupt or hostile record cannot make
@@ -139,17 +139,19 @@ def decode(kind: str, name: str, value: bytes, cluster_id: str | None, now: floa
     return Decoded(kind, name, state, at, doc["cluster_id"])
 
 
-_KIND_TYPES = {"int": int, "float": int | float, "bool": bool, "str": str}
+# The types a JSON value of each kind may have (a bool is no int here, None only where
+# the kind ends in "?").
+_KIND_TYPES = {"int": frozenset({int}), "float": frozenset({int, float}), "bool": frozenset({bool}),
+               "str": frozenset({str})}
+_KIND_SETS = {**_KIND_TYPES, **{f"{k}?": types | {type(None)} for k, types in _KIND_TYPES.items()}}
+_PARTITION_TYPES = tuple(_KIND_SETS[k] for k in PARTITION_KINDS)
+_TOPIC_TYPES = tuple(_KIND_SETS[k] for k in ("int", "int", "int", "int", "int?", "int?", "int?", "int?"))
+_NUMBER = _KIND_TYPES["float"]
 
 
 def _fits(kind: str, v: Any) -> bool:
-    if kind.endswith("?"):
-        if v is None:
-            return True
-        kind = kind[:-1]
-    if isinstance(v, bool) and kind != "bool":
-        return False
-    return isinstance(v, _KIND_TYPES[kind])
+    return type(v) in _KIND_SETS[kind]
+
 
 
 def _check(state: SavedGroup | SavedTopic, name: str) -> None:
@@ -159,8 +161,7 @@ def _check(state: SavedGroup | SavedTopic, name: str) -> None:
         if state.topic != name:
             raise PlainError(f"topic {state.topic!r} under the key of {name!r}")
         for row in state.partitions:
-            if (len(row) != 10 or not all(_fits(k, v) for k, v in zip(
-                    ("int", "int", "int", "int", "int?", "int?", "int?", "int?"), row[:8], strict=True))
+            if (len(row) != 10 or not row_fits(_TOPIC_TYPES, row[:8])
                     or not _numbers(row[8]) or len(row[8]) % 2 or not _fits("float?", row[9])):
                 raise PlainError(f"topic {name!r}: a malformed partition row")
         return
@@ -168,12 +169,11 @@ def _check(state: SavedGroup | SavedTopic, name: str) -> None:
         raise PlainError(f"group {state.group!r} under the key of {name!r}")
     for row in state.partitions:
         if (len(row) != 2 + len(PARTITION_KINDS) or not _fits("str", row[0]) or not _fits("int", row[1])
-                or not all(_fits(k, v) for k, v in zip(PARTITION_KINDS, row[2:], strict=True))):
+                or not row_fits(_PARTITION_TYPES, row[2:])):
             raise PlainError(f"group {name!r}: a malformed partition row")
     if state.rates is not None and not all(_numbers(f) and len(f) % 3 == 0 for _, _, f in state.rates.points):
         raise PlainError(f"group {name!r}: malformed rate points")
 
 
 def _numbers(values: Any) -> bool:
-    return isinstance(values, tuple) and all(
-        isinstance(v, int | float) and not isinstance(v, bool) for v in values)
+    return isinstance(values, tuple) and _NUMBER.issuperset(map(type, values))

@@ -19,7 +19,17 @@ from collections.abc import Callable, Mapping, Sequence
 from functools import cache
 from typing import Any
 
-from exporter.contracts.view import PartitionRows, PartitionView, ProgressRows
+import numpy as np
+
+from exporter.contracts.status import Status
+from exporter.contracts.view import (
+    PartitionProgress,
+    PartitionRows,
+    PartitionView,
+    ProgressRows,
+    offsets,
+    seconds,
+)
 
 
 class PlainError(ValueError):
@@ -98,6 +108,8 @@ def _plain_items(items: tuple[Any, ...] | list[Any]) -> tuple[Any, ...]:
 def deep_tuple(v: Any) -> Any:
     """Lists (JSON arrays) as tuples, all the way down."""
     if isinstance(v, list | tuple):
+        if _SCALARS.issuperset(map(type, v)):  # a row of scalars (the type set tested in C)
+            return tuple(v)
         return tuple(deep_tuple(e) for e in v)
     return v
 
@@ -117,9 +129,10 @@ def decoder(tp: Any) -> Decoder:
     if tp is Any:
         return deep_tuple
     if tp is PartitionRows:  # as the PartitionViews it is read as
-        views = decoder(tuple[PartitionView, ...])
-        return lambda v: PartitionRows.of(views(v))
+        return _partition_rows
     origin = typing.get_origin(tp)
+    if (origin is dict or origin is Mapping) and typing.get_args(tp)[1] is PartitionProgress:
+        return _progress_rows
     if origin is typing.Union or origin is types.UnionType:
         return _union(typing.get_args(tp))
     if origin is tuple:
@@ -157,10 +170,24 @@ def _union(args: tuple[Any, ...]) -> Decoder:
     return dec
 
 
+# The types a JSON value decoded as a scalar hint may have (what :func:`_scalar` takes
+# as it is): a tuple of them is taken whole, its types tested in C, not value by value.
+_TAKEN_AS_IS = {int: frozenset({int}), float: frozenset({int, float}), str: frozenset({str}),
+                bool: frozenset({bool})}
+
+
 def _tuple(args: tuple[Any, ...]) -> Decoder:
     if len(args) == 2 and args[1] is Ellipsis:
-        ed = decoder(args[0])
-        return lambda v: tuple(ed(e) for e in _seq(v))
+        if args[0] is Any:
+            return lambda v: deep_tuple(_seq(v))
+        ed, as_is = decoder(args[0]), _TAKEN_AS_IS.get(args[0])
+
+        def dec_all(v: Any) -> tuple[Any, ...]:
+            items = _seq(v)
+            if as_is is not None and as_is.issuperset(map(type, items)):
+                return tuple(items)
+            return tuple(ed(e) for e in items)
+        return dec_all
     eds = [decoder(a) for a in args]
 
     def dec(v: Any) -> tuple[Any, ...]:
@@ -181,6 +208,56 @@ def _dataclass(cls: type) -> Decoder:
             raise PlainError(f"{cls.__name__}: expected {len(fields)} fields, got {len(items)}")
         return cls(**{name: d(e) for (name, d), e in zip(fields, items, strict=True)})
     return dec
+
+
+def row_fits(types: tuple[frozenset[type], ...], values: Any) -> bool:
+    """Each value's type among its column's (``values`` as long as ``types``), in C: a
+    JSON value is exactly one of int, float, str, bool, None, list or dict."""
+    return all(map(frozenset.__contains__, types, map(type, values)))
+
+
+_INT, _FLOAT, _STR, _BOOL = frozenset({int}), frozenset({int, float}), frozenset({str}), frozenset({bool})
+_NONE = frozenset({type(None)})
+# PartitionView's fields, in order (its status as its value).
+_VIEW_TYPES = (_STR, _INT, _INT | _NONE, _INT | _NONE, _INT | _NONE, _FLOAT | _NONE, _FLOAT, _STR, _STR,
+               _STR, _BOOL, _STR)
+_STATUS_OF = {s.value: s for s in Status}
+_TP_TYPES = (_STR, _INT)
+# PartitionProgress's fields, in order.
+_PROGRESS_TYPES = (_FLOAT | _NONE, _FLOAT | _NONE, _FLOAT | _NONE, _INT, _INT)
+
+
+def _rows_fit(rows: list[Any] | tuple[Any, ...], types: tuple[frozenset[type], ...]) -> bool:
+    n = len(types)
+    return all(type(r) in (list, tuple) and len(r) == n and row_fits(types, r) for r in rows)
+
+
+def _partition_rows(v: Any) -> PartitionRows:
+    """PartitionRows from the rows :meth:`PartitionRows.plain` gives, column by column; rows
+    that do not fit go the PartitionView decoder, which says what is wrong."""
+    rows = _seq(v)
+    status = [_STATUS_OF.get(r[7]) for r in rows] if _rows_fit(rows, _VIEW_TYPES) else [None]
+    if not rows or None in status:
+        return PartitionRows.of(decoder(tuple[PartitionView, ...])(v))
+    columns = (list(col) for col in zip(*rows, strict=True))
+    t, p, c, pos, lo, ls, st, _status, reason, owner, unsub, ev = columns
+    return PartitionRows(list(zip(t, p, strict=True)), offsets(c), offsets(pos), offsets(lo), seconds(ls),
+                         np.array(st, np.float64), status, reason, owner, np.array(unsub, bool), ev)
+
+
+def _progress_rows(v: Any) -> ProgressRows | dict[Any, Any]:
+    """ProgressRows from the (partition, figures) pairs :meth:`ProgressRows.plain` gives;
+    pairs that do not fit go the generic decoder, which says what is wrong."""
+    pairs = _seq(v)
+    if not all(type(e) in (list, tuple) and len(e) == 2 and type(e[0]) in (list, tuple) and len(e[0]) == 2
+               and row_fits(_TP_TYPES, e[0]) and type(e[1]) in (list, tuple) and len(e[1]) == 5
+               and row_fits(_PROGRESS_TYPES, e[1]) for e in pairs):
+        kd, vd = decoder(tuple[str, int]), decoder(PartitionProgress)
+        return {kd(k): vd(x) for k, x in _pairs(v)}
+    tps = [(k[0], k[1]) for k, _ in pairs]
+    consume, produce, catchup, lost, below = zip(*(x for _, x in pairs), strict=True) if pairs else ((),) * 5
+    return ProgressRows(tps, seconds(consume), seconds(produce), seconds(catchup),
+                        np.array(lost, np.int64), np.array(below, np.int64))
 
 
 def _seq(v: Any) -> list[Any] | tuple[Any, ...]:
