@@ -26,7 +26,7 @@ from exporter import recording
 from exporter.contracts.snapshot import TP
 from exporter.contracts.state import SavedGroup
 from exporter.contracts.status import Status
-from exporter.contracts.view import PartitionProgress, PartitionRows, PartitionView, ProgressRows
+from exporter.contracts.view import ClusterView, PartitionProgress, PartitionRows, PartitionView, ProgressRows
 from exporter.evaluate.columns import PartitionTable
 from exporter.evaluate.evaluator import Evaluator
 from exporter.state import codec
@@ -67,10 +67,41 @@ def _restarted(ev: Evaluator, fresh: Evaluator, now: float) -> int:
     return size
 
 
-def _replay(rec: recording.Recording, at: int, gap: int) -> tuple[int, int]:
+_VIEWS = decoder(tuple[PartitionView, ...])
+_PROGRESS = decoder(tuple[tuple[tuple[str, int], PartitionProgress], ...])
+
+
+def _plain_ways_agree(ev: Evaluator, view: ClusterView) -> tuple[int, int]:
+    """Each group's rows and rates made plain from their columns equal what each row read
+    as a PartitionView (or PartitionProgress) gives field by field, and decode, column
+    by column, to what the generic decoder makes row by row; each memory table made
+    again from its plain rows equals it. Returns (rows, rate rows) compared."""
+    rows = rates = 0
+    for g in view.groups.values():
+        plain = g.partitions.plain()
+        assert plain == tuple(to_plain(v) for v in g.partitions), g.group
+        again = json.loads(json.dumps(plain))
+        assert from_plain(PartitionRows, again) == PartitionRows.of(_VIEWS(again)) == g.partitions
+        rows += len(plain)
+        progress = g.progress.partitions if g.progress is not None else None
+        if isinstance(progress, ProgressRows):
+            pairs = progress.plain()
+            assert pairs == tuple((tuple(tp), to_plain(p)) for tp, p in progress.items())
+            again = json.loads(json.dumps(pairs))
+            assert dict(from_plain(Mapping[TP, PartitionProgress], again)) == dict(_PROGRESS(again))
+            rates += len(pairs)
+        table = ev.groups[g.group].parts
+        if isinstance(table, PartitionTable):
+            made = PartitionTable.of_plain(list(table.tps), table.plain())
+            assert dict(made) == dict(table) and made.plain() == table.plain()
+    return rows, rates
+
+
+def _replay(rec: recording.Recording, at: int, gap: int, plain: list[int] | None = None) -> tuple[int, int]:
     """Replay ``rec`` through an evaluator without a break and one restarted before cycle
     ``at``, both missing cycles at..at+gap-1 (the exporter was down); assert every later
-    view equal. Returns (cycles compared, group-cycles not ok after the restart)."""
+    view equal. Returns (cycles compared, group-cycles not ok after the restart). With
+    ``plain``, also :func:`_plain_ways_agree` on every view without a break, counted there."""
     a, b = _make(rec), _make(rec)
     compared = troubled = 0
     for i, c in enumerate(rec.cycles):
@@ -82,6 +113,8 @@ def _replay(rec: recording.Recording, at: int, gap: int) -> tuple[int, int]:
             b = fresh
         va = a.evaluate(c.snap, c.consumer, c.spark, c.exact_ts, now=c.now)
         vb = b.evaluate(c.snap, c.consumer, c.spark, c.exact_ts, now=c.now)
+        if plain is not None:
+            plain[:] = [n + m for n, m in zip(plain, _plain_ways_agree(a, va), strict=True)]
         if i >= at + gap:
             for gid, g in va.groups.items():
                 assert vb.groups.get(gid) == g, f"cycle {i}: {gid} differs after the restart"
@@ -95,61 +128,22 @@ def _replay(rec: recording.Recording, at: int, gap: int) -> tuple[int, int]:
 def test_a_restart_mid_replay_serves_what_no_restart_serves(path: Path) -> None:
     rec = recording.load(path)
     n = len(rec.cycles)
+    plain = [0, 0]
     for at, gap in ((n // 3, 0), (n // 2, 0), (2 * n // 3, 3)):
-        compared, troubled = _replay(rec, at, gap)
+        compared, troubled = _replay(rec, at, gap, plain if at == n // 3 else None)
         assert compared == n - at - gap
+    assert plain[0] > 0
+    if path.name.startswith("scenarios"):
+        assert plain[1] > 0  # rates in columns were compared
     if path.name.startswith(("scenarios", "membership.", "group-types")):
         assert troubled > 0  # the restart fell while groups were stalled, stopped, livelocked
 
 
-@pytest.mark.parametrize("path", RECORDINGS, ids=lambda p: p.name.split(".")[0])
-def test_a_views_rows_are_written_as_the_views_they_are_read_as(path: Path) -> None:
-    """A group's partition rows and rates, made plain from their columns, equal what each
-    row read as a PartitionView (or a PartitionProgress) gives field by field: the state
-    record of a view is the same either way."""
-    rec = recording.load(path)
-    ev = _make(rec)
-    rows = rates = 0
-    for c in rec.cycles:
-        for g in ev.evaluate(c.snap, c.consumer, c.spark, c.exact_ts, now=c.now).groups.values():
-            assert g.partitions.plain() == tuple(to_plain(v) for v in g.partitions), g.group
-            rows += len(g.partitions)
-            progress = g.progress.partitions if g.progress is not None else None
-            if isinstance(progress, ProgressRows):
-                assert progress.plain() == tuple((tuple(tp), to_plain(p)) for tp, p in progress.items())
-                rates += len(progress)
-    assert rows
-    if path.name.startswith("scenarios"):
-        assert rates  # rates in columns were compared
-
-
-@pytest.mark.parametrize("path", RECORDINGS[:4], ids=lambda p: p.name.split(".")[0])
-def test_restored_rows_are_made_as_the_generic_decoder_makes_them(path: Path) -> None:
-    """What a restore makes column by column (a view's rows, its rates, a group's memory
-    table) equals what the generic decoder makes row by row, and rows that do not fit
-    are refused as they were."""
-    rec = recording.load(path)
-    ev = _make(rec)
-    views = decoder(tuple[PartitionView, ...])
-    progress_of = decoder(tuple[tuple[tuple[str, int], PartitionProgress], ...])
-    compared = 0
-    for c in rec.cycles:
-        for g in ev.evaluate(c.snap, c.consumer, c.spark, c.exact_ts, now=c.now).groups.values():
-            rows = json.loads(json.dumps(to_plain(g.partitions)))
-            assert from_plain(PartitionRows, rows) == PartitionRows.of(views(rows)) == g.partitions
-            if g.progress is not None:
-                pairs = json.loads(json.dumps(to_plain(g.progress.partitions)))
-                assert dict(from_plain(Mapping[TP, PartitionProgress], pairs)) == dict(progress_of(pairs))
-            table = ev.groups[g.group].parts
-            if isinstance(table, PartitionTable):
-                again = PartitionTable.of_plain(list(table.tps), table.plain())
-                assert dict(again) == dict(table) and again.plain() == table.plain()
-            compared += 1
-    assert compared
+def test_rows_that_do_not_fit_are_refused_as_the_generic_decoder_refuses_them() -> None:
     bad = [["t", 0, 5, None, 1, 2.0, 0.0, "sleepy", "", "", False, ""]]  # no such status
     with pytest.raises(PlainError):
         from_plain(PartitionRows, bad)
-    with pytest.raises(PlainError):
+    with pytest.raises(PlainError):  # a bool where the records lost are
         from_plain(Mapping[TP, PartitionProgress], [[["t", 0], [1.0, None, None, True, 0]]])
 
 

@@ -110,7 +110,7 @@ def deep_tuple(v: Any) -> Any:
     if isinstance(v, list | tuple):
         if _SCALARS.issuperset(map(type, v)):  # a row of scalars (the type set tested in C)
             return tuple(v)
-        return tuple(deep_tuple(e) for e in v)
+        return tuple(map(deep_tuple, v))
     return v
 
 
