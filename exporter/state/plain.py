@@ -42,6 +42,7 @@ def _field_names(cls: type) -> tuple[str, ...] | None:
 
 
 _SCALARS = frozenset({int, float, str, bool, type(None)})
+_ARRAYS = frozenset({list, tuple})  # what a JSON array is read as, or was written from
 
 
 @cache
@@ -181,12 +182,15 @@ def _tuple(args: tuple[Any, ...]) -> Decoder:
         if args[0] is Any:
             return lambda v: deep_tuple(_seq(v))
         ed, as_is = decoder(args[0]), _TAKEN_AS_IS.get(args[0])
+        rows = args[0] == tuple[Any, ...]  # rows of plain values (a group's memory)
 
         def dec_all(v: Any) -> tuple[Any, ...]:
             items = _seq(v)
             if as_is is not None and as_is.issuperset(map(type, items)):
                 return tuple(items)
-            return tuple(ed(e) for e in items)
+            if rows and all(type(r) in _ARRAYS and _SCALARS.issuperset(map(type, r)) for r in items):
+                return tuple(map(tuple, items))
+            return tuple(map(ed, items))
         return dec_all
     eds = [decoder(a) for a in args]
 
