@@ -153,7 +153,6 @@ def _fits(kind: str, v: Any) -> bool:
     return type(v) in _KIND_SETS[kind]
 
 
-
 def _check(state: SavedGroup | SavedTopic, name: str) -> None:
     """What the type hints leave open: the name matches the key, every partition row has
     its fields' kinds, every flat point list its (number, ...) shape."""

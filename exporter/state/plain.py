@@ -233,7 +233,7 @@ _PROGRESS_TYPES = (_FLOAT | _NONE, _FLOAT | _NONE, _FLOAT | _NONE, _INT, _INT)
 
 def _rows_fit(rows: list[Any] | tuple[Any, ...], types: tuple[frozenset[type], ...]) -> bool:
     n = len(types)
-    return all(type(r) in (list, tuple) and len(r) == n and row_fits(types, r) for r in rows)
+    return all(type(r) in _ARRAYS and len(r) == n and row_fits(types, r) for r in rows)
 
 
 def _partition_rows(v: Any) -> PartitionRows:
@@ -253,9 +253,8 @@ def _progress_rows(v: Any) -> ProgressRows | dict[Any, Any]:
     """ProgressRows from the (partition, figures) pairs :meth:`ProgressRows.plain` gives;
     pairs that do not fit go the generic decoder, which says what is wrong."""
     pairs = _seq(v)
-    if not all(type(e) in (list, tuple) and len(e) == 2 and type(e[0]) in (list, tuple) and len(e[0]) == 2
-               and row_fits(_TP_TYPES, e[0]) and type(e[1]) in (list, tuple) and len(e[1]) == 5
-               and row_fits(_PROGRESS_TYPES, e[1]) for e in pairs):
+    if not (_rows_fit(pairs, (_ARRAYS, _ARRAYS)) and _rows_fit([k for k, _ in pairs], _TP_TYPES)
+            and _rows_fit([x for _, x in pairs], _PROGRESS_TYPES)):
         kd, vd = decoder(tuple[str, int]), decoder(PartitionProgress)
         return {kd(k): vd(x) for k, x in _pairs(v)}
     tps = [(k[0], k[1]) for k, _ in pairs]
