@@ -52,6 +52,7 @@ from bench.live import WRITERS, LiveFleet
 from bench.peers import measure_peer, scrape, stop
 from devenv.kafka import KafkaCluster, die_with_parent, free_port
 from devenv.procs import children, memory_mb
+from exporter.expose.metrics import CycleStage
 from tests.support.exporter_proc import Samples, parse_metrics, value
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -111,6 +112,10 @@ def commit(admin: AdminClient, gids: list[str], topic: str, partitions: int,
     return failed
 
 
+# lagwatch_cycle_stage_seconds' stages, in order.
+STAGES = tuple(stage.value for stage in CycleStage)
+
+
 def _self_metrics(body: bytes) -> Samples:
     """lagwatch's own series of a scrape: its ``lagwatch_*`` lines alone are parsed (the
     whole of a 50 MB /metrics would cost the benchmark seconds of the CPU it measures)."""
@@ -154,7 +159,7 @@ def _watch(proc: subprocess.Popen, base: str, cycles: int, deadline: float) -> d
     once per cycle as Prometheus would at ``scrape_interval`` = ``interval``, not at every
     poll: a full exposition every 0.5 s would take CPU from the cycles measured."""
     seen: dict[str, list] = {"cycle": [], "sample": [], "reqs": [], "render": [], "sizes": [],
-                             "gzip_sizes": [], "at": [], "statuses": []}
+                             "gzip_sizes": [], "at": [], "statuses": [], "stages": []}
     seen_cycles, last_at = 0, None
     while len(seen["cycle"]) < cycles and time.monotonic() < deadline:
         doc = _cluster_doc(base)
@@ -172,6 +177,8 @@ def _watch(proc: subprocess.Popen, base: str, cycles: int, deadline: float) -> d
             seen["cycle"].append(value(m, "lagwatch_cycle_duration_seconds") or 0)
             if n == 1:  # the first cycle after the start: every partition new to the memory
                 seen["first"] = [seen["cycle"][-1]]
+            seen["stages"].append({st: value(m, "lagwatch_cycle_stage_seconds", stage=st) or 0.0
+                                   for st in STAGES})
             seen["sample"].append(value(m, "lagwatch_sample_duration_seconds") or 0)
             seen["reqs"].append((n, value(m, "lagwatch_kafka_requests_total") or 0))
             seen["render"].append(took)
@@ -207,7 +214,8 @@ def measure(cluster: KafkaCluster, tag: str, groups: int, partitions: int, cycle
             "metrics_mb": max(w["sizes"]) / 1e6, "gzip_mb": max(w["gzip_sizes"]) / 1e6,
             "peak_rss_mb": rss, "worker_rss_mb": worker_rss,
             "window": (w["at"][0], w["at"][-1]), "statuses": w["statuses"][-1],
-            "first_s": w["first"][0] if w.get("first") else None}
+            "first_s": w["first"][0] if w.get("first") else None,
+            "stages": {st: statistics.median(c[st] for c in w["stages"][1:] or w["stages"]) for st in STAGES}}
 
 
 HEADER = (f"{'groups':>6} {'parts':>5} {'group-parts':>11} {'cycle s':>8} {'max s':>6} {'kafka s':>8} "
@@ -248,6 +256,8 @@ def run_size(cluster: KafkaCluster, args: argparse.Namespace, g: int, p: int) ->
         first = "not seen" if r["first_s"] is None else f"{r['first_s']:.2f} s"
         print(f"  lagwatch statuses at the last cycle: {dict(r['statuses'])}; first cycle {first}",
               flush=True)
+        print("  lagwatch cycle stages (median s): "
+              + ", ".join(f"{st} {v:.2f}" for st, v in r["stages"].items()), flush=True)
         if fleet:
             print(f"  {fleet.summary(*r['window'])}", flush=True)
         for name, binary in (("kminion", args.kminion), ("kafka_exporter", args.kafka_exporter)):

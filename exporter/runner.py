@@ -17,6 +17,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import replace
+from types import MappingProxyType
 
 from exporter.config import ClusterConfig, Config, LagMode, MetricsDetail
 from exporter.contracts.errors import ErrorRecord, ErrorStage
@@ -26,6 +27,7 @@ from exporter.contracts.snapshot import Snapshot
 from exporter.contracts.view import ClusterView, GroupView
 from exporter.contracts.worker import PartitionBodies, Shards
 from exporter.evaluate.evaluator import Evaluator
+from exporter.expose.metrics import CycleStage
 from exporter.expose.render import chunk_of, render_cluster
 from exporter.kafka.worker import KafkaWorker, SampleReply, WorkerCrashed
 from exporter.logs import TRANSITION
@@ -72,6 +74,8 @@ class ClusterRunner:
         # Numbers the cycles' partition lines: a cycle that raised leaves its chunks in the
         # worker, and the next one's number must differ (self.cycles counts only those done).
         self._feeds = itertools.count(1)
+        # Seconds of each stage of the last cycle that sampled (lagwatch_cycle_stage_seconds).
+        self._stages: Mapping[CycleStage, float] = MappingProxyType({})
         self._failures = 0
         self.recorder: Writer | None = None
         if config.record_dir:
@@ -135,17 +139,21 @@ class ClusterRunner:
                 self._count(res)
                 if res.memory is not None:
                     self.memory = res.memory
+            clock = _StageClock(t0, CycleStage.SAMPLE)
             self.errors.update(e.stage for e in snap.errors)
             exact_ts: dict[tuple[str, int, int], float] = {}
             if snap.ok:
                 exact_ts = self._exact_timestamps(snap, spark_reports)
             if self.recorder is not None:
                 self.recorder.cycle(snap, consumer_reports, spark_reports, exact_ts, snap.taken_at)
+            clock.done(CycleStage.RECORD_TIMESTAMPS)
             if self.state is not None and snap.ok:
                 self._restore(res, snap.taken_at)
+            clock.done(CycleStage.STATE_RESTORE)
             feed = _LinesFeed(self, next(self._feeds)) if snap.ok else None
             view = self.evaluator.evaluate(snap, consumer_reports, spark_reports, exact_ts,
                                            judged=feed.send if feed else None)
+            clock.done(CycleStage.EVALUATION)
             # The sample (every group's offsets) is freed before the render takes its buffers.
             ok, errors = snap.ok, snap.errors
             del snap, res
@@ -154,6 +162,9 @@ class ClusterRunner:
             # The render is part of the cycle: the record is complete before anyone sees it.
             exposition = render_cluster(view, self.compat, self.bounded,
                                         feed.collector(view) if feed else None)
+            clock.done(CycleStage.RENDER)
+            if ok:
+                self._stages = MappingProxyType(clock.spent)
             self.store.publish(ClusterRecord(view=view, stats=self._stats(t0), exposition=exposition))
             if ok and self.state is not None:
                 self._write_state(view)
@@ -281,7 +292,8 @@ class ClusterRunner:
             refused=None if sh is None else sh.refused is not None)
         return SelfStats(cycles=self.cycles, requests=self.requests,
                          reports_requests=self.reports_requests,
-                         cycle_duration=time.monotonic() - t0, errors=frozen_counts(self.errors),
+                         cycle_duration=time.monotonic() - t0, stages=self._stages,
+                         errors=frozen_counts(self.errors),
                          reports_received=self.reports_received, reports_dropped=self.reports_dropped,
                          state=state)
 
@@ -298,6 +310,21 @@ class ClusterRunner:
         self._worker_reports_requests = c.reports_requests
         self.reports_received = frozen_counts(c.reports_received)
         self.reports_dropped = frozen_counts(c.reports_dropped)
+
+
+class _StageClock:
+    """Where a cycle's time goes: each stage's seconds, measured from the end of the one
+    before it (the first from the cycle's start)."""
+
+    def __init__(self, t0: float, first: CycleStage) -> None:
+        self._at = t0
+        self.spent: dict[CycleStage, float] = {}
+        self.done(first)
+
+    def done(self, stage: CycleStage) -> None:
+        now = time.monotonic()
+        self.spent[stage] = now - self._at
+        self._at = now
 
 
 class _LinesFeed:

@@ -145,8 +145,16 @@ def test_exporter_never_creates_groups_or_moves_offsets(kafka: KafkaCluster, tmp
     with ExporterProcess(None, config=cfg) as exp:
         exp.wait_ready()
         wait_for(lambda: value(exp.metrics(), "lagwatch_cycles_total") >= 5, 30, "5 cycles")
-        lag_s = group_offsets(exp.metrics(), group, "kafka_consumergroup_lag_seconds")
+        m = exp.metrics()
+        lag_s = group_offsets(m, group, "kafka_consumergroup_lag_seconds")
         assert len(lag_s) == 3 and all(v > 0 for v in lag_s.values())
+        # the cycle's stages, each measured from the end of the one before: they add up to
+        # no more than the whole cycle they were measured in
+        stages = {dict(lab)["stage"]: v for (name, lab), v in m.items()
+                  if name == "lagwatch_cycle_stage_seconds"}
+        assert set(stages) == {"sample", "record_timestamps", "state_restore", "evaluation", "render"}
+        assert all(v >= 0 for v in stages.values()) and stages["sample"] > 0
+        assert sum(stages.values()) <= value(m, "lagwatch_cycle_duration_seconds") + 1e-6
     after_groups = set(list_groups(kafka))
     after = {(r.topic, r.partition): r.current_offset for r in describe_group(kafka, group)}
     assert after_groups == before_groups

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
+from types import MappingProxyType
 
 import pytest
 
@@ -28,6 +29,7 @@ from exporter.contracts.view import (
     PartitionView,
     SparkInfo,
 )
+from exporter.expose.metrics import CycleStage
 from exporter.expose.render import render_cluster
 from exporter.expose.scrape import scrape
 from exporter.state.codec import DropReason
@@ -134,6 +136,9 @@ def hand_built_views() -> list[ClusterView]:
 def hand_built_records(compat: frozenset[str]) -> list[ClusterRecord]:
     prod, dr = hand_built_views()
     stats = SelfStats(cycles=17, cycle_duration=0.25, requests=1234,
+                      stages=MappingProxyType({CycleStage.SAMPLE: 0.125, CycleStage.RECORD_TIMESTAMPS: 0.0,
+                                               CycleStage.STATE_RESTORE: 0.0, CycleStage.EVALUATION: 0.0625,
+                                               CycleStage.RENDER: 0.0625}),
                       errors=frozen_counts({"metadata": 2, "worker_crash": 1}),
                       reports_received=frozen_counts({"consumer": 5}),
                       reports_dropped=frozen_counts({"wrong_type": 1}),

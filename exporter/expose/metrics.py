@@ -8,6 +8,7 @@ texts from here, so a family cannot be served without being documented.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import StrEnum
 
 from exporter.contracts.errors import ErrorStage
 from exporter.state.codec import DropReason
@@ -25,6 +26,17 @@ class FamilyDoc:
 # requests of a cycle, then a Python exception inside the worker's sampling (a bug; the
 # worker keeps running), a worker process that died, and an exception in the runner's cycle.
 ERROR_STAGES = tuple(ErrorStage)
+
+
+class CycleStage(StrEnum):
+    """The stages of a whole cycle, in order (the ``stage`` label of
+    lagwatch_cycle_stage_seconds): where a slow cycle spends its time."""
+
+    SAMPLE = "sample"  # asking the Kafka worker and receiving its snapshot
+    RECORD_TIMESTAMPS = "record_timestamps"  # the records' own timestamps, where lag seconds need them
+    STATE_RESTORE = "state_restore"  # the state topic read back: after a start, and shards moved in
+    EVALUATION = "evaluation"
+    RENDER = "render"  # the families rendered once per cycle, the worker's lines waited for
 
 # The metric contract. docs/metrics.md is checked against this list.
 FAMILIES: tuple[FamilyDoc, ...] = (
@@ -133,6 +145,10 @@ FAMILIES: tuple[FamilyDoc, ...] = (
               "Duration of the last sampling cycle."),
     FamilyDoc("lagwatch_cycle_duration_seconds", "gauge", ("cluster",),
               "Duration of the last whole cycle: sampling, record timestamps, evaluation, rendering."),
+    FamilyDoc("lagwatch_cycle_stage_seconds", "gauge", ("cluster", "stage"),
+              "Duration of each stage of the last cycle that sampled, in order: sample (the Kafka "
+              "worker's sample, its transfer included), record_timestamps, state_restore (after a "
+              "start, and shards moved in), evaluation, render."),
     FamilyDoc("lagwatch_last_sample_timestamp_seconds", "gauge", ("cluster",),
               "Unix time of the last successful sample."),
     FamilyDoc("lagwatch_data_age_seconds", "gauge", ("cluster",),

@@ -38,7 +38,7 @@ def self_families(records: Iterable[ClusterRecord], now: float) -> list[Metric]:
                           _counter("lagwatch_cycles_total"))
     rreqs = _counter("lagwatch_reports_kafka_requests_total")
     dropped = _gauge("lagwatch_dropped_group_partitions")
-    cycle = _gauge("lagwatch_cycle_duration_seconds")
+    cycle, stages = _gauge("lagwatch_cycle_duration_seconds"), _gauge("lagwatch_cycle_stage_seconds")
     rr, rd = _counter("lagwatch_reports_received_total"), _counter("lagwatch_reports_dropped_total")
     for r in records:
         v, st = r.view, r.stats
@@ -55,12 +55,14 @@ def self_families(records: Iterable[ClusterRecord], now: float) -> list[Metric]:
         reqs.add_metric(c, st.requests)
         rreqs.add_metric(c, st.reports_requests)
         cycle.add_metric(c, st.cycle_duration)
+        for stage, seconds in st.stages.items():
+            stages.add_metric([v.cluster, stage], seconds)
         cycles.add_metric(c, st.cycles)
         for kind in sorted({"consumer", "spark"} | set(st.reports_received)):
             rr.add_metric([v.cluster, kind], st.reports_received.get(kind, 0))
         for reason, n in sorted(st.reports_dropped.items()):
             rd.add_metric([v.cluster, reason], n)
-    return [up, dur, cycle, last, age, brokers, errs, reqs, rreqs, cycles, dropped, rr, rd,
+    return [up, dur, cycle, stages, last, age, brokers, errs, reqs, rreqs, cycles, dropped, rr, rd,
             *state_families(records)]
 
 
