@@ -204,8 +204,16 @@ class PartitionRows(Sequence[PartitionView]):
         fields = list(map(_VIEW_FIELDS, views))
         if not fields:
             return EMPTY_ROWS
-        (topic, partition, committed, position, lag_offsets, lag_seconds, stalled, status, reason,
-         owner, unsubscribed, evidence) = zip(*fields, strict=True)
+        return cls.of_columns(*zip(*fields, strict=True), tps=tps)
+
+    @classmethod
+    def of_columns(cls, topic: Sequence[str], partition: Sequence[int], committed: Sequence[int | None],
+                   position: Sequence[int | None], lag_offsets: Sequence[int | None],
+                   lag_seconds: Sequence[float | None], stalled: Sequence[float], status: Sequence[Status],
+                   reason: Sequence[str], owner: Sequence[str], unsubscribed: Sequence[bool],
+                   evidence: Sequence[str], tps: list[TP] | None = None) -> PartitionRows:
+        """The rows of PartitionView's field values given column by column (None where a
+        value is), in their order; ``tps`` as in :meth:`of`."""
         if tps is None:
             tps = list(zip(topic, partition, strict=True))
         return cls(tps, offsets(committed), offsets(position),
@@ -243,26 +251,23 @@ class PartitionRows(Sequence[PartitionView]):
         return r.text(self.tps[i], None if c < 0 else c, None if lo < 0 else lo, None if ls != ls else ls,
                       float(self.stalled_seconds[i]), self.owner[i])
 
+    def _values(self, status: Iterable[object]) -> Iterator[tuple[Any, ...]]:
+        """Each row's PartitionView field values in order, read from the columns (None for
+        NO_OFFSET and NaN, each reason written), with ``status`` in the status's place."""
+        reasons = [r if isinstance(r, str) else self.reason_at(i) for i, r in enumerate(self.reason)]
+        return zip([t for t, _ in self.tps], [p for _, p in self.tps], optional(self.committed),
+                   optional(self.position), optional(self.lag_offsets), optional_seconds(self.lag_seconds),
+                   self.stalled_seconds.tolist(), status, reasons, self.owner, self.unsubscribed.tolist(),
+                   self.evidence, strict=True)
+
     def __iter__(self) -> Iterator[PartitionView]:
-        cols = (optional(self.committed), optional(self.position), optional(self.lag_offsets),
-                [None if v != v else v for v in self.lag_seconds.tolist()], self.stalled_seconds.tolist())
-        for i, (tp, c, po, lo, ls, st, status, reason, owner, unsub, ev) in enumerate(zip(
-                self.tps, *cols, self.status, self.reason, self.owner, self.unsubscribed.tolist(),
-                self.evidence, strict=True)):
-            text = reason if isinstance(reason, str) else self.reason_at(i)
-            yield PartitionView(tp[0], tp[1], c, po, lo, ls, st, status, text, owner, unsub, ev)
+        return (PartitionView(*row) for row in self._values(self.status))
 
     def plain(self) -> tuple[tuple[Any, ...], ...]:
         """Every row as its :class:`PartitionView`'s field values in order, a status as its
         value: what the state topic keeps of a view (exporter/state/plain.py), made from
         the columns, no PartitionView built (this runs for every group written)."""
-        reasons = [r if isinstance(r, str) else self.reason_at(i) for i, r in enumerate(self.reason)]
-        status = [s.value for s in self.status]
-        return tuple(zip([t for t, _ in self.tps], [p for _, p in self.tps], optional(self.committed),
-                         optional(self.position), optional(self.lag_offsets),
-                         [None if v != v else v for v in self.lag_seconds.tolist()],
-                         self.stalled_seconds.tolist(), status, reasons, self.owner,
-                         self.unsubscribed.tolist(), self.evidence, strict=True))
+        return tuple(self._values([s.value for s in self.status]))
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, PartitionRows | tuple | list):
@@ -298,6 +303,11 @@ def optional(column: np.ndarray) -> list[int | None]:
     """An offset column as Python values, None for :data:`NO_OFFSET`."""
     values = column.tolist()
     return [None if v < 0 else v for v in values] if NO_OFFSET in values else values
+
+
+def optional_seconds(column: np.ndarray) -> list[float | None]:
+    """A seconds (or rate) column as Python values, None for NaN (:func:`seconds` back)."""
+    return [None if v != v else v for v in column.tolist()]
 
 
 def _rows_of(v: Any) -> PartitionRows:
@@ -391,10 +401,9 @@ class ProgressRows(Mapping[TP, PartitionProgress]):
     def plain(self) -> tuple[tuple[TP, tuple[Any, ...]], ...]:
         """(partition, its :class:`PartitionProgress`'s field values) of every row: what
         the state topic keeps (exporter/state/plain.py), made from the columns."""
-        def nullable(col: np.ndarray) -> list[float | None]:
-            return [None if v != v else v for v in col.tolist()]
-        return tuple(zip(self.tps, zip(nullable(self.consume), nullable(self.produce), nullable(self.catchup),
-                                       self.lost.tolist(), self.below.tolist(), strict=True), strict=True))
+        figures = zip(optional_seconds(self.consume), optional_seconds(self.produce),
+                      optional_seconds(self.catchup), self.lost.tolist(), self.below.tolist(), strict=True)
+        return tuple(zip(self.tps, figures, strict=True))
 
     def __repr__(self) -> str:
         return f"ProgressRows({dict(self.items())!r})"

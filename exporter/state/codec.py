@@ -31,7 +31,7 @@ from enum import StrEnum
 from typing import Any
 
 from exporter.contracts.state import PARTITION_KINDS, SavedGroup, SavedTopic
-from exporter.state.plain import PlainError, as_json, from_plain, row_fits
+from exporter.state.plain import KIND_TYPES, PlainError, as_json, from_plain, row_fits
 
 VERSION = 1
 # A record inflates to at most this many bytes: a corrupt or hostile record cannot make
@@ -139,18 +139,13 @@ def decode(kind: str, name: str, value: bytes, cluster_id: str | None, now: floa
     return Decoded(kind, name, state, at, doc["cluster_id"])
 
 
-# The types a JSON value of each kind may have (a bool is no int here, None only where
-# the kind ends in "?").
-_KIND_TYPES = {"int": frozenset({int}), "float": frozenset({int, float}), "bool": frozenset({bool}),
-               "str": frozenset({str})}
-_KIND_SETS = {**_KIND_TYPES, **{f"{k}?": types | {type(None)} for k, types in _KIND_TYPES.items()}}
-_PARTITION_TYPES = tuple(_KIND_SETS[k] for k in PARTITION_KINDS)
-_TOPIC_TYPES = tuple(_KIND_SETS[k] for k in ("int", "int", "int", "int", "int?", "int?", "int?", "int?"))
-_NUMBER = _KIND_TYPES["float"]
+_PARTITION_TYPES = tuple(KIND_TYPES[k] for k in PARTITION_KINDS)
+_TOPIC_TYPES = tuple(KIND_TYPES[k] for k in ("int", "int", "int", "int", "int?", "int?", "int?", "int?"))
+_NUMBER = KIND_TYPES["float"]
 
 
 def _fits(kind: str, v: Any) -> bool:
-    return type(v) in _KIND_SETS[kind]
+    return type(v) in KIND_TYPES[kind]
 
 
 def _check(state: SavedGroup | SavedTopic, name: str) -> None:

@@ -27,7 +27,6 @@ from exporter.contracts.view import (
     PartitionRows,
     PartitionView,
     ProgressRows,
-    offsets,
     seconds,
 )
 
@@ -171,10 +170,15 @@ def _union(args: tuple[Any, ...]) -> Decoder:
     return dec
 
 
-# The types a JSON value decoded as a scalar hint may have (what :func:`_scalar` takes
-# as it is): a tuple of them is taken whole, its types tested in C, not value by value.
-_TAKEN_AS_IS = {int: frozenset({int}), float: frozenset({int, float}), str: frozenset({str}),
-                bool: frozenset({bool})}
+# The types a JSON value of each scalar kind may have (a bool is no int here); a kind
+# ending in "?" may also be None (exporter/contracts/state.py PARTITION_COLUMNS).
+_INT, _FLOAT, _STR, _BOOL = frozenset({int}), frozenset({int, float}), frozenset({str}), frozenset({bool})
+_NONE = frozenset({type(None)})
+KIND_TYPES = {"int": _INT, "float": _FLOAT, "bool": _BOOL, "str": _STR}
+KIND_TYPES |= {f"{kind}?": types | _NONE for kind, types in KIND_TYPES.items()}
+# What :func:`_scalar` takes as it is, by hint: a tuple of them is taken whole, its types
+# tested in C, not value by value.
+_TAKEN_AS_IS = {int: _INT, float: _FLOAT, str: _STR, bool: _BOOL}
 
 
 def _tuple(args: tuple[Any, ...]) -> Decoder:
@@ -220,8 +224,6 @@ def row_fits(types: tuple[frozenset[type], ...], values: Any) -> bool:
     return all(map(frozenset.__contains__, types, map(type, values)))
 
 
-_INT, _FLOAT, _STR, _BOOL = frozenset({int}), frozenset({int, float}), frozenset({str}), frozenset({bool})
-_NONE = frozenset({type(None)})
 # PartitionView's fields, in order (its status as its value).
 _VIEW_TYPES = (_STR, _INT, _INT | _NONE, _INT | _NONE, _INT | _NONE, _FLOAT | _NONE, _FLOAT, _STR, _STR,
                _STR, _BOOL, _STR)
@@ -243,10 +245,9 @@ def _partition_rows(v: Any) -> PartitionRows:
     status = [_STATUS_OF.get(r[7]) for r in rows] if _rows_fit(rows, _VIEW_TYPES) else [None]
     if not rows or None in status:
         return PartitionRows.of(decoder(tuple[PartitionView, ...])(v))
-    columns = (list(col) for col in zip(*rows, strict=True))
-    t, p, c, pos, lo, ls, st, _status, reason, owner, unsub, ev = columns
-    return PartitionRows(list(zip(t, p, strict=True)), offsets(c), offsets(pos), offsets(lo), seconds(ls),
-                         np.array(st, np.float64), status, reason, owner, np.array(unsub, bool), ev)
+    columns = list(zip(*rows, strict=True))
+    columns[7] = status  # type: ignore[call-overload]
+    return PartitionRows.of_columns(*columns)
 
 
 def _progress_rows(v: Any) -> ProgressRows | dict[Any, Any]:
