@@ -116,7 +116,9 @@ def test_one_groups_error_never_costs_another_its_offsets() -> None:
 def _offset_fetch_answer(version: int) -> tuple[bytes, list[str]]:
     """An OffsetFetch answer as a broker sends it (kafka-python encodes it), with what
     varies in the layout: long names and arrays (multi-byte lengths), metadata present,
-    empty and null, errors of a partition and of a group, and no offset (-1)."""
+    empty and null, errors of a partition and of a group, and no offset (-1); a topic
+    whose every partition has the common layout (read at once), and one whose last
+    partition has metadata (read one at a time)."""
     group = OffsetFetchResponse.OffsetFetchResponseGroup
     topic = group.OffsetFetchResponseTopics
     part = topic.OffsetFetchResponsePartitions
@@ -133,12 +135,20 @@ def _offset_fetch_answer(version: int) -> tuple[bytes, list[str]]:
                      metadata="", error_code=0),
                 part(partition_index=1, committed_offset=7, committed_leader_epoch=-1,
                      metadata="", error_code=3)])]),
+        group(group_id="plain", error_code=0, topics=[
+            topic(name="even", partitions=[
+                part(partition_index=p, committed_offset=-1 if p == 7 else 2**40 + p,
+                     committed_leader_epoch=-1, metadata=None if p % 2 else "",
+                     error_code=3 if p == 9 else 0) for p in range(20)]),
+            topic(name="odd", partitions=[
+                part(partition_index=p, committed_offset=p, committed_leader_epoch=-1,
+                     metadata="" if p < 19 else "\x01" * 20, error_code=0) for p in range(20)])]),
         group(group_id="orders", error_code=0, topics=[topic(name="big", partitions=[
             part(partition_index=5, committed_offset=42, committed_leader_epoch=-1, metadata="x",
                  error_code=0)])]),
     ]
     res = OffsetFetchResponse(throttle_time_ms=5, groups=groups)
-    return bytes(res.encode(version=version)), ["moved", long_name, "orders"]
+    return bytes(res.encode(version=version)), ["moved", long_name, "orders", "plain"]
 
 
 @pytest.mark.unit
@@ -153,6 +163,9 @@ def test_offset_fetch_decoded_as_kafka_python_decodes_it(version: int) -> None:
     ours = parse_offset_fetch(decoded, ids)
     assert ours == theirs
     assert len(ours[ids[1]].offsets) == 200  # the 200 of "big"; "t" has none to keep
+    # 18 of "even" (one without an offset, one with an error) and the 20 of "odd"
+    assert len(ours["plain"].offsets) == 38
+    assert ours["plain"].offsets[("even", 8)] == 2**40 + 8 and ("even", 9) not in ours["plain"].offsets
     assert ours["orders"].offsets == {("big", 5): 42}
     assert ours["moved"].error_code == NOT_COORDINATOR and not ours["moved"].offsets
     # a truncated answer fails as kafka-python's own decode failures do (ValueError or

@@ -251,6 +251,21 @@ def _listed_type(raw: str | None) -> GroupType:
     return GroupType(raw) if raw in LISTED_TYPES else GroupType.CLASSIC
 
 
+# The broker's state spellings met so far, each normalised once (KafkaGroupState's
+# constructor reaches its ``_missing_`` for every broker spelling: a few microseconds, two
+# thousand times a cycle); a few dozen at most are kept.
+_STATES: dict[str | None, KafkaGroupState] = {}
+
+
+def _state(raw: str | None) -> KafkaGroupState:
+    state = _STATES.get(raw)
+    if state is None:
+        state = KafkaGroupState(raw)
+        if len(_STATES) < 64:
+            _STATES[raw] = state
+    return state
+
+
 def _err(code: int, msg: str | None) -> str:
     return f"{for_code(code).__name__} ({code}){': ' + msg if msg else ''}"
 
@@ -454,7 +469,7 @@ class BrokerRequests:
                 for g in res.groups:
                     out[g.group_id] = ListedGroup(
                         group_id=g.group_id, type=_listed_type(getattr(g, "group_type", None)),
-                        state=KafkaGroupState(getattr(g, "group_state", None)), coordinator=b,
+                        state=_state(getattr(g, "group_state", None)), coordinator=b,
                         protocol_type=g.protocol_type or "")
         return out, failures
 
@@ -681,7 +696,7 @@ def parse_classic(node: int, res: Any) -> list[DescribedGroup]:
             continue
         consumer = g.protocol_type == "consumer"
         out.append(DescribedGroup(
-            group_id=g.group_id, state=KafkaGroupState(g.group_state), group_epoch=-1,
+            group_id=g.group_id, state=_state(g.group_state), group_epoch=-1,
             coordinator=node, protocol_type=g.protocol_type or "",
             members=tuple(DescribedMember(
                 member_id=m.member_id, member_epoch=-1, client_id=m.client_id or "",
@@ -748,7 +763,7 @@ def parse_described(kind: GroupType, node: int, res: Any) -> list[DescribedGroup
                                       coordinator=node, members=(), error_code=g.error_code,
                                       error=_err(g.error_code, g.error_message)))
         else:
-            out.append(DescribedGroup(group_id=g.group_id, state=KafkaGroupState(g.group_state),
+            out.append(DescribedGroup(group_id=g.group_id, state=_state(g.group_state),
                                       group_epoch=g.group_epoch, coordinator=node,
                                       members=tuple(_member(kind, m, g) for m in g.members)))
     return out

@@ -27,6 +27,7 @@ from concurrent.futures import Future
 from concurrent.futures import wait as wait_futures
 from dataclasses import dataclass
 from functools import partial
+from operator import is_, itemgetter
 from typing import Any, TypeVar
 
 from confluent_kafka import KafkaError, KafkaException
@@ -61,6 +62,7 @@ from exporter.kafka.offset_fetch import keep_keys, key_of
 from exporter.kafka.tokens import TokenSource
 from exporter.state.placement import owns
 
+_TOPIC = itemgetter(0)  # of a (topic, partition) key
 log = logging.getLogger("lagwatch.sampler")
 A = TypeVar("A", Committed, DescribedGroup, ShareOffsets)  # a group's answer to one request
 # Errors that explain a metadata timeout: librdkafka reports them only through error_cb.
@@ -359,16 +361,17 @@ class Sampler:
             self.memory.absent.pop(gid, None)
 
     def _topics_of(self, groups: dict[str, GroupSample], spark_topics: set[str], md: Any) -> set[str]:
-        topics = {t for g in groups.values() for (t, _) in g.committed}
-        topics |= {t for g in groups.values() for m in g.members for (t, _) in m.assignment}
+        topics = {t for g in groups.values() for m in g.members for (t, _) in m.assignment}
         # A group that could not be read this cycle (its coordinator is down) keeps its
         # topics sampled: the partitions' offsets must not vanish with it.
         for gid, g in groups.items():
+            committed = set(map(_TOPIC, g.committed))
+            topics |= committed
             if g.error is not None:
                 topics |= self.memory.group_topics.get(gid, set())
             else:
-                self.memory.group_topics[gid] = {t for (t, _) in g.committed}
-                self.memory.weight[gid] = len(g.committed) + len(self.memory.group_topics[gid]) + 1
+                self.memory.group_topics[gid] = committed
+                self.memory.weight[gid] = len(g.committed) + len(committed) + 1
         for gid in [gid for gid in self.memory.group_topics if gid not in groups]:
             del self.memory.group_topics[gid]
             self.memory.weight.pop(gid, None)
@@ -530,7 +533,8 @@ def _only_topics(g: GroupSample, topics: set[str], canon: dict[TP, TP]) -> Group
     the main process. OffsetFetch v8-v9 answers are keyed so already
     (:func:`~exporter.kafka.offset_fetch.key_of`): such a group, of watched topics only, is
     kept as it is; other answers carry their own copies, 100k of them in a large cluster."""
-    if all(canon.get(tp) is tp for tp in g.committed) and all(canon.get(tp) is tp for tp in g.reported_lag):
+    if all(map(is_, map(canon.get, g.committed), g.committed)) and all(
+            map(is_, map(canon.get, g.reported_lag), g.reported_lag)):
         return g
     return dataclasses.replace(
         g, committed={canon.get(tp, tp): o for tp, o in g.committed.items() if tp[0] in topics},
