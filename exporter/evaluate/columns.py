@@ -25,8 +25,9 @@ from typing import NamedTuple
 
 import numpy as np
 
-from exporter.contracts.snapshot import TP
+from exporter.contracts.snapshot import HW_OF, LOG_START_OF, TP, PartitionOffsets
 from exporter.contracts.state import PARTITION_COLUMNS
+from exporter.contracts.view import offsets_column
 from exporter.evaluate.constants import (
     LATE_COMMIT_WINDOW,
     QUIET_FRACTION,
@@ -220,6 +221,26 @@ class PartitionTable(MutableMapping[TP, PartitionMemory]):
         self.tps = list(tps)
         self._index = None
         return True
+
+
+class CycleOffsets(NamedTuple):
+    """The cycle's partition offsets as columns (float64, NaN: unknown), each partition's
+    row by its key; the last row, NaN, stands for a partition the cycle did not sample.
+    A group's HW and log start column are then two takes, not a lookup per partition."""
+
+    row: dict[TP, int]
+    hw: np.ndarray
+    log_start: np.ndarray
+
+    @classmethod
+    def of(cls, partitions: dict[TP, PartitionOffsets]) -> CycleOffsets:
+        pos = list(partitions.values())
+        return cls({tp: i for i, tp in enumerate(partitions)},
+                   offsets_column([*map(HW_OF, pos), None]), offsets_column([*map(LOG_START_OF, pos), None]))
+
+    def rows_of(self, tps: list[TP]) -> np.ndarray:
+        """The row of each of ``tps`` (-1, the last: not sampled)."""
+        return np.fromiter(map(self.row.get, tps, repeat(-1)), np.intp, len(tps))
 
 
 class Samples(NamedTuple):

@@ -25,8 +25,6 @@ from exporter.config import Config, GroupThresholds, LagMode, Thresholds, defaul
 from exporter.contracts.reports import ConnectSide, ConsumerReport, SparkReport
 from exporter.contracts.snapshot import (
     COMMITTING_TYPES,
-    HW_OF,
-    LOG_START_OF,
     TP,
     GroupSample,
     GroupType,
@@ -55,7 +53,6 @@ from exporter.contracts.view import (
     Repeated,
     SparkInfo,
     filled,
-    offsets_column,
     seconds,
 )
 from exporter.evaluate import persist
@@ -64,6 +61,7 @@ from exporter.evaluate.columns import (
     COLUMN_RULES,
     LAGGING,
     Columns,
+    CycleOffsets,
     PartitionTable,
     RowStep,
     Samples,
@@ -164,8 +162,8 @@ class _Columns:
     finds for the whole chunk of groups at once."""
 
     committed: list[int]
-    hw: list[int | None]
-    log_start: list[int | None]
+    hw: np.ndarray  # float64, NaN: unknown (CycleOffsets)
+    log_start: np.ndarray
     owners: list[Member | None]
     owned: np.ndarray  # bool: a member owns it (:func:`_member_owns`)
     owner: np.ndarray  # its owner's id in the group's PartitionTable, -1: none
@@ -305,6 +303,7 @@ class Evaluator:
         # The snapshot's own (topic, partition) keys: one object per partition, not one per
         # group-partition, in the views and memory kept.
         self._keys = {tp: tp for tp in snap.partitions}
+        self._offsets_at = CycleOffsets.of(snap.partitions)
         self.progress.begin(self._keys)
         views = self._views(snap, samples, changed, consumer_reports, spark_reports, exact_ts or {}, now,
                             judged)
@@ -707,16 +706,11 @@ class Evaluator:
             table.add_first(new, [c.offsets[tp][1] for tp in new], c.now)
         if not table.aligned(tps):
             return None
-        pos = list(map(c.partitions.get, tps))
-        if all(pos):
-            hws, log_start = list(map(HW_OF, pos)), list(map(LOG_START_OF, pos))
-        else:
-            hws = [None if po is None else po.hw for po in pos]
-            log_start = [None if po is None else po.log_start for po in pos]
+        at, rows = self._offsets_at, self._offsets_at.rows_of(tps)
         owners, owned, owner = _owners(c, table, tps)
         listed = np.fromiter((tp[0] not in c.left for tp in tps), bool, len(tps)) if c.left else None
-        return _Columns(committed=list(map(g.committed.__getitem__, tps)), hw=hws, log_start=log_start,
-                        owners=owners, owned=owned, owner=owner, listed=listed)
+        return _Columns(committed=list(map(g.committed.__getitem__, tps)), hw=at.hw[rows],
+                        log_start=at.log_start[rows], owners=owners, owned=owned, owner=owner, listed=listed)
 
     def _stepped_rows(self, judged: list[_InColumns], now: float) -> tuple[Samples, np.ndarray]:
         """The samples and the memory of the rows of ``judged`` stepped in columns, one group
@@ -741,13 +735,12 @@ class Evaluator:
         batches = [j.columns for j in judged]
         tps = [tp for j in judged for tp in j.p.tps]
         committed = [off for b in batches for off in b.committed]
-        hws = [h for b in batches for h in b.hw]
-        hw = offsets_column(hws)
+        hw = np.concatenate([b.hw for b in batches])
         followed = np.array(committed, float)
         lag = np.maximum(0.0, hw - followed)
         lag[np.isnan(lag)] = 0.0  # the HW unknown: no lag known, none counted
         exact_ts = judged[0].cycle.exact_ts
-        s = Samples(followed, hw, lag, self._lag_column(tps, committed, hws, lag, exact_ts, now),
+        s = Samples(followed, hw, lag, self._lag_column(tps, committed, hw, lag, exact_ts, now),
                     np.concatenate([b.owned for b in batches]), np.concatenate([b.owner for b in batches]))
         before = np.concatenate([j.p.st.parts.rows for j in judged], axis=1)
         stepped = plain(before, s)
@@ -872,19 +865,18 @@ class Evaluator:
                 ended.append(i)
         return classified, ended
 
-    def _lag_column(self, tps: list[TP], committed: list[int], hws: list[int | None], lag: np.ndarray,
+    def _lag_column(self, tps: list[TP], committed: list[int], hw: np.ndarray, lag: np.ndarray,
                     exact_ts: dict[tuple[str, int, int], float], now: float) -> np.ndarray:
-        """:meth:`_lag_seconds` of many partitions (NaN: unknown): 0 without lag; the cycle's
-        memo looked up in C (many groups read the same partitions at the same offsets), the
-        rest one at a time."""
+        """:meth:`_lag_seconds` of many partitions (NaN: unknown): 0 without lag (``lag`` is 0
+        where the HW is unknown); the cycle's memo looked up in C (many groups read the same
+        partitions at the same offsets), the rest one at a time."""
         found = list(map(self._lag_memo.get, zip(tps, committed, strict=True), repeat(_MISSING)))
         zero = lag == 0
         if _MISSING in found:
             none = zero.tolist()
             for i in [i for i, v in enumerate(found) if v is _MISSING]:
-                hw = hws[i]
-                found[i] = 0.0 if none[i] or hw is None else self._lag_seconds(
-                    tps[i], committed[i], hw, int(lag[i]), exact_ts, now)
+                found[i] = 0.0 if none[i] else self._lag_seconds(
+                    tps[i], committed[i], int(hw[i]), int(lag[i]), exact_ts, now)
         out = np.array(found, float) if None not in found else seconds(found)
         out[zero] = 0.0
         return out
@@ -936,7 +928,7 @@ def _observed(p: _Pending, v: GroupView) -> Observed | None:
     rows = v.partitions
     if b is None or not b.whole or b.samples is None or len(rows) != len(p.tps):
         return None
-    return Observed(rows.tps, b.samples.lag_off, b.samples.hw, offsets_column(b.log_start),
+    return Observed(rows.tps, b.samples.lag_off, b.samples.hw, b.log_start,
                     rows.unsubscribed, rows.owner)
 
 
