@@ -33,6 +33,7 @@ from exporter.contracts.worker import (
 )
 from exporter.evaluate import evaluator as evaluator_module
 from exporter.evaluate.evaluator import Evaluator
+from exporter.expose import partition_lines
 from exporter.expose.families import CycleFamilies
 from exporter.expose.labels import group_labels
 from exporter.expose.partition_lines import NAMES, PartitionLines
@@ -61,6 +62,7 @@ class _Beside:
         self.labels: list[str] = []
         self.lines = PartitionLines(0)
         self.largest = 0  # the most rows a chunk held
+        self.texts = 0  # the most seconds texts a cycle kept
 
     def begin(self) -> None:
         self.cycle += 1
@@ -71,11 +73,12 @@ class _Beside:
         self.labels += chunk.labels
         self.largest = max(self.largest, len(chunk.tps))
         self.lines.add(chunk)
+        self.texts = max(self.texts, len(self.lines.texts))
 
 
-def _replay(cycles, ev: Evaluator, cluster: str) -> tuple[int, int, int]:  # noqa: ANN001
+def _replay(cycles, ev: Evaluator, cluster: str) -> tuple[int, int, int, int]:  # noqa: ANN001
     """Both ways, full and bounded, every cycle; (views compared, bodies deflated, the
-    most rows a chunk held)."""
+    most rows a chunk held, the most seconds texts a cycle kept)."""
     full, bounded = _Beside(cluster, False), _Beside(cluster, True)
     compared = packed = 0
     for snap, consumer, spark, exact_ts, now in cycles:
@@ -97,7 +100,7 @@ def _replay(cycles, ev: Evaluator, cluster: str) -> tuple[int, int, int]:  # noq
             beside = render_cluster(view, bounded=b, lines=lambda bodies=bodies: bodies)
             assert _body(view, beside) == _body(view, render_cluster(view, bounded=b))
         compared += 1
-    return compared, packed, full.largest
+    return compared, packed, full.largest, full.texts
 
 
 @pytest.mark.parametrize("path", RECORDINGS, ids=lambda p: p.name.split(".")[0])
@@ -106,7 +109,7 @@ def test_a_recording_renders_the_same_lines_beside_the_evaluation(path: Path) ->
     head = rec.header
     ev = Evaluator(head["cluster"], rec.thresholds, rec.interval, int(head["history_points"]),
                    int(head["max_group_partitions"]), rec.group_thresholds)
-    compared, _, _ = _replay([(c.snap, c.consumer, c.spark, c.exact_ts, c.now) for c in rec.cycles], ev,
+    compared, *_ = _replay([(c.snap, c.consumer, c.spark, c.exact_ts, c.now) for c in rec.cycles], ev,
                           head["cluster"])
     assert compared > 0
 
@@ -119,18 +122,25 @@ def test_a_cluster_in_use_renders_the_same_lines_beside_the_evaluation() -> None
     for i in range(120):
         now += rnd.uniform(0.7, 1.6)
         timeline.append(run.cycle(i, now))
-    compared, _, _ = _replay(timeline, Evaluator("live", th, 1.0), "live")
+    compared, *_ = _replay(timeline, Evaluator("live", th, 1.0), "live")
     assert compared > 100
 
 
-@pytest.mark.parametrize("live", [True, False], ids=["live", "behind"])
-def test_the_benchmark_shapes_render_the_same_lines_in_chunks_deflated(live: bool) -> None:
+@pytest.mark.parametrize(("live", "kept"), [(True, 4), (True, None), (False, None)],
+                         ids=["live-4-texts", "live", "behind"])
+def test_the_benchmark_shapes_render_the_same_lines_in_chunks_deflated(
+        live: bool, kept: int | None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Also with a cycle's seconds texts bounded to 4 (partition_lines.TEXTS_KEPT): past
+    the bound a value is formatted each time it is met, the same bytes."""
+    if kept is not None:
+        monkeypatch.setattr(partition_lines, "TEXTS_KEPT", kept)
     ev = Evaluator("bench", Thresholds(), 15.0)
     timeline = [(snapshot(120, 50, c, 1_000_000.0 + 15 * c, live=live), {}, {}, {}, 1_000_000.0 + 15 * c)
                 for c in range(4)]
-    compared, packed, _ = _replay(timeline, ev, "bench")  # 6,000 rows: two chunks a cycle
+    compared, packed, _, texts = _replay(timeline, ev, "bench")  # 6,000 rows: two chunks a cycle
     assert compared == 4
     assert packed >= 4  # the families past PACK_ABOVE went deflated through the pipe
+    assert texts > 1 and (kept is None or texts == kept)
 
 
 def test_a_cluster_at_rest_is_handed_on_in_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -144,7 +154,7 @@ def test_a_cluster_at_rest_is_handed_on_in_chunks(monkeypatch: pytest.MonkeyPatc
         now += 1.0
         timeline.append(run.cycle(i, now))
     ev = Evaluator("syn", th, 1.0)
-    compared, _, largest = _replay(timeline, ev, "syn")
+    compared, _, largest, _ = _replay(timeline, ev, "syn")
     assert compared > 100 and ev.rest  # groups were at rest
     # at most the groups at rest short of a chunk and a judged chunk, each with its last
     # group's rows past the chunk's (every group at once: 72 rows here)

@@ -32,6 +32,9 @@ NAMES: tuple[str, ...] = ("kafka_consumergroup_committed_offset", "kafka_consume
                           "kafka_consumergroup_stalled_seconds")
 
 Out = tuple[Lines, Lines, Lines, Lines, Lines]
+# Seconds texts a cycle keeps at most (a few MB): past it, a new value is formatted each
+# time it is met.
+TEXTS_KEPT = 1 << 16
 
 
 def new_lines() -> Out:
@@ -43,10 +46,11 @@ def new_lines() -> Out:
 
 def add_group(gl: str, tps: Sequence[TP], committed: Sequence[int], position: Sequence[int],
               lag_offsets: Sequence[int], lag_seconds: Sequence[float],
-              stalled_seconds: Sequence[float], out: Out) -> None:
+              stalled_seconds: Sequence[float], out: Out, texts: dict[float, str] | None = None) -> None:
     """One group's per-partition series, formatted into one text per family and added at
     once: each line costs a list append, not an encode and a copy (NO_OFFSET and NaN: no
-    line)."""
+    line). ``texts``: the seconds formatted so far, shared by the groups of a cycle
+    (:class:`PartitionLines`); None: the group's own."""
     pre_c, pre_p, pre_lo, pre_ls, pre_st = (f"{f.name}{{" for f in out)
     isfinite = math.isfinite
     cl: list[str] = []
@@ -55,7 +59,9 @@ def add_group(gl: str, tps: Sequence[TP], committed: Sequence[int], position: Se
     ls: list[str] = []
     st: list[str] = []
     gtl: dict[str, str] = {}
-    texts: dict[float, str] = {0.0: "0"}  # a group's seconds repeat (one stall clock for all)
+    # Seconds repeat: one stall clock for a group's partitions, and one lag for every group
+    # at the same offset of a partition (the evaluator computes it once); 0 for most.
+    texts = {0.0: "0"} if texts is None else texts
     for (topic, partition), c, pos, lag, secs, stall in zip(
             tps, committed, position, lag_offsets, lag_seconds, stalled_seconds, strict=True):
         tl = gtl.get(topic)
@@ -71,14 +77,22 @@ def add_group(gl: str, tps: Sequence[TP], committed: Sequence[int], position: Se
         # Most partitions of a large cluster are caught up: 0 s needs no formatting.
         if isfinite(secs):  # NaN: unknown, no line
             if (t := texts.get(secs)) is None:
-                t = texts[secs] = float_text(secs)
+                t = _text(secs, texts)
             ls.append(f"{pre_ls}{pl}{t}\n")
         if (t := texts.get(stall)) is None:
-            t = texts[stall] = float_text(stall)
+            t = _text(stall, texts)
         st.append(f"{pre_st}{pl}{t}\n")
     for lines, text in zip(out, (cl, po, lo, ls, st), strict=True):
         if text:
             lines.add_text("".join(text))
+
+
+def _text(v: float, texts: dict[float, str]) -> str:
+    """``v``'s text, kept in ``texts`` while it holds fewer than :data:`TEXTS_KEPT`."""
+    t = float_text(v)
+    if len(texts) < TEXTS_KEPT:
+        texts[v] = t
+    return t
 
 
 class PartitionLines:
@@ -87,6 +101,7 @@ class PartitionLines:
     def __init__(self, cycle: int) -> None:
         self.cycle = cycle
         self.out = new_lines()
+        self.texts: dict[float, str] = {0.0: "0"}  # the cycle's seconds texts (add_group)
 
     def add(self, chunk: PartitionLinesChunk) -> None:
         rows = len(chunk.tps)
@@ -99,7 +114,7 @@ class PartitionLines:
         for gl, size in zip(chunk.labels, chunk.sizes, strict=True):
             end = at + size
             add_group(gl, chunk.tps[at:end], committed[at:end], position[at:end], lag_o[at:end],
-                      lag_s[at:end], stalled[at:end], self.out)
+                      lag_s[at:end], stalled[at:end], self.out, self.texts)
             at = end
 
     def bodies(self) -> PartitionBodies:
