@@ -59,7 +59,8 @@ class ClusterRunner:
         self._worker_requests = 0  # the current worker's own (cumulative) count
         self.reports_requests = 0  # the reports tail's, over all worker lifetimes
         # The sampler's memory between cycles (listing grace, group topics, coordinators):
-        # kept here, not in the worker, so that a worker crash forgets nothing.
+        # a copy kept here, each cycle's changes applied, so that a worker crash forgets
+        # nothing (exporter/contracts/sampling.py).
         self.memory = SamplerMemory()
         self._worker_reports_requests = 0
         self._worker_gen = 0
@@ -137,8 +138,8 @@ class ClusterRunner:
                 snap = res.snapshot
                 consumer_reports, spark_reports = res.consumer_reports, res.spark_reports
                 self._count(res)
-                if res.memory is not None:
-                    self.memory = res.memory
+                if res.memory_changes is not None:
+                    self.memory.apply(res.memory_changes)
             clock = _StageClock(t0, CycleStage.SAMPLE)
             self.errors.update(e.stage for e in snap.errors)
             exact_ts: dict[tuple[str, int, int], float] = {}

@@ -1,7 +1,7 @@
 """The Kafka worker process of a real exporter against the real broker: an exception while
 sampling costs one cycle and keeps the process, a process that dies is counted exactly once
-and replaced (and forgets nothing: the worker is stateless), and a shutdown (also by a
-signal to the whole process group) is quiet."""
+and replaced (and forgets nothing: the main process holds a copy of its memory), and a
+shutdown (also by a signal to the whole process group) is quiet."""
 
 from __future__ import annotations
 
@@ -124,8 +124,9 @@ def alive(pid: int) -> bool:
 
 def test_a_worker_crash_while_a_group_is_missing_from_the_listing_forgets_nothing(
         kafka: KafkaCluster, tmp_path: Any) -> None:
-    """The worker is stateless (issue 25): the listing grace, the group topics and the
-    coordinators live in the main process and go with each request. The replacement of a
+    """The worker holds nothing the main process does not (issue 25): the listing grace, the
+    group topics and the coordinators are copied in the main process, each cycle's changes
+    applied, and go to a new worker with its first request. The replacement of a
     crashed worker first lists without the group (as a coordinator still loading answers),
     and the group stays: its series never vanish and its stall clock runs on."""
     topic = create_topic(kafka, unique("stateless"), partitions=1)

@@ -2,8 +2,9 @@
 over the worker's pipe: one start message, then one request at a time, each answered by
 exactly one reply, but for :class:`PartitionLinesChunk`, which is answered by none (the
 cycle's :class:`PartitionLinesRequest` collects what the chunks rendered). The worker
-keeps nothing between requests that the runner needs: the sampler's memory travels with
-each SampleRequest and comes back with its SampleReply."""
+keeps nothing between requests that the runner does not also hold: the sampler's memory
+goes with a SampleRequest to a worker that does not hold it, and each SampleReply
+brings what its cycle changed in it (exporter/contracts/sampling.py)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from exporter.contracts.packed import Packed
 from exporter.contracts.reports import ConsumerReport, SparkReport
-from exporter.contracts.sampling import SamplerMemory
+from exporter.contracts.sampling import MemoryChanges, SamplerMemory
 from exporter.contracts.snapshot import TP, Snapshot
 
 if TYPE_CHECKING:  # only annotations: the contracts import no application module
@@ -35,7 +36,9 @@ class WorkerStart:
 class SampleRequest:
     """Sample one cycle."""
 
-    memory: SamplerMemory | None  # what the last cycle left; None: start from nothing
+    # The runner's copy of the sampler's memory, for a worker that does not hold it (new,
+    # or its last cycle failed); None: go on from the worker's own.
+    memory: SamplerMemory | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,9 +59,9 @@ class SampleReply:
     consumer_reports: dict[str, list[ConsumerReport]]  # per group, its clients' latest reports
     spark_reports: dict[str, SparkReport]  # per Spark query, its latest report
     counters: WorkerCounters
-    # The sampler's memory after this cycle, for the runner to keep and send with the next
-    # request; None when the cycle raised (the runner keeps what it sent).
-    memory: SamplerMemory | None = None
+    # What this cycle changed in the sampler's memory, for the runner to apply to its
+    # copy; None when the cycle raised (the runner keeps its copy and sends it next time).
+    memory_changes: MemoryChanges | None = None
     # With replicas (state.replicas): this replica's shards, and the state topic as read
     # back for the shards newly assigned (imported before this cycle is judged).
     shards: Shards | None = None

@@ -277,8 +277,9 @@ def _state(state: StateTopic, req: StateLoadRequest | StateWriteRequest
 
 def _sample(sampler: Sampler, reports: ReportReader | None, memory: SamplerMemory | None
             ) -> SampleReply:
-    if memory is not None:  # what the runner kept from the last cycle
+    if memory is not None:  # the runner's copy: this worker is new, or its last cycle failed
         sampler.memory = memory
+    before = sampler.memory.copy()
     consumer_reports, spark_reports = reports.current() if reports else ({}, {})
     if sampler.shards is not None:  # another replica's groups are not this one's to judge
         consumer_reports = {g: r for g, r in consumer_reports.items() if sampler.judges(g)}
@@ -289,7 +290,7 @@ def _sample(sampler: Sampler, reports: ReportReader | None, memory: SamplerMemor
                               dict(reports.received) if reports else {},
                               dict(reports.dropped) if reports else {},
                               reports.requests if reports else 0)
-    return SampleReply(snap, consumer_reports, spark_reports, counters, sampler.memory)
+    return SampleReply(snap, consumer_reports, spark_reports, counters, sampler.memory.changes_since(before))
 
 
 def _failed(cluster: str, counts: WorkerCounters, error: str) -> SampleReply:
@@ -324,6 +325,7 @@ class KafkaWorker:
         self.proc: subprocess.Popen | None = None
         self.conn: _Pipe | None = None
         self.restarts = 0
+        self._holds_memory: subprocess.Popen | None = None  # the process holding the runner's memory
 
     @property
     def pid(self) -> int | None:
@@ -377,11 +379,15 @@ class KafkaWorker:
         code = self.proc.returncode if self.proc is not None else None
         return WorkerCrashed(f"Kafka worker process died (exit code {code}); restarting")
 
-    def sample(self, memory: SamplerMemory | None = None) -> SampleReply:
-        """One cycle; ``memory`` is what the last cycle left (the worker keeps nothing)."""
+    def sample(self, memory: SamplerMemory) -> SampleReply:
+        """One cycle. ``memory``, the runner's copy of the sampler's memory, goes only to a
+        worker process that does not hold it: a new one, or one whose last cycle failed
+        (its own may then be half a cycle on); the reply brings what the cycle changed."""
+        held = self.proc is not None and self.proc is self._holds_memory and self.proc.poll() is None
         # Every stage of a cycle has its own request timeout; this only guards against a hang.
-        reply = self._call(SampleRequest(memory), self.cfg.request_timeout * 12 + 30)
+        reply = self._call(SampleRequest(None if held else memory), self.cfg.request_timeout * 12 + 30)
         assert isinstance(reply, SampleReply), type(reply)
+        self._holds_memory = self.proc if reply.memory_changes is not None else None
         return reply
 
     def load_state(self) -> StateLoadReply:
