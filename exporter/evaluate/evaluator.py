@@ -174,8 +174,8 @@ class _Columns:
     samples: Samples | None = None
     whole: bool = False
     shown: _Shown | None = None  # what their rows show
-    # of each row stepped, whether every rule leaves it ok, the evidence and when its
-    # committed offset last moved
+    # of each row stepped, whether every rule leaves it ok, the evidence (set where a row
+    # of the chunk is not ok) and when its committed offset last moved
     ok: np.ndarray | None = None
     step: RowStep | None = None
     changed_at: np.ndarray | None = None
@@ -787,9 +787,9 @@ class Evaluator:
             c.st.parts.step(slice(0, n) if b.whole else b.rows, after[:, lo:lo + n])
             b.ok, b.changed_at = ok[lo:lo + n], changed_at[lo:lo + n]
             b.samples = Samples(*(col[lo:lo + n] for col in s))
-            b.step = RowStep(*(col[lo:lo + n] for col in e))
             b.shown = _Shown(*(col[lo:lo + n] for col in shown))
-            if ruled is not None:
+            if ruled is not None:  # the evidence is read only where some row is not ok
+                b.step = RowStep(*(col[lo:lo + n] for col in e))
                 b.first, b.rejoins, b.alike = ruled[0][lo:lo + n], ruled[1][lo:lo + n], ruled[2][i]
         self.judged_in_columns += len(ok)
 
@@ -824,10 +824,10 @@ class Evaluator:
         step (:func:`first_rules`, the rules :meth:`_partition` runs one at a time), each
         reason kept to be written when read (:class:`~exporter.evaluate.rules.LaterReason`);
         and those whose status is more severe than ``lagging``."""
-        e, now, st = b.step, c.now, c.st
-        assert e is not None and b.ok is not None and b.changed_at is not None and b.samples is not None
         if b.first is None:  # every row of the chunk ok
             return {}, []
+        e, now, st = b.step, c.now, c.st
+        assert e is not None and b.ok is not None and b.changed_at is not None and b.samples is not None
         bad = np.flatnonzero(~b.ok)
         if not len(bad):
             return {}, []
