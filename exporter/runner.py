@@ -34,7 +34,15 @@ from exporter.logs import TRANSITION
 from exporter.recording import Writer, header
 from exporter.state.placement import shard_of
 from exporter.state.sync import StateSync
-from exporter.store import ClusterRecord, SelfStats, StateStats, Store, frozen_counts, initial_record
+from exporter.store import (
+    NO_STAGES,
+    ClusterRecord,
+    SelfStats,
+    StateStats,
+    Store,
+    frozen_counts,
+    initial_record,
+)
 
 log = logging.getLogger("lagwatch.runner")
 MAX_BACKOFF = 60.0
@@ -76,7 +84,7 @@ class ClusterRunner:
         # worker, and the next one's number must differ (self.cycles counts only those done).
         self._feeds = itertools.count(1)
         # Seconds of each stage of the last cycle that sampled (lagwatch_cycle_stage_seconds).
-        self._stages: Mapping[CycleStage, float] = MappingProxyType({})
+        self._stages: Mapping[CycleStage, float] = NO_STAGES
         self._failures = 0
         self.recorder: Writer | None = None
         if config.record_dir:

@@ -19,7 +19,7 @@ from exporter.expose.metrics import CycleStage
 from exporter.expose.render import Exposition, render_cluster
 
 _EMPTY: Mapping[str, int] = MappingProxyType({})
-_NO_STAGES: Mapping[CycleStage, float] = MappingProxyType({})
+NO_STAGES: Mapping[CycleStage, float] = MappingProxyType({})
 
 
 def frozen_counts(counts: Mapping[str, int]) -> Mapping[str, int]:
@@ -34,7 +34,7 @@ class SelfStats:
     cycles: int = 0
     cycle_duration: float = 0.0  # sampling, record timestamps, evaluation and rendering
     # Seconds of each stage of the last cycle that sampled (empty before the first one).
-    stages: Mapping[CycleStage, float] = field(default_factory=lambda: _NO_STAGES)
+    stages: Mapping[CycleStage, float] = field(default_factory=lambda: NO_STAGES)
     requests: int = 0  # Kafka requests of sampling, both libraries
     reports_requests: int = 0  # Kafka requests of the reports topic's tail
     errors: Mapping[str, int] = field(default_factory=lambda: _EMPTY)  # by stage, since start
