@@ -12,6 +12,7 @@ an empty group while the process is alive. Prints "READY <epoch>" once assigned 
 from __future__ import annotations
 
 import argparse
+import logging
 import signal
 import sys
 import time
@@ -55,6 +56,11 @@ def main(argv: list[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
+    # The group's way in (coordinator, join, sync) on stderr: what a test that never sees
+    # READY shows of why.
+    logging.basicConfig(stream=sys.stderr, level=logging.WARNING,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("kafka.coordinator").setLevel(logging.INFO)
     consumer = KafkaConsumer(
         args.topic, bootstrap_servers=args.bootstrap, group_id=args.group, client_id=args.client_id,
         auto_offset_reset="earliest", enable_auto_commit=False,

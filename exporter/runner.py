@@ -28,7 +28,7 @@ from exporter.contracts.view import ClusterView, GroupView
 from exporter.contracts.worker import PartitionBodies, Shards
 from exporter.evaluate.evaluator import Evaluator
 from exporter.expose.metrics import CycleStage
-from exporter.expose.render import chunk_of, render_cluster
+from exporter.expose.render import Exposition, chunk_of, render_cluster
 from exporter.kafka.worker import KafkaWorker, SampleReply, WorkerCrashed
 from exporter.logs import TRANSITION
 from exporter.recording import Writer, header
@@ -78,6 +78,7 @@ class ClusterRunner:
         # the first judgement, written after each cycle is published.
         self.state = StateSync(cfg) if cfg.state_enabled else None
         self.shards: Shards | None = None  # with replicas: this replica's, as of the last cycle
+        self._lost = False  # with replicas: this cycle's worker died, and its shards with it
         self._stop = threading.Event()
         self.thread = threading.Thread(target=self._run, name=f"sampler-{cfg.name}", daemon=True)
         # Numbers the cycles' partition lines: a cycle that raised leaves its chunks in the
@@ -128,6 +129,7 @@ class ClusterRunner:
         """Run one cycle and publish its record; never raises. Returns whether the
         cluster could be read."""
         t0 = time.monotonic()
+        self._lost = False
         try:
             try:
                 res: SampleReply | None = self.worker.sample(self.memory)
@@ -136,6 +138,7 @@ class ClusterRunner:
                 if self._stop.is_set():  # killed by our own shutdown: nothing to report
                     return False
                 res, crash = None, str(e)
+                self._lose_shards()
             if res is None:
                 snap = Snapshot(cluster=self.cfg.name, taken_at=time.time(),
                                 duration=time.monotonic() - t0, partitions={}, groups={},
@@ -174,9 +177,7 @@ class ClusterRunner:
             clock.done(CycleStage.RENDER)
             if ok:
                 self._stages = MappingProxyType(clock.spent)
-            self.store.publish(ClusterRecord(view=view, stats=self._stats(t0), exposition=exposition))
-            if ok and self.state is not None:
-                self._write_state(view)
+            self._publish(view, exposition, t0, ok)
             return ok
         except Exception:  # noqa: BLE001 - the thread must survive anything
             self.errors[ErrorStage.CYCLE] += 1
@@ -184,6 +185,15 @@ class ClusterRunner:
             with contextlib.suppress(Exception):  # serve the count with the last record
                 self.store.publish(replace(self.store.record(self.cfg.name), stats=self._stats(t0)))
             return False
+
+    def _publish(self, view: ClusterView, exposition: Exposition, t0: float, ok: bool) -> None:
+        """The cycle's record served, then (a cycle read, its worker alive) its state written."""
+        record = ClusterRecord(view=view, stats=self._stats(t0), exposition=exposition)
+        if self._lost:  # the worker died during this cycle
+            record = self._withdrawn(view, record.stats)
+        self.store.publish(record)
+        if ok and self.state is not None and not self._lost:
+            self._write_state(view)
 
     def _say(self, ok: bool, view: ClusterView, crash: str, errors: tuple[ErrorRecord, ...]) -> None:
         """The cycle's outcome in the log: a failure, a recovery, the errors of a cycle read."""
@@ -206,6 +216,33 @@ class ClusterRunner:
             return
         self.errors[ErrorStage.WORKER_CRASH] += 1
         log.error("cluster %s: %s", self.cfg.name, e, extra=TRANSITION)
+        self._lose_shards()
+
+    def _lose_shards(self) -> None:
+        """A replica's coordination member lives in its Kafka worker: with the worker dead,
+        its shards are lost (the coordinator gives them to the others once the member's
+        session ends, maybe before a new worker joins), so their groups are served no more,
+        at once, and not written: the new worker's assignment says which come back."""
+        sh = self.shards
+        if not self.cfg.state_replicas or sh is None or sh.refused is not None:
+            return
+        self._lost = True
+        if sh.owned:
+            log.warning("cluster %s: shard(s) %s lost with the Kafka worker; their groups are "
+                        "served again once a replica is assigned them", self.cfg.name, sorted(sh.owned))
+        none = frozenset[int]()
+        self.shards = replace(sh, owned=none, restored=none, revoking=none)
+        with contextlib.suppress(Exception):  # the record of a cycle that already ended
+            last = self.store.record(self.cfg.name)
+            if last.view.groups:
+                self.store.publish(self._withdrawn(last.view, last.stats))
+
+    def _withdrawn(self, view: ClusterView, stats: SelfStats) -> ClusterRecord:
+        """``view`` without its groups, for a replica whose shards were lost."""
+        view = replace(view, groups={})
+        state = stats.state if stats.state is None else replace(stats.state, shards=0)
+        return ClusterRecord(view=view, stats=replace(stats, state=state),
+                             exposition=render_cluster(view, self.compat, self.bounded, None))
 
     def _exact_timestamps(self, snap: Snapshot, spark_reports: dict[str, SparkReport]
                           ) -> dict[tuple[str, int, int], float]:

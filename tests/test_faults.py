@@ -174,6 +174,7 @@ def test_leo_ahead_of_hw_while_follower_paused(kafka3: KafkaCluster, tmp_path: A
     followers = [r for r in md.replicas if r != md.leader]
     follower_id = next((r for r in followers if r != controller), followers[0])
     follower = next(b for b in kafka3.brokers if b.node_id == follower_id)
+    leader = next(b for b in kafka3.brokers if b.node_id == md.leader)
     produce(kafka3, topic, {0: 10}, acks="all")
     # A group whose coordinator is not the paused follower: this test is about LEO and HW
     # (with its coordinator paused too the group is unreadable until the broker is fenced).
@@ -209,7 +210,9 @@ def test_leo_ahead_of_hw_while_follower_paused(kafka3: KafkaCluster, tmp_path: A
             raise AssertionError(f"{e}; (LEO, HW) and clusters last seen: {seen}") from None
         follower.pause()
         try:
-            produce(kafka3, topic, {0: 25}, acks=1)
+            # From the leader alone: a producer bootstrapped from every broker may ask the
+            # paused one for metadata first and wait out its timeout before the others.
+            produce(kafka3, topic, {0: 25}, **{"acks": 1, "bootstrap.servers": leader.address})
             leo, hw = wait_for(lambda: (o := offsets())[0] is not None and o[1] is not None
                                and o[0] > o[1] and o, 15, "LEO > HW while a follower is paused")
             assert leo == 35 and hw < 35
