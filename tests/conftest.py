@@ -55,32 +55,35 @@ def wait_for(cond: Callable[[], Any], timeout: float, what: str, interval: float
 
 BROKER_FIXTURES = frozenset({"kafka", "kafka3", "exporter"})
 
-# The files that take 40 s or more in `make test` on a busy 2-core machine, longest first
-# (from its --durations=0, per file). `make test` gives each xdist worker a whole file at a time, the next
-# one in collection order when it is done (--dist loadfile --no-loadscope-reorder; xdist's
-# own order, by number of tests, runs these few-test files last, where one alone makes the
-# tail): so they start first, and the many short files fill in around them.
+# The files that take 35 s or more in `make test`, longest first (from its --durations=0,
+# per file, on an idle 2-core machine). `make test` gives each xdist worker a whole file at a
+# time, the next one in collection order when it is done (--dist loadfile
+# --no-loadscope-reorder; xdist's own order, by number of tests, runs these few-test files
+# last, where one alone makes the tail): so they start first, then the files that need the
+# container image (its build, begun at collection, has had the long files' time), and the
+# many short files fill in around them to the end.
 LONG_FILES = (
-    "test_group_types.py", "test_faults.py", "test_spark.py", "test_spark_connect.py", "test_oauth.py",
-    "test_exporter_core.py", "test_rebalances_live.py", "test_membership.py", "test_replicas.py",
-    "test_jvm_interceptor.py", "test_columns.py", "test_state_restart.py", "test_records_lost.py",
-    "test_worker.py", "test_state.py", "test_rest.py", "test_evaluator_simulated.py", "test_demo.py",
-    "test_broker_down.py", "test_catchup.py", "test_reports_fuzz.py", "test_security.py",
-    "test_hostile_names.py", "test_scenarios.py",
+    "test_spark.py", "test_group_types.py", "test_faults.py", "test_spark_connect.py",
+    "test_rebalances_live.py", "test_membership.py", "test_oauth.py", "test_exporter_core.py",
+    "test_state_restart.py", "test_jvm_interceptor.py", "test_records_lost.py", "test_worker.py",
+    "test_evaluator_simulated.py", "test_catchup.py", "test_replicas.py", "test_rest.py",
+    "test_security.py", "test_columns.py", "test_partition_lines.py", "test_hostile_names.py",
+    "test_release.py", "test_demo.py", "test_scenarios.py",
 )
 
 
-def _run_order(item: pytest.Item) -> tuple[bool, int]:
+def _run_order(item: pytest.Item) -> tuple[int, int]:
     name = item.path.name
-    return (item.get_closest_marker("image") is not None,
-            LONG_FILES.index(name) if name in LONG_FILES else len(LONG_FILES))
+    if name in LONG_FILES:
+        return 0, LONG_FILES.index(name)
+    return (1 if item.get_closest_marker("image") is not None else 2), 0
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """`make test-unit` must stay broker-free and fast: a unit test asking for a broker is
-    a mistake in the test, reported at collection. Tests that need the container image run
-    last, so that its build (started in the background once collected) overlaps the rest;
-    before them the LONG_FILES, longest first, then the rest in collection order.
+    a mistake in the test, reported at collection. The LONG_FILES run first, longest first;
+    then the tests that need the container image, so that its build (started in the
+    background once collected) overlaps the long files; then the rest in collection order.
 
     `make test` runs three pytest-xdist workers on two cores with ``--dist loadfile``
     (most tests wait on thresholds, brokers and JVMs, not on the CPU; a fourth worker
