@@ -25,6 +25,7 @@ compressed with xz.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import lzma
 import re
@@ -73,6 +74,13 @@ def _enc(v: Any) -> Any:
     return v
 
 
+@functools.cache
+def _hints(tp: type) -> dict[str, Any]:
+    """A dataclass's field types, resolved once (``typing.get_type_hints`` evaluates every
+    annotation again at each call: most of a recording's load time, uncached)."""
+    return typing.get_type_hints(tp)
+
+
 def _dec(tp: Any, v: Any) -> Any:
     """The inverse of :func:`_enc`, driven by the type annotation ``tp``."""
     if v is None:
@@ -84,7 +92,7 @@ def _dec(tp: Any, v: Any) -> Any:
     if tp is ErrorRecord and isinstance(v, list):  # written as a [stage, message] pair before
         return ErrorRecord(stage=v[0], message=v[1])
     if dataclasses.is_dataclass(tp):
-        hints = typing.get_type_hints(tp)
+        hints = _hints(tp)
         return tp(**{k: _dec(hints[k], x) for k, x in v.items()})
     if origin is dict:
         kt, vt = typing.get_args(tp)
