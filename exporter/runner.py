@@ -159,7 +159,7 @@ class ClusterRunner:
             if self.recorder is not None:
                 self.recorder.cycle(snap, consumer_reports, spark_reports, exact_ts, snap.taken_at)
             clock.done(CycleStage.RECORD_TIMESTAMPS)
-            if self.state is not None and snap.ok:
+            if self.state is not None and snap.ok and not self._lost:  # a dead worker's shards are lost
                 self._restore(res, snap.taken_at)
             clock.done(CycleStage.STATE_RESTORE)
             feed = _LinesFeed(self, next(self._feeds)) if snap.ok else None
