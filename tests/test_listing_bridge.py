@@ -4,12 +4,15 @@ error) are bridged from the last listing; a group the coordinator says is gone g
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from exporter.config import ClusterConfig
 from exporter.contracts.errors import ErrorRecord
 from exporter.contracts.sampling import ListedGroup
-from exporter.contracts.snapshot import GroupSample
+from exporter.contracts.snapshot import GroupSample, KafkaGroupState
+from exporter.kafka.broker_requests import Committed, DescribedGroup, DescribedMember
 from exporter.kafka.sampler import GROUP_ID_NOT_FOUND, LISTING_GRACE_CYCLES, Sampler
 
 pytestmark = pytest.mark.unit
@@ -69,3 +72,50 @@ def test_a_deleted_group_is_recognised_by_its_error_code_not_its_text(sampler: S
     assert sorted(sampler._drop_gone(groups, errors)) == ["orders", "renamed"]
     assert errors == [misleading]
     assert GROUP_ID_NOT_FOUND == 69  # Kafka's protocol error code, not a local number
+
+
+class _Requests:
+    """BrokerRequests' batched calls, answered from what each group is, and the groups each
+    describe asked for."""
+
+    def __init__(self) -> None:
+        self.described: list[str] = []
+
+    def describe_classic(self, ids: list[str]) -> dict[str, DescribedGroup]:
+        self.described += ids
+        member = DescribedMember(member_id="m-1", member_epoch=-1, client_id="c", host="/h",
+                                 assignment=(("t", 0),))
+        return {g: DescribedGroup(group_id=g, state=KafkaGroupState.STABLE if g == "stable" else
+                                  KafkaGroupState.EMPTY, group_epoch=-1, coordinator=1,
+                                  members=(member,) if g == "stable" else ()) for g in ids}
+
+    def describe(self, kind: str, ids: list[str]) -> dict:
+        raise AssertionError(f"no {kind} group was listed")
+
+    def share_offsets(self, ids: list[str]) -> dict:
+        raise AssertionError("no share group was listed")
+
+    def offset_fetch(self, ids: list[str], weight: dict[str, int]) -> dict[str, Committed]:
+        return {g: Committed(offsets={("t", 0): 5}) for g in ids}
+
+    def take_failures(self) -> list[str]:
+        return []
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_group_the_listing_saw_empty_is_not_described(sampler: Sampler) -> None:
+    """A classic group this cycle's listing says is Empty reads as its describe would (no
+    members, its coordinator), without one; a stable group and a group bridged from an
+    earlier listing (a deleted one is told by its describe) are described."""
+    listed = {g: ListedGroup(group_id=g, type="classic", state=state, coordinator=1)
+              for g, state in (("empty", "Empty"), ("stable", "Stable"), ("bridged", "Empty"))}
+    requests = _Requests()
+    sampler.broker_requests = requests  # type: ignore[assignment]
+    groups = sampler._read_groups(listed, frozenset({"empty"}), [])
+    assert sorted(requests.described) == ["bridged", "stable"]
+    assert groups["empty"] == GroupSample(group_id="empty", type="classic", state="empty", coordinator=1,
+                                          committed={("t", 0): 5})
+    assert groups["empty"] == dataclasses.replace(groups["bridged"], group_id="empty")
+    assert [m.member_id for m in groups["stable"].members] == ["m-1"]

@@ -270,10 +270,10 @@ class Sampler:
         md, refused = self._cluster_metadata()
         if md is None:
             return failed(ErrorStage.METADATA, refused)
-        listed, unlisted = self._list_groups(md, errors)
+        listed, unlisted, empty = self._list_groups(md, errors)
         if listed is None:
             return failed(ErrorStage.LIST_GROUPS, unlisted, len(md.brokers))
-        groups = self._drop_gone(self._read_groups(listed, errors), errors)
+        groups = self._drop_gone(self._read_groups(listed, empty, errors), errors)
         topics = self._topics_of(groups, set(spark_topics), md)
         partitions = self._partition_offsets(md, topics, errors)
         # Drop committed offsets of filtered or deleted topics so their series vanish.
@@ -312,9 +312,10 @@ class Sampler:
         return BrokerMetadata.of(res)
 
     def _list_groups(self, md: Any, errors: list[ErrorRecord]
-                     ) -> tuple[dict[str, ListedGroup] | None, str]:
-        """Every group of every broker (ListGroups to each, all types). The groups of a broker
-        that did not answer are kept from the last cycle instead of vanishing."""
+                     ) -> tuple[dict[str, ListedGroup] | None, str, frozenset[str]]:
+        """Every group of every broker (ListGroups to each, all types), or None and why; and
+        the classic groups this listing says are Empty (ListGroups v4+, KIP-518). The groups
+        of a broker that did not answer are kept from the last cycle instead of vanishing."""
         assert self.broker_requests is not None
         try:
             got, failures = self.broker_requests.list_groups(sorted(md.brokers))
@@ -322,6 +323,8 @@ class Sampler:
             got, failures = {}, [_err_text(e)]
         self._forget_others()
         listed = {g: lg for g, lg in got.items() if self.cfg.filters.group_ok(g) and self.judges(g)}
+        empty = frozenset(g for g, lg in listed.items()
+                          if lg.type == GroupType.CLASSIC and lg.state == KafkaGroupState.EMPTY)
         errors.extend(ErrorRecord(stage=ErrorStage.LIST_GROUPS, message=f) for f in failures)
         if self._new_types is None and not failures:
             self._new_types = self.broker_requests.new_group_types()  # from the version answer: no request
@@ -333,7 +336,7 @@ class Sampler:
                                        if lg.coordinator is not None})
         if failures and not got:
             if not self.memory.last_listed:
-                return None, "; ".join(failures)
+                return None, "; ".join(failures), frozenset()
             errors.append(ErrorRecord(stage=ErrorStage.LIST_GROUPS,
                                       message="using the groups known last cycle"))
         if failures:
@@ -342,7 +345,7 @@ class Sampler:
         self.memory.last_listed = listed
         for gid in [g for g in self.memory.coordinators if g not in listed]:
             del self.memory.coordinators[gid]  # a group gone for good (the map is shared)
-        return listed, ""
+        return listed, "", empty
 
     def judges(self, group: str) -> bool:
         """Is ``group`` this replica's to read? Not lagwatch's own coordination group; with
@@ -427,8 +430,13 @@ class Sampler:
             errors.extend(ErrorRecord(stage=stage, message=f) for f in self.broker_requests.take_failures())
         return got
 
-    def _read_groups(self, listed: dict[str, ListedGroup], errors: list[ErrorRecord]
+    def _read_groups(self, listed: dict[str, ListedGroup], empty: frozenset[str], errors: list[ErrorRecord]
                      ) -> dict[str, GroupSample]:
+        """Each group described and its offsets read. A classic group this cycle's listing
+        saw Empty has no member to describe: its describe would say what the listing did, so
+        none is sent for it (most groups of a large cluster, idle or committing from outside
+        group membership); a group bridged from an earlier listing is described (a deleted
+        one answers GROUP_ID_NOT_FOUND, :meth:`_drop_gone`)."""
         x = self.broker_requests
         assert x is not None
         by_type: dict[GroupType, list[str]] = {t: [] for t in _DESCRIBED_TYPES}
@@ -436,9 +444,11 @@ class Sampler:
             by_type[listed[gid].type].append(gid)
         describe = {t: x.describe_classic if t == GroupType.CLASSIC else partial(x.describe, t)
                     for t in _DESCRIBED_TYPES}
-        described = {kind: self._batched(ErrorStage.DESCRIBE_GROUP, errors, call, by_type[kind],
+        asked = {kind: [g for g in gids if g not in empty] for kind, gids in by_type.items()}
+        described = {kind: self._batched(ErrorStage.DESCRIBE_GROUP, errors, call, asked[kind],
                                          DescribedGroup.failed)
                      for kind, call in describe.items()}
+        described[GroupType.CLASSIC].update((gid, _listed_empty(listed[gid])) for gid in empty)
         # Streams groups commit offsets like consumer groups: OffsetFetch reads them.
         committing = [gid for t in _DESCRIBED_TYPES if t in COMMITTING_TYPES for gid in by_type[t]]
         offs = self._batched(ErrorStage.OFFSET_FETCH, errors,
@@ -539,6 +549,12 @@ def _only_topics(g: GroupSample, topics: set[str], canon: dict[TP, TP]) -> Group
     return dataclasses.replace(
         g, committed={canon.get(tp, tp): o for tp, o in g.committed.items() if tp[0] in topics},
         reported_lag={canon.get(tp, tp): o for tp, o in g.reported_lag.items() if tp[0] in topics})
+
+
+def _listed_empty(lg: ListedGroup) -> DescribedGroup:
+    """A classic group the listing saw Empty, as its describe would answer: no members."""
+    return DescribedGroup(group_id=lg.group_id, state=KafkaGroupState.EMPTY, group_epoch=-1,
+                          coordinator=lg.coordinator, members=(), protocol_type=lg.protocol_type)
 
 
 def _committed(gid: str, offs: Committed | None, errors: list[ErrorRecord]
