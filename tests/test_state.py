@@ -129,7 +129,8 @@ def _replay(rec: recording.Recording, ats: tuple[int, ...], gap: int = 0,
                 assert vb.groups.get(gid) == g, f"cycle {i}: {gid} differs after the restart at {at}"
             assert va == vb, f"cycle {i}: the views differ after the restart at {at}"
             compared[k] += 1
-            troubled += sum(1 for g in va.groups.values() if g.status != Status.OK) if k == 0 else 0
+            if k == 0:
+                troubled += sum(1 for g in va.groups.values() if g.status != Status.OK)
     return compared, troubled
 
 
