@@ -71,9 +71,8 @@ def die_with_parent() -> None:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
-def reap_orphans() -> list[int]:
-    """Kill broker JVMs left by a launcher process that no longer exists."""
-    killed = []
+def _broker_jvms() -> Iterator[tuple[int, list[bytes]]]:
+    """(pid, argv) of every broker JVM a KafkaCluster started: its argv names its owner."""
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit():
             continue
@@ -81,15 +80,21 @@ def reap_orphans() -> list[int]:
             argv = (proc / "cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        owner = next((a for a in argv if a.startswith(b"-Dlagwatch.owner=")), None)
-        if owner is None:
-            continue
+        if any(a.startswith(b"-Dlagwatch.owner=") for a in argv):
+            yield int(proc.name), argv
+
+
+def reap_orphans() -> list[int]:
+    """Kill broker JVMs left by a launcher process that no longer exists."""
+    killed = []
+    for pid, argv in _broker_jvms():
+        owner = next(a for a in argv if a.startswith(b"-Dlagwatch.owner="))
         owner_pid = int(owner.split(b"=", 1)[1])
         if Path(f"/proc/{owner_pid}").exists():
             continue
         with contextlib.suppress(ProcessLookupError):
-            os.kill(int(proc.name), signal.SIGKILL)
-            killed.append(int(proc.name))
+            os.kill(pid, signal.SIGKILL)
+            killed.append(pid)
         d = next((a for a in argv if a.startswith(b"-Dlagwatch.dir=")), None)
         if d:
             shutil.rmtree(d.split(b"=", 1)[1].decode(), ignore_errors=True)
@@ -371,7 +376,21 @@ class KafkaCluster:
                     b.proc.kill()
                     b.proc.wait(10)
         if self.root:
+            self._kill_unheld()
             shutil.rmtree(self.root, ignore_errors=True)
+
+    def _kill_unheld(self) -> None:
+        """Kill and reap this cluster's broker JVMs that no Broker holds: a signal handler
+        that raises (Ctrl-C in the demo) inside ``Popen`` after the fork loses the child's
+        handle, and the JVM would outlive the stop until this process exits."""
+        mark = f"-Dlagwatch.dir={self.root}".encode()
+        held = {b.proc.pid for b in self.brokers if b.proc}
+        for pid, argv in _broker_jvms():
+            if mark in argv and pid not in held:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+                with contextlib.suppress(ChildProcessError):
+                    os.waitpid(pid, 0)
 
     def __enter__(self) -> KafkaCluster:
         return self.start()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from confluent_kafka import Consumer, TopicPartition
 
 from devenv.groups_tool import describe_group, parse_describe
@@ -36,3 +38,14 @@ def test_parse_describe_handles_dashes_and_repeated_headers() -> None:
     rows = parse_describe(text)
     assert rows[0].current_offset is None and rows[0].log_end_offset == 12
     assert rows[1].lag == 7 and rows[1].host == "/127.0.0.1" and rows[1].client_id == "c1"
+
+
+def test_a_broker_whose_handle_was_lost_stops_with_its_cluster() -> None:
+    """A signal handler that raises inside ``Popen`` after the fork (Ctrl-C in the demo while
+    Kafka starts) leaves the broker JVM without a handle; the cluster's stop still ends it."""
+    cluster = KafkaCluster(brokers_count=1).start()
+    b = cluster.brokers[0]
+    assert b.proc is not None
+    pid, b.proc = b.proc.pid, None  # what the interrupted Popen leaves
+    cluster.stop()
+    assert not Path(f"/proc/{pid}").exists(), "the broker JVM outlived its cluster's stop"
