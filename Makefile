@@ -18,7 +18,7 @@ PYTEST_ARGS ?=
 
 test: setup
 	$(VENV)/bin/ruff check .
-	$(PY) -m pytest -n 3 --dist loadfile --no-loadscope-reorder --durations=25 $(PYTEST_ARGS)
+	$(PY) -m pytest -n 4 --dist loadfile --no-loadscope-reorder --durations=25 $(PYTEST_ARGS)
 
 # Fast feedback: the tests that need no broker, Spark or image (seconds).
 test-unit: $(VENV)/.installed

@@ -85,9 +85,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     then the tests that need the container image, so that its build (started in the
     background once collected) overlaps the long files; then the rest in collection order.
 
-    `make test` runs three pytest-xdist workers on two cores with ``--dist loadfile``
-    (most tests wait on thresholds, brokers and JVMs, not on the CPU; a fourth worker
-    leaves a fresh clone's time as it is and starves the JVMs of a loaded machine): each
+    `make test` runs four pytest-xdist workers on two cores with ``--dist loadfile``
+    (most tests wait on thresholds, brokers and JVMs, not on the CPU): each
     file stays on one worker with its module-scoped workload and its own broker, and
     every test of the 3-broker cluster is in tests/test_faults.py."""
     for item in items:
