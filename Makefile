@@ -14,7 +14,7 @@ SPARK_NEWEST_VERSION := 4.2.0
 SPARK35_CONNECT_VERSION := 3.5.4
 PYTEST_ARGS ?=
 
-.PHONY: test test-unit record demo runtime-setup setup prereqs jars pyenvs interceptor system-packages go-tools lint dashboards manifests clean
+.PHONY: test test-unit record demo runtime-setup setup prereqs jars pyenvs interceptor system-packages image-bases go-tools lint dashboards manifests clean
 
 test: setup
 	$(VENV)/bin/ruff check .
@@ -37,7 +37,7 @@ demo: runtime-setup
 # What the demo needs; the tests also need the JVM interceptor, the Go-built chart tools
 # and the PySpark 3.5 venv.
 runtime-setup: prereqs $(VENV)/.installed jars system-packages
-setup: runtime-setup interceptor pyenvs go-tools
+setup: runtime-setup interceptor pyenvs go-tools image-bases
 
 prereqs:
 	@tools/check-prereqs
@@ -67,6 +67,12 @@ interceptor:
 
 system-packages:
 	@tools/install-system-packages
+
+# The container image's two Debian bases (debootstrapped once, cached in .cache/image); the
+# image itself is built from the Dockerfile by the tests that use it (tests/support/image_build.py).
+image-bases: system-packages
+	@tools/build-image --base bookworm --base-only
+	@tools/build-image --base bookworm-pip --base-only
 
 # Helm (built from its Go module, once) and the chart's custom-resource checker.
 go-tools:

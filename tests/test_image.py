@@ -41,7 +41,7 @@ from tests.support.image_build import (
 
 pytestmark = [
     pytest.mark.image,
-    # A cold build debootstraps the base rootfs first (about 1.5 min here, more on a slow mirror).
+    # Without `make setup`, a cold build debootstraps the base rootfs first (minutes).
     pytest.mark.timeout(1800),
 ]
 

@@ -2,10 +2,11 @@
 
 ``tools/build-image`` builds the top-level Dockerfile with ``buildah bud --isolation chroot
 --storage-driver vfs`` on a debootstrapped Debian bookworm base, with or without Debian's
-python3-pip. A first build debootstraps its base and takes minutes, so the session starts
-both builds in the background as soon as it has collected a test that needs them (those tests
-run last, tests/conftest.py), and every test module asks ``built()``, which waits for its
-base's build: each base is built at most once per pytest process.
+python3-pip. ``make setup`` debootstraps the bases (``make image-bases``, minutes, once); the
+session builds both images from the Dockerfile in the background as soon as it has collected
+a test that needs them (those tests run after the long files, tests/conftest.py), and every
+test module asks ``built()``, which waits for its base's build: each base is built at most
+once per pytest process.
 """
 
 from __future__ import annotations
