@@ -70,9 +70,11 @@ system-packages:
 
 # The container image's two Debian bases (debootstrapped once, cached in .cache/image); the
 # image itself is built from the Dockerfile by the tests that use it (tests/support/image_build.py).
+# Needs root (debootstrap, buildah chroot), as the image tests do; skipped otherwise.
 image-bases: system-packages
-	@tools/build-image --base bookworm --base-only
-	@tools/build-image --base bookworm-pip --base-only
+	@if [ "$$(id -u)" -eq 0 ]; then tools/build-image --base bookworm --base-only && \
+		tools/build-image --base bookworm-pip --base-only; \
+	else echo "image-bases: not root, skipped (the image tests need root: -m 'not image')"; fi
 
 # Helm (built from its Go module, once) and the chart's custom-resource checker.
 go-tools:
