@@ -48,6 +48,15 @@ log = logging.getLogger("lagwatch.runner")
 MAX_BACKOFF = 60.0
 
 
+def next_start(last_at: float, delay: float, sampled: float, now: float, ok: bool) -> float:
+    """When the next cycle starts (monotonic seconds), the last one scheduled at ``last_at``,
+    its sample taken at ``sampled``, ended at ``now``. While healthy it keeps the cadence,
+    but never samples sooner than ``delay`` after the last sample: the judgement's clocks
+    run on sample times, so a cycle that woke late is not followed by one closer than the
+    interval. After a failure it backs off from now."""
+    return max(last_at + delay, sampled + delay, now) if ok else now + delay
+
+
 class ClusterRunner:
     def __init__(self, cfg: ClusterConfig, config: Config, store: Store) -> None:
         self.cfg = cfg
@@ -87,6 +96,9 @@ class ClusterRunner:
         # Seconds of each stage of the last cycle that sampled (lagwatch_cycle_stage_seconds).
         self._stages: Mapping[CycleStage, float] = NO_STAGES
         self._failures = 0
+        # When the last cycle's sample was taken, on the monotonic clock: the next cycle
+        # starts no sooner than an interval after it (:meth:`_run`).
+        self._sampled = 0.0
         self.recorder: Writer | None = None
         if config.record_dir:
             self.recorder = Writer(os.path.join(config.record_dir, f"{cfg.name}.jsonl"),
@@ -119,8 +131,7 @@ class ClusterRunner:
             else:
                 self._failures += 1
                 delay = min(MAX_BACKOFF, self.cfg.interval * 2 ** min(self._failures - 1, 6))
-            # keep the cadence while healthy; after a failure, back off from now
-            next_at = max(next_at + delay, time.monotonic()) if ok else time.monotonic() + delay
+            next_at = next_start(next_at, delay, self._sampled, time.monotonic(), ok)
             self._stop.wait(max(0.0, next_at - time.monotonic()))
         if self.cfg.state_replicas:  # here: the worker dies with the thread that started it
             self._leave()
@@ -147,6 +158,8 @@ class ClusterRunner:
                 spark_reports: dict = {}
             else:
                 snap = res.snapshot
+                # the worker's wall-clock sample time, on this process's monotonic clock
+                self._sampled = time.monotonic() - max(0.0, time.time() - snap.taken_at)
                 consumer_reports, spark_reports = res.consumer_reports, res.spark_reports
                 self._count(res)
                 if res.memory_changes is not None:

@@ -220,17 +220,10 @@ WINDOW = 60.0
 
 
 def cycles(seconds: float, interval: float = INTERVAL) -> int:
-    """The exporter cycles a threshold of ``seconds`` spans on the interval's grid. Cycles
-    that overrun make it fewer; :data:`CADENCE_SLACK` is how many more a busy machine can
-    add."""
+    """The exporter cycles a threshold of ``seconds`` spans at most: the judgement's clocks
+    run on sample times, and the runner never samples sooner than an interval after the
+    last sample, so a busy machine only makes this fewer."""
     return math.ceil(seconds / interval)
-
-
-# Cycles a clock of ``seconds`` can take beyond :func:`cycles` on a busy machine: a cycle that
-# wakes late is followed by one back on the interval's grid (closer than the interval), and
-# its sample lands anywhere within its cycle; the clocks run on sample times, so the cycles
-# that span a threshold can be up to two more than the interval would say.
-CADENCE_SLACK = 2
 
 
 def exporter_config(tmp_path: Any, bootstrap: str, **extra: Any) -> str:

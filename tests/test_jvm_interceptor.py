@@ -21,14 +21,14 @@ from confluent_kafka import Producer
 
 from devenv.jvm_apps import INTERCEPTOR, JvmApp
 from devenv.kafka import KafkaCluster, free_port
-from tests.conftest import CADENCE_SLACK, LIVELOCK_AFTER, create_topic, cycles, unique, wait_for
+from tests.conftest import LIVELOCK_AFTER, create_topic, cycles, unique, wait_for
 from tests.support.exporter_proc import ExporterProcess
 from tests.support.recorded import Fixture
 from tests.support.scenarios import Recorder
 
 REPORTING = (f"prop.interceptor.classes={INTERCEPTOR}", "prop.lagwatch.report.interval.ms=1000")
-# livelocked within the threshold + 2 cycles, + 2 for the report's own interval, + the cadence's slack
-LIVELOCK_CYCLES = cycles(LIVELOCK_AFTER) + CADENCE_SLACK + 4
+# livelocked within the threshold + 2 cycles, + 2 for the report's own interval
+LIVELOCK_CYCLES = cycles(LIVELOCK_AFTER) + 4
 
 
 def _drain(kafka: KafkaCluster, topic: str, records: int, *extra: str, **kw: Any) -> JvmApp:

@@ -25,7 +25,6 @@ from exporter.config import ClusterConfig
 from exporter.kafka.sampler import Sampler
 from lagwatch_client import InstrumentedConsumer
 from tests.conftest import (
-    CADENCE_SLACK,
     LIVELOCK_AFTER,
     STALL_AFTER,
     commit_offsets,
@@ -239,7 +238,7 @@ def test_consumer_wedged_before_its_first_commit_is_stalled(kafka: KafkaCluster,
         try:
             n = cycles_until(exporter, lambda: (_group(exporter, gid) or {}).get("status") == "stalled",
                              STALL_AFTER + 10, "stalled, never committed")
-            assert n <= cycles(STALL_AFTER) + CADENCE_SLACK + 3, n
+            assert n <= cycles(STALL_AFTER) + 3, n
             (row,) = _group(exporter, gid)["partitions"]
             assert row["committed_offset"] is None and row["lag_offsets"] is None
             assert "no offset committed since the member was assigned this partition" in row["reason"]
@@ -278,7 +277,7 @@ def test_instrumented_consumer_wedged_before_its_first_commit_is_livelocked(
         n = cycles_until(exporter, lambda: (_group(exporter, gid) or {}).get("status") == "livelocked",
                          LIVELOCK_AFTER + 20, "livelocked, never committed")
         assert time.time() - blocked >= LIVELOCK_AFTER - 2, "livelocked before its threshold"
-        assert n <= cycles(LIVELOCK_AFTER) + cycles(1.0) + CADENCE_SLACK + 3, n
+        assert n <= cycles(LIVELOCK_AFTER) + cycles(1.0) + 3, n
         (row,) = _group(exporter, gid)["partitions"]
         assert row["committed_offset"] is None and row["status"] == "livelocked"
         assert "py-first-batch@" in row["reason"] and "last polled" in row["reason"]
@@ -363,7 +362,7 @@ def test_client_committing_outside_group_membership(exporter: ExporterProcess, f
     n = cycles_until(exporter, lambda: (_group(exporter, gid) or {}).get("status") == "stopped",
                      STALL_AFTER + 10, "stopped once its commits stopped")
     # its allowance is stall_after (its cadence, 3 s, is shorter), plus two cycles
-    assert n <= cycles(STALL_AFTER) + CADENCE_SLACK + 3, n
+    assert n <= cycles(STALL_AFTER) + 3, n
     doc = _group(exporter, gid)
     assert doc["membership"] == "none" and any("last committed" in r for r in doc["reasons"]), doc
     fx.end("outside")
@@ -407,5 +406,5 @@ def test_member_committing_slower_than_stall_after(exporter: ExporterProcess, fx
     n = cycles_until(exporter, lambda: (_group(exporter, gid) or {}).get("status") == "stalled",
                      40, "stalled once its commits stopped")
     assert time.time() - last >= 12 - 2, "stalled before its cadence passed"
-    assert n <= cycles(12 + 1) + CADENCE_SLACK + 3, n
+    assert n <= cycles(12 + 1) + 3, n
     fx.end("slow-commits")

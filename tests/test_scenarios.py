@@ -23,7 +23,6 @@ from confluent_kafka import Producer
 
 from devenv.kafka import KafkaCluster
 from tests.conftest import (
-    CADENCE_SLACK,
     LIVELOCK_AFTER,
     STALL_AFTER,
     commit_offsets,
@@ -132,7 +131,7 @@ def test_wedged_instrumented_consumer_is_livelocked_and_named(world: dict[str, A
     sc, rec, exp = world["scenarios"]["blocked"], world["recorder"], world["exporter"]
     blocked = sc.event("BLOCKED")
     n = rec.cycles_to(sc.group, "livelocked", blocked, 60)
-    assert n <= cycles(LIVELOCK_AFTER) + CADENCE_SLACK + 4, f"{n} cycles" + _timing(world, sc.group, blocked)
+    assert n <= cycles(LIVELOCK_AFTER) + 4, f"{n} cycles" + _timing(world, sc.group, blocked)
     doc = _api_status(world, sc.group)
     assert doc["status"] == "livelocked"
     assert "wedged-worker-7" in doc["reasons"][0] and "last polled" in doc["reasons"][0]
