@@ -57,6 +57,11 @@ def next_start(last_at: float, delay: float, sampled: float, now: float, ok: boo
     return max(last_at + delay, sampled + delay, now) if ok else now + delay
 
 
+def _monotonic(wall: float) -> float:
+    """A past wall-clock time (the worker's sample time) on this process's monotonic clock."""
+    return time.monotonic() - max(0.0, time.time() - wall)
+
+
 class ClusterRunner:
     def __init__(self, cfg: ClusterConfig, config: Config, store: Store) -> None:
         self.cfg = cfg
@@ -154,12 +159,10 @@ class ClusterRunner:
                 snap = Snapshot(cluster=self.cfg.name, taken_at=time.time(),
                                 duration=time.monotonic() - t0, partitions={}, groups={},
                                 errors=(ErrorRecord(stage=ErrorStage.WORKER_CRASH, message=crash),), ok=False)
-                consumer_reports: dict = {}
-                spark_reports: dict = {}
+                consumer_reports, spark_reports = {}, {}
             else:
                 snap = res.snapshot
-                # the worker's wall-clock sample time, on this process's monotonic clock
-                self._sampled = time.monotonic() - max(0.0, time.time() - snap.taken_at)
+                self._sampled = _monotonic(snap.taken_at)
                 consumer_reports, spark_reports = res.consumer_reports, res.spark_reports
                 self._count(res)
                 if res.memory_changes is not None:
