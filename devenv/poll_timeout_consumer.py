@@ -12,6 +12,7 @@ an empty group while the process is alive. Prints "READY <epoch>" once assigned 
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import logging
 import signal
 import sys
@@ -40,6 +41,15 @@ def _commit(consumer: KafkaConsumer) -> None:
         say("COMMIT-FAILED", type(e).__name__)
 
 
+def _await_topic(consumer: KafkaConsumer, topic: str, timeout: float = 60) -> None:
+    """Wait until the topic's partitions are in the client's metadata. Subscribed to a topic
+    created a moment before, the leader can assign nothing and the member must join again
+    when the partitions appear; with them known first, the first join assigns them."""
+    deadline = time.monotonic() + timeout
+    while not consumer.partitions_for_topic(topic) and time.monotonic() < deadline:
+        time.sleep(0.1)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--bootstrap", required=True)
@@ -61,16 +71,22 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("kafka.coordinator").setLevel(logging.INFO)
+    # Not assigned within this many seconds: every thread's stack goes to stderr, so a
+    # client wedged on its way into the group says where.
+    faulthandler.dump_traceback_later(30)
     consumer = KafkaConsumer(
-        args.topic, bootstrap_servers=args.bootstrap, group_id=args.group, client_id=args.client_id,
+        bootstrap_servers=args.bootstrap, group_id=args.group, client_id=args.client_id,
         auto_offset_reset="earliest", enable_auto_commit=False,
         max_poll_interval_ms=MAX_POLL_INTERVAL_MS, session_timeout_ms=SESSION_TIMEOUT_MS,
         heartbeat_interval_ms=1000)
+    _await_topic(consumer, args.topic)
+    consumer.subscribe([args.topic])
     seen, ready = 0, False
     while running and seen < args.after:
         batch = consumer.poll(timeout_ms=200, max_records=1)
         if not ready and consumer.assignment():
             ready = True
+            faulthandler.cancel_dump_traceback_later()
             say("READY", time.time())
         for _tp, records in batch.items():
             seen += len(records)
