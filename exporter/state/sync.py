@@ -21,7 +21,7 @@ from collections.abc import Iterator
 
 from exporter.config import ClusterConfig
 from exporter.contracts.state import SavedGroup, SavedTopic
-from exporter.contracts.view import ClusterView, GroupView
+from exporter.contracts.view import ClusterView, GroupProgress, GroupRebalances, GroupView
 from exporter.contracts.worker import Shards, StateLoadReply, StateWriteReply
 from exporter.evaluate.evaluator import Evaluator
 from exporter.state import codec
@@ -34,11 +34,16 @@ Record = tuple[bytes, bytes | None, str]  # key, value (None: tombstone), the na
 LOAD_ATTEMPTS = 3  # cycles that try to read the state topic back before going on without it
 
 
-def fingerprint(v: GroupView) -> tuple:
+def fingerprint(v: GroupView, progress: GroupProgress | None = None,
+                rebalances: GroupRebalances | None = None, figures: bool = True) -> tuple:
     """What, changed, makes a group's record worth writing in its cycle: a counter among
-    it (rebalances, records lost) must never be restored below what was served."""
-    return (v.status, v.state, len(v.members), v.rebalances.total if v.rebalances else None,
-            v.progress.records_lost_total if v.progress else None,
+    it (rebalances, records lost) must never be restored below what was served. The
+    figures are the view's own, or (``figures`` False: a view as the memory keeps it)
+    those given."""
+    if figures:
+        progress, rebalances = v.progress, v.rebalances
+    return (v.status, v.state, len(v.members), rebalances.total if rebalances else None,
+            progress.records_lost_total if progress else None,
             tuple(v.partitions.status))
 
 
@@ -83,6 +88,7 @@ class StateSync:
                 elif isinstance(d.state, SavedGroup):
                     ev.import_group(d.name, d.state)
                     groups += 1
+                    self._restored(ev, d, now)
                 newest = d.at if newest is None else max(newest, d.at)
             except (ValueError, TypeError, IndexError) as e:  # fits the codec, not the evaluator
                 self._drop(DropReason.MALFORMED, f"{d.name}: {e}")
@@ -92,6 +98,19 @@ class StateSync:
                      "(written up to %.0f s ago)", self.cfg.name, groups, topics, self.cfg.state_topic,
                      "" if shards is None else f" for shard(s) {sorted(shards.restored)}",
                      now - (newest or now))
+
+    def _restored(self, ev: Evaluator, d: Decoded, now: float) -> None:
+        """A group read back counts as written when its record is young (under half of
+        ``state.max_age``): the first cycle after a restart then writes the groups that
+        changed and those whose turn it is, not every group again (encoding a group's
+        record costs more CPU than judging it). An old record is written again in that
+        cycle, before it ages out of the next restart's reach."""
+        mem = ev.groups.get(d.name)
+        if mem is None or mem.last_view is None or now - d.at >= self.cfg.state_max_age / 2:
+            return
+        pm, rm = ev.progress.groups.get(d.name), ev.rebalances.groups.get(d.name)
+        self._groups[d.name] = (fingerprint(mem.last_view, pm.last if pm else None,
+                                            rm.last if rm else None, figures=False), -1)
 
     def _load_failed(self, error: str, shards: Shards | None) -> None:
         if shards is not None:  # the worker tried LOAD_ATTEMPTS cycles already
