@@ -80,6 +80,31 @@ def world(kafka: KafkaCluster, tmp_path_factory: pytest.TempPathFactory) -> Iter
         stop_all(scs.values())
 
 
+@pytest.fixture(scope="module")
+def written(world: dict[str, Any]) -> dict[str, Any]:
+    """The world once a lagwatch run has written its state topic: the restart tests do
+    (they run first); a test run without them gets a run of its own."""
+    if not world.get("written"):
+        _kill_the_doomed_consumer(world["scenarios"]["killed"])
+        with ExporterProcess(None, config=world["config"]) as first:
+            first.wait_ready()
+            _troubled(first, {n: sc.group for n, sc in world["scenarios"].items()})
+            _next_cycle(first)
+        world["written"] = True
+    return world
+
+
+def _next_cycle(exp: ExporterProcess) -> Samples:
+    """The scrape of the cycle after the current one: one that has written its state
+    (counted, not slept)."""
+    seen = value(exp.metrics(), "lagwatch_cycles_total", cluster="test") or 0
+
+    def later() -> Samples | None:
+        m = exp.metrics()
+        return m if (value(m, "lagwatch_cycles_total", cluster="test") or 0) > seen else None
+    return wait_for(later, 10, "the cycle after this one")
+
+
 def _troubled(exp: ExporterProcess, groups: dict[str, str]) -> Samples:
     """The first scrape at which every troubled group has its status (and the stalled group
     has been stalled for a few cycles): the state a restart must keep."""
@@ -133,6 +158,7 @@ def test_a_restart_keeps_every_status_and_continues_the_stall_clock(world: dict[
                            rule_files=[fast_rules(tmp_path / "fast.rules.yml")]) as prom:
         prom.wait_ready()
         before, down_at = _troubled_then_stopped(world["config"], port, groups, prom, sig)
+        world["written"] = True
         with ExporterProcess(None, config=world["config"], port=port) as second:
             second.wait_listening()
             down = time.time() - down_at
@@ -164,13 +190,7 @@ def _troubled_then_stopped(config: str, port: int, groups: dict[str, str], prom:
         _troubled(first, groups)
         wait_for(lambda: prom.query(f'ALERTS{{alertstate="firing", group="{groups["nocommit"]}"}}'), 30,
                  "the stalled group's alert firing in Prometheus")
-        seen = value(first.metrics(), "lagwatch_cycles_total", cluster="test") or 0
-
-        def next_cycle() -> Samples | None:
-            m = first.metrics()
-            return m if (value(m, "lagwatch_cycles_total", cluster="test") or 0) > seen else None
-        # the cycle after that scrape has written its state (counted, not slept)
-        before = wait_for(next_cycle, 10, "the cycle after the troubled statuses")
+        before = _next_cycle(first)
         assert _statuses(before)[groups["nocommit"]] == "stalled"
         down_at = time.time()
         first.proc.send_signal(sig)
@@ -178,7 +198,8 @@ def _troubled_then_stopped(config: str, port: int, groups: dict[str, str], prom:
     return before, down_at
 
 
-def test_the_state_topic_is_compacted_and_holds_a_key_per_group(world: dict[str, Any]) -> None:
+def test_the_state_topic_is_compacted_and_holds_a_key_per_group(written: dict[str, Any]) -> None:
+    world = written
     admin = AdminClient({"bootstrap.servers": world["kafka"].bootstrap_servers})
     res = ConfigResource(ConfigResource.Type.TOPIC, world["state_topic"])
     conf = wait_for(lambda: admin.describe_configs([res])[res].result(10), 30, "the state topic")
@@ -192,9 +213,10 @@ def _empty_state(group: str) -> SavedGroup:
                       last_view=None, last_progress=None, last_rebalances=None)
 
 
-def test_foreign_and_broken_records_are_counted_and_the_rest_restored(world: dict[str, Any]) -> None:
+def test_foreign_and_broken_records_are_counted_and_the_rest_restored(written: dict[str, Any]) -> None:
     """Records a restart must refuse, written among the real ones: each is counted under its
     reason, the real groups are restored all the same, the exporter serves its cycles."""
+    world = written
     kafka, topic = world["kafka"], world["state_topic"]
     admin = AdminClient({"bootstrap.servers": kafka.bootstrap_servers})  # outlives its future
     cid = admin.describe_cluster(request_timeout=10).result().cluster_id
