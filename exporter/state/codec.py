@@ -89,7 +89,9 @@ def parse_key(key: bytes | None, cluster: str) -> tuple[str, str] | None:
 
 def encode(state: SavedGroup | SavedTopic, cluster_id: str, at: float, level: int = 6) -> bytes:
     doc = {"cluster_id": cluster_id, "at": at, "state": state}
-    text = json.dumps(doc, separators=(",", ":"), allow_nan=False, default=as_json)
+    # A state is a tree built for this call (no container holds itself): the encoder's
+    # check for cycles, a dict entry per container, is work with nothing to find.
+    text = json.dumps(doc, separators=(",", ":"), allow_nan=False, default=as_json, check_circular=False)
     return bytes((VERSION,)) + zlib.compress(text.encode(), level)
 
 
