@@ -334,12 +334,17 @@ def early(kafka: KafkaCluster, exporter: ExporterProcess, fx: Fixture) -> Iterat
         looks.stop_flag.set()
 
 
-def _ok_over(looks: Recorder, gid: str, since: float, seconds: float) -> None:
+def _ok_over(looks: Recorder, gid: str, since: float, seconds: float,
+             commits: list[float] | None = None) -> None:
     """The group's status was ok at every look from ``since`` for ``seconds`` (waiting for
-    the looks to pass its end)."""
+    the looks to pass its end). A failure tells the group's status changes, lag line and
+    (``commits``) its committer's commit times, all in seconds from ``since``."""
     wait_for(lambda: looks.statuses(gid, since + seconds), seconds + 10, f"{gid} watched {seconds} s")
     seen = [(round(t - since, 1), st) for t, st in looks.statuses(gid, since) if t <= since + seconds]
-    assert seen and {st for _t, st in seen} == {"ok"}, seen
+    assert seen, f"{gid}: no look in {seconds} s"
+    assert {st for _t, st in seen} == {"ok"}, (
+        f"{gid}: {looks.story(gid, since)}; commits at "
+        f"{[round(c - since, 1) for c in commits or []]}")
 
 
 def test_client_committing_outside_group_membership(exporter: ExporterProcess, fx: Fixture,
@@ -368,7 +373,7 @@ def test_client_committing_outside_group_membership(exporter: ExporterProcess, f
     fx.end("outside")
     # the slow one: three of its commits learnt, then ok at every look over two more
     wait_for(lambda: len(slow.commits) >= 4, 60, "four checkpoints of the slow client")
-    _ok_over(early.looks, slow_gid, slow.commits[3], 26)
+    _ok_over(early.looks, slow_gid, slow.commits[3], 26, slow.commits)
     doc = _group(exporter, slow_gid)
     assert doc["status"] == "ok" and doc["membership"] == "outside", doc
     assert any(re.search(r"every ~1[23] s", r) for r in doc["reasons"]), doc
@@ -400,7 +405,7 @@ def test_member_committing_slower_than_stall_after(exporter: ExporterProcess, fx
     gid, member = early.slow_commits
     wait_for(lambda: len(member.commits) >= 3, 60, "three commits of the slow committer")
     fx.mark("slow-commits", gid, "LEARNT", at=member.commits[2])
-    _ok_over(early.looks, gid, member.commits[2], 26)
+    _ok_over(early.looks, gid, member.commits[2], 26, member.commits)
     last = member.halt()
     fx.mark("slow-commits", gid, "HALTED", at=last)
     n = cycles_until(exporter, lambda: (_group(exporter, gid) or {}).get("status") == "stalled",
