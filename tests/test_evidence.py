@@ -93,9 +93,8 @@ def test_a_poll_timeout_leave_is_stopped_and_names_who_left_and_when(world: dict
     blocked = sc.event("BLOCKED")
     try:
         n = rec.cycles_to(sc.group, "stopped", blocked, 60)
-    except AssertionError as e:  # what the consumer and the group did meanwhile
-        raise AssertionError(f"{e}; {rec.story(sc.group, blocked)}; reason now: "
-                             f"{_reason(world, sc.group)!r}; {sc.said()}") from None
+    except AssertionError as e:  # the group's story is in e; what its consumer did
+        raise AssertionError(f"{e}; reason now: {_reason(world, sc.group)!r}; {sc.said()}") from None
     # its poll timeout, then records waiting (the stall clock) before the empty group is judged
     assert n <= cycles(POLL_TIMEOUT + STALL_AFTER) + IN_FLIGHT + SEE, (
         n, rec.story(sc.group, blocked))

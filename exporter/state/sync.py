@@ -34,14 +34,15 @@ Record = tuple[bytes, bytes | None, str]  # key, value (None: tombstone), the na
 LOAD_ATTEMPTS = 3  # cycles that try to read the state topic back before going on without it
 
 
-def fingerprint(v: GroupView, progress: GroupProgress | None = None,
-                rebalances: GroupRebalances | None = None, figures: bool = True) -> tuple:
+def fingerprint(v: GroupView) -> tuple:
     """What, changed, makes a group's record worth writing in its cycle: a counter among
-    it (rebalances, records lost) must never be restored below what was served. The
-    figures are the view's own, or (``figures`` False: a view as the memory keeps it)
-    those given."""
-    if figures:
-        progress, rebalances = v.progress, v.rebalances
+    it (rebalances, records lost) must never be restored below what was served."""
+    return fingerprint_of(v, v.progress, v.rebalances)
+
+
+def fingerprint_of(v: GroupView, progress: GroupProgress | None, rebalances: GroupRebalances | None
+                   ) -> tuple:
+    """:func:`fingerprint` of a view as the memory keeps it, its figures kept apart."""
     return (v.status, v.state, len(v.members), rebalances.total if rebalances else None,
             progress.records_lost_total if progress else None,
             tuple(v.partitions.status))
@@ -109,8 +110,8 @@ class StateSync:
         if mem is None or mem.last_view is None or now - d.at >= self.cfg.state_max_age / 2:
             return
         pm, rm = ev.progress.groups.get(d.name), ev.rebalances.groups.get(d.name)
-        self._groups[d.name] = (fingerprint(mem.last_view, pm.last if pm else None,
-                                            rm.last if rm else None, figures=False), -1)
+        self._groups[d.name] = (fingerprint_of(mem.last_view, pm.last if pm else None,
+                                               rm.last if rm else None), -1)
 
     def _load_failed(self, error: str, shards: Shards | None) -> None:
         if shards is not None:  # the worker tried LOAD_ATTEMPTS cycles already

@@ -144,8 +144,10 @@ class Recorder(threading.Thread):
     def first(self, group: str, status: str, timeout: float, since: float = 0.0) -> float:
         def find() -> float | None:
             return next((t for t, s in self.statuses(group, since) if s == status), None)
-        seen = [s for _t, s in self.changes(group)]
-        return wait_for(find, timeout, f"{group} to become {status}; saw {seen}")
+        try:
+            return wait_for(find, timeout, f"{group} to become {status}")
+        except AssertionError as e:  # what the group did meanwhile, read at the timeout
+            raise AssertionError(f"{e}; {self.story(group, since)}") from None
 
 
 class CommitWatch(threading.Thread):
