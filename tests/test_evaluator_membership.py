@@ -371,6 +371,22 @@ def test_member_that_stops_committing_is_stalled_within_its_cadence_and_not_befo
     assert 900 + 90 <= first <= 900 + 91 + 2, first
 
 
+def test_member_commit_seen_late_by_a_busy_exporter_does_not_shorten_its_cadence() -> None:
+    """A member reading 5 s behind commits every 12 s from 12 s on (stall_after 8, interval
+    1 s). The exporter is busy from 12 s to 15 s and sees the first commit 3 s late, the
+    second on time: between the cycles that saw them the gap reads 9 s, and records then
+    wait 11 s for the third commit. Ok at every cycle from the second commit on."""
+    ev = Evaluator("c", _th(8), interval=1)
+    out, committed = [], {}
+    for t in [t for t in range(0, 70) if t not in (12, 13, 14)]:
+        made = max((c for c in range(12, 70, 12) if c <= t), default=None)
+        if made is not None:
+            committed = {NEW: RATE * (made - 5)}
+        out.append((t, _sample(ev, t, committed, {NEW: RATE * t}, (MEMBER,)).status))
+    late = [(t, s) for t, s in out if t >= 24 and s != Status.OK]
+    assert late == [], late
+
+
 def test_one_long_recovered_stall_does_not_lengthen_the_stall_clock() -> None:
     """A consumer committing every second, wedged 100 s once (stall_after 60) while records
     arrive, then healthy: wedged again three commits later, it is `stalled` at stall_after,

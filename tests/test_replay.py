@@ -52,6 +52,9 @@ class Detection:
     threshold: str | float  # a Thresholds field, or seconds set outside lagwatch
     extra: int  # cycles beyond threshold / interval
     why: str  # what the extra cycles are for
+    # seconds the judgement's clock can have started before the event: a client that
+    # commits every few seconds made its last commit up to that long before it was killed
+    lead: float = 0.0
 
     def bound(self, rec: Recording) -> int:
         return math.ceil(self.seconds(rec) / rec.interval) + self.extra
@@ -150,11 +153,12 @@ DETECTIONS = [
               "its first record, never committed", "BLOCKED", "livelocked", "livelock_after", 3,
               "its report interval (1 s), then the first cycle past the threshold"),
     Detection("membership", "slow-commits", "group member committing every 12 s (stall_after 8 s), "
-              "commits stopped", "HALTED", "stalled", 13.0, 2,
-              "past its learnt cadence + one interval (13 s), the first cycle past it"),
+              "commits stopped", "HALTED", "stalled", 14.0, 2,
+              "past its learnt cadence (12 s and the spacing of the cycles that saw a commit) + "
+              "one interval (14 s), the first cycle past it"),
     Detection("membership", "outside", "assign()-mode client committing every 3 s, killed",
               "KILLED", "stopped", "stall_after", 2,
-              "the first cycle past its allowance (stall_after: its cadence is shorter)"),
+              "the first cycle past its allowance (stall_after: its cadence is shorter)", lead=3.0),
     *(d for v in SPARK for d in (
         Detection("spark", f"hung-pyspark-{v}", f"Spark {v} query, batch hung", "HUNG", "livelocked",
                   "livelock_after", 3, "the trigger that starts the batch, then the first cycle past "
@@ -223,10 +227,10 @@ def test_detected_within_bound(d: Detection) -> None:
     assert n is not None and n <= bound, f"{d.status} {n} cycles after {d.event}, bound {bound}" + \
         _story(rec, tl, d.role)
     # ...and never before its threshold has passed (two cycles' leeway: the event is dated by
-    # the workload's clock, the cycles by the snapshot's)
+    # the workload's clock, the cycles by the snapshot's; and the detection's lead)
     start = _event_cycle(rec, tl, d.role, d.event)
     waited = tl.times[start + n] - min(m.at for m in rec.marks if m.role == d.role and m.event == d.event)
-    assert waited >= d.seconds(rec) - 2 * rec.interval, \
+    assert waited >= d.seconds(rec) - d.lead - 2 * rec.interval, \
         f"{d.status} {waited:.1f}s after {d.event}, before its threshold" + _story(rec, tl, d.role)
 
 

@@ -97,6 +97,8 @@ class SavedGroup:
     # at the last cycle, and the departures remembered.
     seen: tuple[Any, ...] = ()
     departed: tuple[Any, ...] = ()
+    # The cycle before the one that saw the group's last commit (member groups).
+    committed_after: float | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

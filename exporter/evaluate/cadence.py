@@ -4,7 +4,12 @@ A consumer that commits every ninety seconds by design (a batch committer, a Kaf
 application with a long ``commit.interval.ms``) is not stuck at sixty: its stall clock
 allows for its cadence. The cadence is learnt from the gaps between its commits while
 records waited (a commit cycle's partitions that had records waiting since the previous
-commit: the previous cycle's ``stalled_seconds`` plus one interval). A gap longer than
+commit). A gap is the longest the consumer can have taken: from the cycle before the one
+that saw its previous commit to the cycle that sees this one. Its stall clock runs from
+the cycle that saw the previous commit and stops before the cycle that sees the next, so
+it reads less than the gap it is judged against even when a busy exporter saw one commit
+late and the next on time; measured between the cycles that saw them, a gap could read a
+whole cycle spacing short of the clock that follows it. A gap longer than
 ``stall_after`` counts only if records kept arriving through it (the HW rose in each half
 of it, up to the cycle before the commit): a consumer that commits only when records
 arrive leaves a burst's tail waiting until the next burst, and that wait is no cadence;
@@ -24,6 +29,7 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Mapping
+from typing import NamedTuple
 
 from exporter.contracts.snapshot import TP
 from exporter.contracts.status import Status
@@ -41,29 +47,45 @@ _LEARNT_AFTER = frozenset({Status.OK, Status.LAGGING, Status.STALLED})
 Gaps = Latest[float]
 
 
+class CommitClock(NamedTuple):
+    """The times a commit's gap is measured with: this cycle's, the previous cycle's, and
+    the cycle before the one that saw the group's previous commit (None: not seen)."""
+
+    now: float
+    before: float
+    after: float | None
+
+
 def new_gaps() -> Gaps:
     return Latest(maxlen=MEMBER_GAPS)
 
 
 def learn_commit_gaps(gaps: Gaps, prev: GroupView | None, committed: Mapping[TP, int],
-                      history: Mapping[TP, HwHistory], now: float, interval: float,
-                      stall_after: float) -> None:
-    """Keep the gap that ended at this cycle's commit, if records waited for it: the widest
-    over the partitions whose committed offset moved forward since the previous view."""
+                      history: Mapping[TP, HwHistory], clock: CommitClock,
+                      stall_after: float) -> bool:
+    """Keep the gap that ended at this cycle's commit, if records waited for it (see the
+    module's docstring). True when a committed offset moved forward since the previous
+    view: the caller keeps ``clock.before`` as the earliest time this commit was made."""
     if prev is None:
-        return
-    waited = []
+        return False
+    now, before = clock.now, clock.before
+    moved, waited = False, []
     rows = prev.partitions
-    for tp, before, status, stalled in zip(rows.tps, rows.committed.tolist(), rows.status,
-                                           rows.stalled_seconds.tolist(), strict=True):
-        if (before < 0 or status not in _LEARNT_AFTER or stalled <= 0
-                or committed.get(tp, before) <= before):
+    for tp, was, status, stalled in zip(rows.tps, rows.committed.tolist(), rows.status,
+                                        rows.stalled_seconds.tolist(), strict=True):
+        if committed.get(tp, was) <= was:
             continue
-        gap = stalled + interval
-        if gap <= stall_after or _flowed(history.get(tp), now - gap, now - interval):
+        moved = True  # the first commit too: the next gap is measured from it
+        if was < 0 or status not in _LEARNT_AFTER or stalled <= 0:
+            continue
+        # without the previous commit's cycle (the first gap after a start): the clock
+        # the previous view showed, plus the time since that view
+        gap = now - clock.after if clock.after is not None else stalled + now - before
+        if gap <= stall_after or _flowed(history.get(tp), now - gap, before):
             waited.append(gap)
     if waited:
         gaps.append(max(waited))
+    return moved
 
 
 def _flowed(h: HwHistory | None, start: float, end: float) -> bool:

@@ -56,7 +56,7 @@ from exporter.contracts.view import (
     seconds,
 )
 from exporter.evaluate import persist
-from exporter.evaluate.cadence import Gaps, learn_commit_gaps, member_allowance, new_gaps
+from exporter.evaluate.cadence import CommitClock, Gaps, learn_commit_gaps, member_allowance, new_gaps
 from exporter.evaluate.columns import (
     COLUMN_RULES,
     LAGGING,
@@ -596,8 +596,11 @@ class Evaluator:
         gaps = self.commit_gaps.get(g.group_id)
         if gaps is None:
             gaps = self.commit_gaps[g.group_id] = new_gaps()
-        learn_commit_gaps(gaps, st.last_view, g.committed, self.hw_history, now, self.interval,
-                          th.stall_after)
+        last = self.last_good
+        before = last.sampled_at if last is not None and 0 < last.sampled_at < now else now - self.interval
+        clock = CommitClock(now, before, st.committed_after)
+        if learn_commit_gaps(gaps, st.last_view, g.committed, self.hw_history, clock, th.stall_after):
+            st.committed_after = before
         return member_allowance(gaps, th.stall_after, self.interval)
 
     def _uncommitted(self, c: _GroupCycle) -> list[PartitionView]:

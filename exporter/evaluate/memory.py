@@ -568,6 +568,9 @@ class GroupMemory:
     # cycles while the group was healthy.
     outside_at: float | None = None
     outside_gaps: Latest[float] = field(default_factory=lambda: Latest(maxlen=OUTSIDE_GAPS))
+    # A member group's last commit was made after this time: the cycle before the one that
+    # saw it (exporter/evaluate/cadence.py measures the next gap from it).
+    committed_after: float | None = None
     # Partitions a member owns without a committed offset: (member id, owned since, HW then,
     # when records first arrived after that), while the same member owns it.
     uncommitted: dict[tuple[str, int], tuple[str, float, int | None, float | None]] = field(

@@ -109,7 +109,7 @@ def export_group(ev: Evaluator, gid: str) -> SavedGroup | None:
         last_progress=None if pm is None or pm.last is None else to_plain(pm.last),
         last_rebalances=None if rm is None or rm.last is None else to_plain(rm.last),
         seen=tuple(to_plain(m) for m in st.seen.values()),
-        departed=tuple(to_plain(d) for d in st.departed))
+        departed=tuple(to_plain(d) for d in st.departed), committed_after=st.committed_after)
 
 
 def import_group(ev: Evaluator, s: SavedGroup) -> None:
@@ -124,6 +124,7 @@ def import_group(ev: Evaluator, s: SavedGroup) -> None:
         seen_once=s.seen_once, parts=_table(s.partitions),
         last_view=view, unreadable_since=s.unreadable_since, acknowledged_at=s.acknowledged_at,
         outside_at=s.outside_at, outside_gaps=Latest(s.outside_gaps, maxlen=OUTSIDE_GAPS),
+        committed_after=s.committed_after,
         uncommitted={(u[0], u[1]): (u[2], u[3], u[4], u[5]) for u in s.uncommitted},
         seen={m.member_id: m for m in (from_plain(Member, v) for v in s.seen)},
         departed=Latest((from_plain(Departure, v) for v in s.departed), maxlen=MAX_DEPARTURES))
