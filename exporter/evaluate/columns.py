@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, MutableMapping
 from itertools import repeat
+from operator import gt
 from typing import NamedTuple
 
 import numpy as np
@@ -206,9 +207,9 @@ class PartitionTable(MutableMapping[TP, PartitionMemory]):
     # -- the group's partitions at once ------------------------------------------------
     def any_beyond(self, offsets: dict[TP, int]) -> bool:
         """Some partition's offset in ``offsets`` is past its remembered followed offset."""
-        n = len(self.tps)  # each row's offset in ``offsets`` (-1: none), looked up in C
-        found = np.fromiter(map(offsets.get, self.tps, repeat(-1)), float, n)
-        return bool((found > self._buf[0, :n]).any())
+        # each row's offset in ``offsets`` (-1: none) against its memory, compared in C
+        # (a group's few dozen rows: less work than building an array to compare)
+        return any(map(gt, map(offsets.get, self.tps, repeat(-1)), self._buf[0, :len(self.tps)].tolist()))
 
     def aligned(self, tps: list[TP]) -> bool:
         """The rows are ``tps``, in this order (reordered when they are the same set)."""

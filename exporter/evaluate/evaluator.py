@@ -162,12 +162,13 @@ class _Columns:
     finds for the whole chunk of groups at once."""
 
     committed: list[int]
-    hw: np.ndarray  # float64, NaN: unknown (CycleOffsets)
-    log_start: np.ndarray
     owners: list[Member | None]
     owned: np.ndarray  # bool: a member owns it (:func:`_member_owns`)
     owner: np.ndarray  # its owner's id in the group's PartitionTable, -1: none
     listed: np.ndarray | None = None  # bool: its topic still subscribed; None: every one
+    # set by Evaluator._chunk_samples, for the chunk at once: each partition's log start
+    # (float64, NaN: unknown; CycleOffsets)
+    log_start: np.ndarray = dataclasses.field(default_factory=lambda: _NO_FLOATS)
     # set by Evaluator._judge_columns: the rows of the PartitionTable stepped in columns
     # (:func:`plain`), their samples, and ``whole``: every row, in order
     rows: np.ndarray = dataclasses.field(default_factory=lambda: _NO_ROWS)
@@ -187,6 +188,7 @@ class _Columns:
 
 
 _NO_ROWS = np.zeros(0, np.int64)
+_NO_FLOATS = np.zeros(0)
 
 
 class _Shown(NamedTuple):
@@ -709,11 +711,10 @@ class Evaluator:
             table.add_first(new, [c.offsets[tp][1] for tp in new], c.now)
         if not table.aligned(tps):
             return None
-        at, rows = self._offsets_at, self._offsets_at.rows_of(tps)
         owners, owned, owner = _owners(c, table, tps)
         listed = np.fromiter((tp[0] not in c.left for tp in tps), bool, len(tps)) if c.left else None
-        return _Columns(committed=list(map(g.committed.__getitem__, tps)), hw=at.hw[rows],
-                        log_start=at.log_start[rows], owners=owners, owned=owned, owner=owner, listed=listed)
+        return _Columns(committed=list(map(g.committed.__getitem__, tps)), owners=owners, owned=owned,
+                        owner=owner, listed=listed)
 
     def _stepped_rows(self, judged: list[_InColumns], now: float) -> tuple[Samples, np.ndarray]:
         """The samples and the memory of the rows of ``judged`` stepped in columns, one group
@@ -738,7 +739,13 @@ class Evaluator:
         batches = [j.columns for j in judged]
         tps = [tp for j in judged for tp in j.p.tps]
         committed = [off for b in batches for off in b.committed]
-        hw = np.concatenate([b.hw for b in batches])
+        at = self._offsets_at
+        rows = at.rows_of(tps)  # the chunk's HW and log start columns: two takes
+        hw, log_start = at.hw[rows], at.log_start[rows]
+        lo = 0
+        for j in judged:
+            j.columns.log_start = log_start[lo:lo + len(j.p.tps)]
+            lo += len(j.p.tps)
         followed = np.array(committed, float)
         lag = np.maximum(0.0, hw - followed)
         lag[np.isnan(lag)] = 0.0  # the HW unknown: no lag known, none counted
