@@ -196,6 +196,24 @@ def _doc(state: object) -> bytes:
     return bytes((codec.VERSION,)) + zlib.compress(text.encode())
 
 
+def test_a_record_written_before_a_field_was_added_reads_with_its_default() -> None:
+    """A group's record as a lagwatch before ``committed_after`` wrote it (one field fewer,
+    the last) reads back with that field's default; one more field fewer is not a group
+    of the known fields with defaults only, and one field too many is malformed."""
+    _ev, s = _stalled_group_state()
+    s = dataclasses.replace(s, committed_after=990.5)
+    plain = json.loads(zlib.decompress(codec.encode(s, CID, 1000.0)[1:]))["state"]
+    old = codec.decode(codec.GROUP, s.group, _doc(plain[:-1]), CID, 1010.0, 60.0)
+    assert old.state == dataclasses.replace(s, committed_after=None)
+    assert codec.decode(codec.GROUP, s.group, _doc(plain), CID, 1010.0, 60.0).state == s
+    fields = [f.name for f in dataclasses.fields(SavedGroup)]
+    required = fields.index("seen")  # the fields from ``seen`` on have defaults
+    for bad in (plain[:required - 1], [*plain, None]):
+        with pytest.raises(StateError) as e:
+            codec.decode(codec.GROUP, s.group, _doc(bad), CID, 1010.0, 60.0)
+        assert e.value.reason == DropReason.MALFORMED, len(bad)
+
+
 def test_a_partition_row_of_the_wrong_kind_is_malformed() -> None:
     _ev, s = _stalled_group_state()
     row = list(s.partitions[0])

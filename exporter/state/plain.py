@@ -208,14 +208,24 @@ def _tuple(args: tuple[Any, ...]) -> Decoder:
 
 def _dataclass(cls: type) -> Decoder:
     hints = typing.get_type_hints(cls)
-    fields = [(f.name, decoder(hints[f.name])) for f in dataclasses.fields(cls)]
+    every = dataclasses.fields(cls)
+    fields = [(f.name, decoder(hints[f.name])) for f in every]
+    # A field is added at the end with a default, so a record written before it lacks
+    # it and is read with the default: the fields before the first such one are needed.
+    needed = len(every)
+    while needed and _defaulted(every[needed - 1]):
+        needed -= 1
 
     def dec(v: Any) -> Any:
         items = _seq(v)
-        if len(items) != len(fields):
+        if not needed <= len(items) <= len(fields):
             raise PlainError(f"{cls.__name__}: expected {len(fields)} fields, got {len(items)}")
-        return cls(**{name: d(e) for (name, d), e in zip(fields, items, strict=True)})
+        return cls(**{name: d(e) for (name, d), e in zip(fields[:len(items)], items, strict=True)})
     return dec
+
+
+def _defaulted(f: dataclasses.Field[Any]) -> bool:
+    return f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING
 
 
 def row_fits(types: tuple[frozenset[type], ...], values: Any) -> bool:
