@@ -25,13 +25,18 @@ and the writer's CPU a round (``--live-writer``: requests built once a round, be
 by default; ``admin``, confluent_kafka's Admin client, several times the CPU).
 ``--kminion`` and ``--kafka-exporter`` take the paths of binaries built from the peers'
 sources: after lagwatch stops, each runs alone on the same broker and fleet and is scraped
-``--peer-scrapes`` times (bench/peers.py). A benchmark, not a test: nothing is asserted.
+``--peer-scrapes`` times (bench/peers.py). ``--pin`` runs the measured tool on CPU 0 and
+the broker and the live fleet on CPU 1 (`sched_setaffinity`), as when they run on other
+machines: on a 2-core machine they otherwise take most of the cores under ``--live``.
+A benchmark, not a test: nothing is asserted.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import re
 import statistics
 import subprocess
@@ -128,7 +133,7 @@ def statuses(body: bytes) -> Counter[str]:
 
 
 def _exporter(cluster: KafkaCluster, tag: str, detail: str, port: int, tmp: str,
-              group_partitions: int) -> subprocess.Popen:
+              group_partitions: int, preexec: Callable[[], None]) -> subprocess.Popen:
     """lagwatch on the groups of ``tag``, its cardinality cap above the fleet's size (the
     default, 500,000, would drop groups past it from what is served)."""
     cfg = Path(tmp) / "bench.yml"
@@ -140,7 +145,7 @@ def _exporter(cluster: KafkaCluster, tag: str, detail: str, port: int, tmp: str,
                       "groups": {"allow": f"^bench-{tag}-"}, "reports": {"enabled": False}}]}))
     return subprocess.Popen([sys.executable, "-m", "exporter", "--config", str(cfg)], cwd=ROOT,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            preexec_fn=die_with_parent)
+                            preexec_fn=preexec)
 
 
 def _cluster_doc(base: str) -> dict | None:
@@ -191,11 +196,11 @@ def _watch(proc: subprocess.Popen, base: str, cycles: int, deadline: float) -> d
 
 
 def measure(cluster: KafkaCluster, tag: str, groups: int, partitions: int, cycles: int,
-            detail: str = "full") -> dict:
+            detail: str = "full", preexec: Callable[[], None] = die_with_parent) -> dict:
     """Run lagwatch on the groups of ``tag`` until ``cycles`` cycles are seen; its figures."""
     port = free_port()
     with tempfile.TemporaryDirectory() as tmp:
-        proc = _exporter(cluster, tag, detail, port, tmp, groups * partitions)
+        proc = _exporter(cluster, tag, detail, port, tmp, groups * partitions, preexec)
         try:
             deadline = time.monotonic() + 120 + cycles * (40 + groups * partitions / 2000)
             w = _watch(proc, f"http://127.0.0.1:{port}", cycles, deadline)
@@ -233,6 +238,31 @@ def row(g: int, p: int, r: dict, brokers: int) -> str:
             f"= {r['peak_rss_mb'] + r['worker_rss_mb']:.0f}")
 
 
+# --pin: the measured tool (lagwatch's two processes, or a peer) on CPU 0, the broker and
+# this process (the live fleet's writer) on CPU 1: as when the brokers and the consumers
+# run on other machines, which on one 2-core machine otherwise take most of the cores.
+TOOL_CPUS, FLEET_CPUS = {0}, {1}
+
+
+def _preexec(pin: bool) -> Callable[[], None]:
+    """What a measured tool's process runs before it starts: pinned with ``--pin`` (its
+    children inherit it), and dying with this process."""
+    if not pin:
+        return die_with_parent
+
+    def pinned() -> None:
+        os.sched_setaffinity(0, TOOL_CPUS)
+        die_with_parent()
+    return pinned
+
+
+def pin_threads(pid: int, cpus: set[int]) -> None:
+    """Every thread of ``pid`` on ``cpus``; threads started later inherit their creator's."""
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        with contextlib.suppress(OSError):  # a thread that ended meanwhile
+            os.sched_setaffinity(int(tid), cpus)
+
+
 def load() -> str:
     return "load average " + " ".join(Path("/proc/loadavg").read_text().split()[:3])
 
@@ -251,7 +281,7 @@ def run_size(cluster: KafkaCluster, args: argparse.Namespace, g: int, p: int) ->
                           every=args.live_every, writer=args.live_writer).start()
     try:
         before = load()
-        r = measure(cluster, tag, g, p, args.cycles, args.metrics_detail)
+        r = measure(cluster, tag, g, p, args.cycles, args.metrics_detail, _preexec(args.pin))
         print(row(g, p, r, args.brokers), f"  [{before}; after: {load()}]", flush=True)
         first = "not seen" if r["first_s"] is None else f"{r['first_s']:.2f} s"
         print(f"  lagwatch statuses at the last cycle: {dict(r['statuses'])}; first cycle {first}",
@@ -262,17 +292,18 @@ def run_size(cluster: KafkaCluster, args: argparse.Namespace, g: int, p: int) ->
             print(f"  {fleet.summary(*r['window'])}", flush=True)
         for name, binary in (("kminion", args.kminion), ("kafka_exporter", args.kafka_exporter)):
             if binary:
-                peer_row(cluster, name, binary, tag, args.peer_scrapes, fleet)
+                peer_row(cluster, name, binary, tag, args.peer_scrapes, fleet, _preexec(args.pin))
     finally:
         if fleet:
             fleet.stop()
 
 
 def peer_row(cluster: KafkaCluster, name: str, binary: str, tag: str, scrapes: int,
-             fleet: LiveFleet | None) -> None:
+             fleet: LiveFleet | None, preexec: Callable[[], None]) -> None:
     before, t0 = load(), time.monotonic()
     try:
-        r = measure_peer(name, binary, cluster.bootstrap_servers, f"bench-{tag}", f"bench-{tag}-", scrapes)
+        r = measure_peer(name, binary, cluster.bootstrap_servers, f"bench-{tag}", f"bench-{tag}-", scrapes,
+                         preexec)
     except RuntimeError as e:
         print(f"  {name}: failed: {e}", flush=True)
         return
@@ -299,10 +330,19 @@ def main() -> int:
     ap.add_argument("--kminion", help="path of a KMinion binary: measured after lagwatch")
     ap.add_argument("--kafka-exporter", help="path of a kafka_exporter binary: measured after lagwatch")
     ap.add_argument("--peer-scrapes", type=int, default=3)
+    ap.add_argument("--pin", action="store_true",
+                    help="the measured tool on CPU 0, the broker and the live fleet on CPU 1")
     args = ap.parse_args()
     sizes = [tuple(int(x) for x in s.split("x")) for s in args.sizes.split(",")]
     print(HEADER, flush=True)
     with KafkaCluster(brokers_count=args.brokers, heap="2g" if args.brokers == 1 else "1g") as cluster:
+        if args.pin:
+            for b in cluster.brokers:
+                assert b.proc is not None
+                pin_threads(b.proc.pid, FLEET_CPUS)
+            pin_threads(os.getpid(), FLEET_CPUS)
+            print(f"pinned: the measured tool on CPUs {sorted(TOOL_CPUS)}, the broker and the "
+                  f"fleet on {sorted(FLEET_CPUS)}", flush=True)
         for g, p in sizes:
             run_size(cluster, args, g, p)
     return 0

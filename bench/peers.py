@@ -18,6 +18,7 @@ import subprocess
 import tempfile
 import time
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 
 import yaml
@@ -94,15 +95,16 @@ def _first_scrape(proc: subprocess.Popen, url: str, log: Path, deadline: float) 
 
 
 def measure_peer(name: str, binary: str, bootstrap: str, topic: str, group_prefix: str,
-                 scrapes: int) -> dict[str, float | str]:
-    """Run one peer alone and scrape it ``scrapes`` times after a warm-up scrape."""
+                 scrapes: int, preexec: Callable[[], None] = die_with_parent) -> dict[str, float | str]:
+    """Run one peer alone and scrape it ``scrapes`` times after a warm-up scrape
+    (``preexec`` runs in its process before it starts)."""
     port = free_port()
     with tempfile.TemporaryDirectory() as tmp:
         argv, env = PEERS[name](binary, bootstrap, topic, group_prefix, port, Path(tmp))
         log = Path(tmp) / "peer.log"
         with log.open("wb") as out:
             proc = subprocess.Popen(argv, env={**os.environ, **env}, stdout=out, stderr=subprocess.STDOUT,
-                                    preexec_fn=die_with_parent)
+                                    preexec_fn=preexec)
         url = f"http://127.0.0.1:{port}/metrics"
         try:
             _first_scrape(proc, url, log, time.monotonic() + 600)
