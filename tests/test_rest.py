@@ -19,6 +19,7 @@ import pytest
 from exporter import recording
 from exporter.config import Thresholds
 from exporter.contracts.snapshot import GroupSample, GroupType, Member, PartitionOffsets, Snapshot
+from exporter.evaluate import rest
 from exporter.evaluate.evaluator import Evaluator
 from exporter.evaluate.memory import PartitionMemory, settle_rest
 from exporter.evaluate.rates import Points
@@ -155,6 +156,36 @@ def test_a_synthetic_cluster_runs_the_same_with_groups_skipped_at_rest(seed: int
     skipped, woken = _compare(timeline, make)
     assert skipped > cycles * len(run.groups) // 10  # the idle groups were skipped for a while
     assert woken >= 10  # and woke again, their memories then equal
+
+
+def _rests(timeline: list[tuple], interval: float) -> list[list[tuple]]:
+    """Each cycle's groups at rest, and what each rest holds, through a skipping evaluator."""
+    th = Thresholds(stall_after=30, livelock_after=30, lag_seconds=600, window=600, report_stale_after=30)
+    ev, out = Evaluator("syn", th, interval), []
+    for snap, consumer, spark, exact_ts, now in timeline:
+        ev.evaluate(snap, consumer, spark, exact_ts, now=now)
+        out.append(sorted((gid, r.wake_at, r.keys, list(r.offsets), r.rates_known, sorted(r.floors),
+                           [t.flat() for t in r.times], r.which) for gid, r in ev.rest.items()))
+    return out
+
+
+def test_a_rest_entered_from_columns_is_the_one_entered_partition_by_partition(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Whether a group enters rest, and the rest it enters, decided from its memories'
+    columns (no partition decoded) or one partition at a time: the same in every cycle of
+    a synthetic run (members joining and leaving, rewinds, unreadable groups)."""
+    run, rnd = _Run(4, groups=40), random.Random(4)
+    now, timeline = 1_767_225_600.0, []
+    for i in range(300):
+        now += 5.0 * rnd.uniform(0.9, 1.3)
+        timeline.append(run.cycle(i, now))
+    taken = []
+    in_columns = rest._in_columns
+    monkeypatch.setattr(rest, "_in_columns", lambda *a: taken.append(in_columns(*a)) or taken[-1])
+    from_columns = _rests(timeline, 5.0)
+    assert sum(taken) > 100  # the columns' way was taken
+    monkeypatch.setattr(rest, "_in_columns", lambda *a: False)
+    assert _rests(timeline, 5.0) == from_columns
 
 
 def test_settling_a_rest_is_the_rest_step_repeated() -> None:

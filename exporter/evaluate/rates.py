@@ -445,6 +445,11 @@ class RateTable(MutableMapping[TP, Points]):
     def in_columns(self) -> bool:
         return bool(self.tps)
 
+    def clear(self) -> None:
+        """No partition's points (what deleting each would leave, without unpacking)."""
+        self._by_tp, self.tps, self._index, self.times = {}, [], None, []
+        self.consumed, self.hw = PointColumn(), PointColumn()
+
     def unpack(self) -> dict[TP, Points]:
         """The table as one :class:`Points` per partition, from now on (its exact form)."""
         if self.tps:

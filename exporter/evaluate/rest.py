@@ -45,6 +45,7 @@ from dataclasses import dataclass, field
 from exporter.contracts.snapshot import COMMITTING_TYPES, TP, GroupSample, PartitionOffsets
 from exporter.contracts.status import Status
 from exporter.contracts.view import GroupView, PartitionRows
+from exporter.evaluate.columns import Columns, PartitionTable
 from exporter.evaluate.memory import (
     GroupMemory,
     at_rest,
@@ -53,7 +54,7 @@ from exporter.evaluate.memory import (
     settle_rest,
 )
 from exporter.evaluate.progress import RatesMemory
-from exporter.evaluate.rates import POINTS_PER_WINDOW, Points
+from exporter.evaluate.rates import POINTS_PER_WINDOW, Points, RateTable
 from exporter.evaluate.rebalances import RebalanceMemory
 
 
@@ -167,14 +168,24 @@ def enter(g: GroupSample, v: GroupView, st: GroupMemory, pm: RatesMemory | None,
             or (pr is not None and (pr.consume_rate or pr.produce_rate))):  # points not constant
         return None
     keys = tuple(g.committed)
-    for tp in keys:  # a consumer at work fails here, at its first partition
-        mem, points = st.parts.get(tp), pm.parts.get(tp)
-        hw = mem.freeze_hw if mem is not None else None
-        if points is None or hw is None or not points.constant(hw, hw):
+    table, rates = st.parts, pm.parts
+    if isinstance(table, PartitionTable) and isinstance(rates, RateTable) and _in_columns(keys, table, rates):
+        # both memories in columns: the same tests on whole columns, no partition decoded
+        if not _constant_in_columns(table, rates) or not _memory_at_rest(g, v.partitions, st, partitions,
+                                                                          table):
             return None
-    if not _memory_at_rest(g, v.partitions, st, partitions):
-        return None
-    times, which = _shared_times(keys, pm)
+        times, which = [rates[keys[0]].filled(0, 0)] if keys else [], {}
+        floors = set(Columns(*table.rows).floor_at.tolist())
+    else:
+        for tp in keys:  # a consumer at work fails here, at its first partition
+            mem, points = table.get(tp), rates.get(tp)
+            hw = mem.freeze_hw if mem is not None else None
+            if points is None or hw is None or not points.constant(hw, hw):
+                return None
+        if not _memory_at_rest(g, v.partitions, st, partitions, None):
+            return None
+        times, which = _shared_times(keys, pm)
+        floors = {st.parts[tp].floor_at for tp in keys}
     known = pr is not None and bool(pr.window_seconds)
     wake_at = min((at for t in times if (at := t.known_at(span_min)) > -math.inf), default=math.inf)
     if keys and not known:  # the group's rates become known once its common span is long enough
@@ -185,13 +196,17 @@ def enter(g: GroupSample, v: GroupView, st: GroupMemory, pm: RatesMemory | None,
         wake_at = min(wake_at, rm.events[0] + rebalance_window)
     if wake_at <= now:
         return None
-    for tp in keys:  # rebuilt when it wakes (:func:`settle`)
-        del pm.parts[tp]
+    # their points are rebuilt when it wakes (:func:`settle`)
+    if isinstance(rates, RateTable) and len(rates) == len(keys):  # the group's every partition
+        rates.clear()
+    else:
+        for tp in keys:
+            del rates[tp]
     return Resting(sample=dataclasses.replace(g, committed={}), keys=keys,
                    offsets=array("q", g.committed.values()),
                    topics=frozenset(t for t, _ in keys), view=v, wake_at=wake_at,
                    rates_known=known, times=times, which=which,
-                   floors={at: _Rolls(at) for at in {st.parts[tp].floor_at for tp in keys}})
+                   floors={at: _Rolls(at) for at in floors})
 
 
 def _shared_times(keys: tuple[TP, ...], pm: RatesMemory) -> tuple[list[Points], dict[TP, int]]:
@@ -211,8 +226,9 @@ def _shared_times(keys: tuple[TP, ...], pm: RatesMemory) -> tuple[list[Points], 
 
 
 def _memory_at_rest(g: GroupSample, parts: PartitionRows, st: GroupMemory,
-                    partitions: Mapping[TP, PartitionOffsets]) -> bool:
-    """Every partition committed, ``ok`` without lag, and its memory at rest."""
+                    partitions: Mapping[TP, PartitionOffsets], table: PartitionTable | None) -> bool:
+    """Every partition committed, ``ok`` without lag, and its memory at rest (read from
+    ``table``'s columns when given, else one partition at a time)."""
     if len(parts) != len(g.committed):
         return False
     if (set(parts.status) - {Status.OK} or (parts.committed < 0).any() or parts.lag_offsets.any()
@@ -220,8 +236,49 @@ def _memory_at_rest(g: GroupSample, parts: PartitionRows, st: GroupMemory,
             or (parts.position >= 0).any()):
         return False
     owner_of = {tp: m.member_id for m in g.members for tp in m.assignment}
+    if table is not None:
+        return _rows_at_rest(table, parts, partitions, owner_of)
     for tp, committed in zip(parts.tps, parts.committed.tolist(), strict=True):
         mem, po = st.parts.get(tp), partitions.get(tp)
         if mem is None or po is None or not at_rest(mem, committed, po.hw, owner_of.get(tp)):
+            return False
+    return True
+
+
+def _in_columns(keys: tuple[TP, ...], table: PartitionTable, rates: RateTable) -> bool:
+    """Every partition of ``keys`` has its memory in ``table`` and its points in ``rates``'s
+    columns, in the same rows (both follow the group's sorted partitions)."""
+    return rates.in_columns and table.tps == rates.tps and len(keys) == len(table.tps) and all(
+        map(table.index.__contains__, keys))
+
+
+def _constant_in_columns(table: PartitionTable, rates: RateTable) -> bool:
+    """:meth:`Points.constant` at each partition's frozen HW, for every row at once: two
+    points or more, the oldest and the newest at that HW (offsets never go down within
+    the points), so every rate over them is zero."""
+    if len(rates.times) < 2:
+        return False
+    hw = Columns(*table.rows).freeze_hw  # NaN (None): no comparison holds
+    c, h = rates.consumed, rates.hw
+    assert c.oldest is not None and c.newest is not None and h.oldest is not None and h.newest is not None
+    return bool(((c.oldest == hw) & (c.newest == hw) & (h.oldest == hw) & (h.newest == hw)).all())
+
+
+def _rows_at_rest(table: PartitionTable, parts: PartitionRows, partitions: Mapping[TP, PartitionOffsets],
+                  owner_of: dict[TP, str]) -> bool:
+    """:func:`~exporter.evaluate.memory.at_rest` of every row of ``parts`` from the
+    table's columns: no partition's memory decoded."""
+    index, cols = table.index, Columns(*table.rows)
+    followed, frozen, pending, run, lagging, owner = (
+        col.tolist() for col in (cols.followed, cols.freeze_hw, cols.rewind_pending, cols.run_t0,
+                                 cols.lagging, cols.owner))
+    for tp, committed in zip(parts.tps, parts.committed.tolist(), strict=True):
+        i, po = index.get(tp), partitions.get(tp)
+        if i is None or po is None or po.hw is None:
+            return False
+        hw, mine = po.hw, owner_of.get(tp)
+        if not (committed == followed[i] and hw <= committed and hw == frozen[i] and pending[i] != pending[i]
+                and run[i] == run[i] and not lagging[i]
+                and (mine is None or (owner[i] >= 0 and table.owners[int(owner[i])] == mine))):
             return False
     return True
