@@ -503,7 +503,9 @@ def at_rest(mem: PartitionMemory, committed: int, hw: int | None, owner: str | N
     """Nothing to judge and nothing moving: the committed offset and the HW as at the last
     sample, no lag, no backward move pending, a lag trend started and not lagging, the
     same owner (or none known). Most group-partitions of a large cluster are at rest in
-    most cycles (caught-up groups, idle topics); :func:`rest_step` is their memory step."""
+    most cycles (caught-up groups, idle topics); :func:`rest_step` is their memory step.
+    exporter/evaluate/rest.py reads the same from a group's columns (``_rows_at_rest``);
+    ``tests/test_rest.py`` holds the two equal."""
     return (committed == mem.followed and hw is not None and hw <= committed
             and hw == mem.freeze_hw and mem.rewind.pending is None
             and mem.has_run and not mem.lagging

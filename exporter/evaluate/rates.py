@@ -445,6 +445,15 @@ class RateTable(MutableMapping[TP, Points]):
     def in_columns(self) -> bool:
         return bool(self.tps)
 
+    def constant(self, hw: np.ndarray) -> bool:
+        """:meth:`Points.constant` of every row at its ``hw`` (NaN: unknown, not constant),
+        while in columns: two points or more, the oldest and the newest at that HW."""
+        c, h = self.consumed, self.hw
+        if (len(self.times) < 2 or c.oldest is None or c.newest is None or h.oldest is None
+                or h.newest is None):
+            return False
+        return bool(((c.oldest == hw) & (c.newest == hw) & (h.oldest == hw) & (h.newest == hw)).all())
+
     def clear(self) -> None:
         """No partition's points (what deleting each would leave, without unpacking)."""
         self._by_tp, self.tps, self._index, self.times = {}, [], None, []

@@ -39,7 +39,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from array import array
-from collections.abc import Mapping
+from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass, field
 
 from exporter.contracts.snapshot import COMMITTING_TYPES, TP, GroupSample, PartitionOffsets
@@ -48,6 +48,7 @@ from exporter.contracts.view import GroupView, PartitionRows
 from exporter.evaluate.columns import Columns, PartitionTable
 from exporter.evaluate.memory import (
     GroupMemory,
+    PartitionMemory,
     at_rest,
     floor_rolls,
     rolled_floor,
@@ -169,23 +170,26 @@ def enter(g: GroupSample, v: GroupView, st: GroupMemory, pm: RatesMemory | None,
         return None
     keys = tuple(g.committed)
     table, rates = st.parts, pm.parts
+    if not _view_at_rest(g, v.partitions):
+        return None
+    owner_of = {tp: m.member_id for m in g.members for tp in m.assignment}
     if isinstance(table, PartitionTable) and isinstance(rates, RateTable) and _in_columns(keys, table, rates):
         # both memories in columns: the same tests on whole columns, no partition decoded
-        if not _constant_in_columns(table, rates) or not _memory_at_rest(g, v.partitions, st, partitions,
-                                                                          table):
+        cols = Columns(*table.rows)
+        if not rates.constant(cols.freeze_hw) or not _rows_at_rest(table, v.partitions, partitions, owner_of):
             return None
-        times, which = [rates[keys[0]].filled(0, 0)] if keys else [], {}
-        floors = set(Columns(*table.rows).floor_at.tolist())
+        times, which = [rates[keys[0]].filled(0, 0)], {}
+        floors = set(cols.floor_at.tolist())
     else:
-        for tp in keys:  # a consumer at work fails here, at its first partition
+        for tp in keys:  # each partition's points constant at its frozen HW
             mem, points = table.get(tp), rates.get(tp)
             hw = mem.freeze_hw if mem is not None else None
             if points is None or hw is None or not points.constant(hw, hw):
                 return None
-        if not _memory_at_rest(g, v.partitions, st, partitions, None):
+        if not _each_at_rest(table, v.partitions, partitions, owner_of):
             return None
         times, which = _shared_times(keys, pm)
-        floors = {st.parts[tp].floor_at for tp in keys}
+        floors = {table[tp].floor_at for tp in keys}
     known = pr is not None and bool(pr.window_seconds)
     wake_at = min((at for t in times if (at := t.known_at(span_min)) > -math.inf), default=math.inf)
     if keys and not known:  # the group's rates become known once its common span is long enough
@@ -196,8 +200,9 @@ def enter(g: GroupSample, v: GroupView, st: GroupMemory, pm: RatesMemory | None,
         wake_at = min(wake_at, rm.events[0] + rebalance_window)
     if wake_at <= now:
         return None
-    # their points are rebuilt when it wakes (:func:`settle`)
-    if isinstance(rates, RateTable) and len(rates) == len(keys):  # the group's every partition
+    # their points are rebuilt when it wakes (:func:`settle`); every partition's at once
+    # when they are all the group has (a RateTable then drops its columns, not unpacked)
+    if len(rates) == len(keys):
         rates.clear()
     else:
         for tp in keys:
@@ -225,21 +230,20 @@ def _shared_times(keys: tuple[TP, ...], pm: RatesMemory) -> tuple[list[Points], 
     return times, which if len(times) > 1 else {}
 
 
-def _memory_at_rest(g: GroupSample, parts: PartitionRows, st: GroupMemory,
-                    partitions: Mapping[TP, PartitionOffsets], table: PartitionTable | None) -> bool:
-    """Every partition committed, ``ok`` without lag, and its memory at rest (read from
-    ``table``'s columns when given, else one partition at a time)."""
-    if len(parts) != len(g.committed):
-        return False
-    if (set(parts.status) - {Status.OK} or (parts.committed < 0).any() or parts.lag_offsets.any()
-            or parts.lag_seconds.any() or parts.stalled_seconds.any() or parts.unsubscribed.any()
-            or (parts.position >= 0).any()):
-        return False
-    owner_of = {tp: m.member_id for m in g.members for tp in m.assignment}
-    if table is not None:
-        return _rows_at_rest(table, parts, partitions, owner_of)
+def _view_at_rest(g: GroupSample, parts: PartitionRows) -> bool:
+    """Every partition committed and ``ok``, without lag, stall or a reported position."""
+    return len(parts) == len(g.committed) and not (
+        set(parts.status) - {Status.OK} or (parts.committed < 0).any() or parts.lag_offsets.any()
+        or parts.lag_seconds.any() or parts.stalled_seconds.any() or parts.unsubscribed.any()
+        or (parts.position >= 0).any())
+
+
+def _each_at_rest(table: MutableMapping[TP, PartitionMemory], parts: PartitionRows,
+                  partitions: Mapping[TP, PartitionOffsets], owner_of: dict[TP, str]) -> bool:
+    """:func:`~exporter.evaluate.memory.at_rest` of every row of ``parts``, one memory at a
+    time (:func:`_rows_at_rest` reads the same from a table's columns)."""
     for tp, committed in zip(parts.tps, parts.committed.tolist(), strict=True):
-        mem, po = st.parts.get(tp), partitions.get(tp)
+        mem, po = table.get(tp), partitions.get(tp)
         if mem is None or po is None or not at_rest(mem, committed, po.hw, owner_of.get(tp)):
             return False
     return True
@@ -250,18 +254,6 @@ def _in_columns(keys: tuple[TP, ...], table: PartitionTable, rates: RateTable) -
     columns, in the same rows (both follow the group's sorted partitions)."""
     return rates.in_columns and table.tps == rates.tps and len(keys) == len(table.tps) and all(
         map(table.index.__contains__, keys))
-
-
-def _constant_in_columns(table: PartitionTable, rates: RateTable) -> bool:
-    """:meth:`Points.constant` at each partition's frozen HW, for every row at once: two
-    points or more, the oldest and the newest at that HW (offsets never go down within
-    the points), so every rate over them is zero."""
-    if len(rates.times) < 2:
-        return False
-    hw = Columns(*table.rows).freeze_hw  # NaN (None): no comparison holds
-    c, h = rates.consumed, rates.hw
-    assert c.oldest is not None and c.newest is not None and h.oldest is not None and h.newest is not None
-    return bool(((c.oldest == hw) & (c.newest == hw) & (h.oldest == hw) & (h.newest == hw)).all())
 
 
 def _rows_at_rest(table: PartitionTable, parts: PartitionRows, partitions: Mapping[TP, PartitionOffsets],
