@@ -42,10 +42,12 @@ setup: runtime-setup interceptor pyenvs go-tools image-bases
 prereqs:
 	@tools/check-prereqs
 
+# No pip cache (--no-cache-dir): pyspark is an sdist of about 400 MB, which the cache would
+# keep twice (download and built wheel) beside the installed copy; disks on CI can be tight.
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(VENV)/bin/pip install -q --disable-pip-version-check --upgrade pip
-	$(VENV)/bin/pip install -q --disable-pip-version-check -e '.[test]'
+	$(VENV)/bin/pip install -q --disable-pip-version-check --no-cache-dir --upgrade pip
+	$(VENV)/bin/pip install -q --disable-pip-version-check --no-cache-dir -e '.[test]'
 	touch $@
 
 jars:

@@ -14,6 +14,7 @@ version bump builds a new one next to the old. ``python -m devenv.pyenvs 3.5.3 4
 from __future__ import annotations
 
 import hashlib
+import os
 import shutil
 import subprocess
 import sys
@@ -23,7 +24,9 @@ from pathlib import Path
 from devenv.jars import CACHE, ROOT, SPARK35_VERSION
 
 PY_TAG = f"py{sys.version_info.major}{sys.version_info.minor}"
-PIP = ("-m", "pip", "-q", "--disable-pip-version-check", "--no-input")
+# No pip cache: pyspark is an sdist of 300-450 MB, and pip's cache would keep it twice more
+# (the download and the wheel built from it) beside the virtualenvs that hold it.
+PIP = ("-m", "pip", "-q", "--disable-pip-version-check", "--no-input", "--no-cache-dir")
 
 
 class EnvMissing(RuntimeError):
@@ -61,19 +64,40 @@ def spark_python(version: str = SPARK35_VERSION, fetch: bool = True, *, connect:
     """The interpreter of a virtualenv with ``pyspark==version`` and confluent-kafka only;
     with ``connect``, a separate one with ``pyspark[connect]`` (gRPC, pandas, pyarrow) for
     Spark Connect's server and clients."""
-    spec = f"pyspark[connect]=={version}" if connect else f"pyspark=={version}"
     dest = CACHE / f"venv-pyspark{'-connect' if connect else ''}-{version}-{PY_TAG}"
     if not _ready(dest):
         if not fetch:
             raise EnvMissing(f"no PySpark {version} virtualenv in {dest}; run make setup")
+        plain = spark_python(version) if connect else None
         shutil.rmtree(dest, ignore_errors=True)
         print(f"creating a PySpark {version} virtualenv in {dest}", file=sys.stderr)
         subprocess.run([sys.executable, "-m", "venv", str(dest)], check=True)
+        if plain is not None:
+            _link_packages(_site_packages(plain), _site_packages(dest / "bin" / "python"),
+                           ("pyspark", "py4j"))
+        spec = f"pyspark[connect]=={version}" if connect else f"pyspark=={version}"
         subprocess.run([str(dest / "bin" / "python"), *PIP, "install", spec,
                         *(CONNECT_PINS[version[:2]] if connect else ()),
                         *client_requirements()], check=True)
         (dest / ".complete").touch()
     return dest / "bin" / "python"
+
+
+def _site_packages(python: Path) -> Path:
+    return Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+                               check=True, capture_output=True, text=True).stdout.strip())
+
+
+def _link_packages(src: Path, dest: Path, names: tuple[str, ...]) -> None:
+    """Hard-links the installed distributions ``names`` (their packages and dist-info) from
+    one site-packages into another, so pip finds them installed and adds only the extras:
+    pyspark is 300-450 MB, and the connect virtualenv of a version holds the same files."""
+    for path in src.iterdir():
+        if path.name.split("-")[0] in names:
+            if path.is_dir():
+                shutil.copytree(path, dest / path.name, copy_function=os.link)
+            else:
+                os.link(path, dest / path.name)
 
 
 def wheelhouse(fetch: bool = True) -> Path:
