@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import faulthandler
 import json
 import os
 import shutil
@@ -435,6 +436,8 @@ def main(argv: list[str] | None = None) -> int:
 
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
+    # A demo that does not stop tells where it is: tests/test_demo.py asks on a timeout.
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     demo = Demo(args)
     code = 1
     try:

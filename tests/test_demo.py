@@ -65,6 +65,21 @@ class Demo:
     def ctrl_c(self) -> None:
         os.killpg(self.proc.pid, signal.SIGINT)  # what a terminal does on Ctrl-C
 
+    def wait_stopped(self, timeout: float) -> int:
+        """The demo's exit code once it exits; past ``timeout``, a failure that says where
+        it is stuck: its Python stacks (devenv/demo.py dumps them on SIGUSR1), its output
+        with the seconds since its start, and the processes under it."""
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            kids = descendants(self.proc.pid)
+            os.kill(self.proc.pid, signal.SIGUSR1)
+            time.sleep(2)
+            lines = "\n".join(f"{t:7.1f} {line}" for t, line in list(self.lines))
+            tree = "\n".join(f"{pid} {c[:200]}" for pid, (_s, c) in kids.items())
+            raise AssertionError(f"the demo did not stop within {timeout:g} s:\n{lines}\n"
+                                 f"--- processes under it ---\n{tree}") from None
+
     def kill(self) -> None:
         if self.proc.poll() is None:
             os.killpg(self.proc.pid, signal.SIGKILL)
@@ -183,7 +198,7 @@ def test_demo_shows_every_status_and_ctrl_c_cleans_up(
 
     demo.ctrl_c()
     t_int = time.monotonic()
-    code = demo.proc.wait(60)
+    code = demo.wait_stopped(60)
     print(f"stopped {time.monotonic() - t_int:.1f}s after Ctrl-C")
     demo.reader.join(5)
     assert code == 0, demo.text()[-3000:]
@@ -203,7 +218,7 @@ def test_sigterm_while_kafka_starts_leaves_nothing(demo_runs: list[Demo]) -> Non
 
     children = wait_for(broker_spawned, 90, "the demo's broker JVM", interval=0.1)
     demo.proc.send_signal(signal.SIGTERM)
-    code = demo.proc.wait(60)
+    code = demo.wait_stopped(60)
     demo.reader.join(5)
     assert code == 0, demo.text()
     assert "SIGTERM: stopping" in demo.text()
