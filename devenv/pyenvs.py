@@ -18,6 +18,7 @@ import os
 import shutil
 import subprocess
 import sys
+import sysconfig
 import tomllib
 from pathlib import Path
 
@@ -73,8 +74,7 @@ def spark_python(version: str = SPARK35_VERSION, fetch: bool = True, *, connect:
         print(f"creating a PySpark {version} virtualenv in {dest}", file=sys.stderr)
         subprocess.run([sys.executable, "-m", "venv", str(dest)], check=True)
         if plain is not None:
-            _link_packages(_site_packages(plain), _site_packages(dest / "bin" / "python"),
-                           ("pyspark", "py4j"))
+            _link_packages(_site_packages(plain.parent.parent), _site_packages(dest), ("pyspark", "py4j"))
         spec = f"pyspark[connect]=={version}" if connect else f"pyspark=={version}"
         subprocess.run([str(dest / "bin" / "python"), *PIP, "install", spec,
                         *(CONNECT_PINS[version[:2]] if connect else ()),
@@ -83,9 +83,9 @@ def spark_python(version: str = SPARK35_VERSION, fetch: bool = True, *, connect:
     return dest / "bin" / "python"
 
 
-def _site_packages(python: Path) -> Path:
-    return Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
-                               check=True, capture_output=True, text=True).stdout.strip())
+def _site_packages(venv: Path) -> Path:
+    """The site-packages of a virtualenv made by this interpreter (``sys.executable -m venv``)."""
+    return Path(sysconfig.get_path("purelib", "venv", vars={"base": str(venv), "platbase": str(venv)}))
 
 
 def _link_packages(src: Path, dest: Path, names: tuple[str, ...]) -> None:
