@@ -18,6 +18,7 @@ import time
 import urllib.parse
 from collections.abc import Callable
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from confluent_kafka import Producer
@@ -151,28 +152,35 @@ def test_failures_back_off_are_logged_once_and_recover(monkeypatch: pytest.Monke
     assert src._refresh() == 0.05  # a new run of failures starts from the shortest wait
 
 
-def test_the_refresh_thread_waits_as_the_backoff_says(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Started, a failing source fetches at most as often as the backoff allows (a busy
-    machine makes it fewer), and recovers once the endpoint answers."""
+def test_the_refresh_loop_fetches_when_the_backoff_says(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The refresh loop (``_run``) on a clock of the test's: each wait moves it on by what
+    the loop asked for, so the times of the fetches are exact. Failing, it fetches after
+    0.05, 0.1, 0.2, then every 0.4 s; once a token comes, not again before its refresh."""
     monkeypatch.setattr(tokens, "BACKOFF", (0.05, 0.4))
-    failing, calls = [True], []
+    clock = [0.0]
+    monkeypatch.setattr(tokens, "time", SimpleNamespace(monotonic=lambda: clock[0], time=time.time))
+    calls: list[float] = []
 
     def fetch() -> Token:
-        calls.append(time.monotonic())
-        if failing[0]:
+        calls.append(clock[0])
+        if len(calls) < 7:
             raise TokenUnavailable("HTTP 401 invalid_client")
-        return _tok("fresh-token")
+        return _tok("fresh-token")  # valid 60 s: its refresh is due long after the run
 
-    src = TokenSource("c1", fetch, {}).start(5)
-    try:
-        time.sleep(1.6)
-        # waits 0.05, 0.1, 0.2, 0.4, 0.4, 0.4 ...: at most 7 attempts in 1.6 s
-        assert 1 <= len(calls) <= 8, len(calls)
-        failing[0] = False
-        wait_until(lambda: src.error() is None, 30)  # a hang guard
-        assert src.token() == "fresh-token"
-    finally:
-        src.close()
+    class Stop:  # the loop's stop event: a wait moves the clock, the run ends at 5 s
+        def is_set(self) -> bool:
+            return clock[0] >= 5.0
+
+        def wait(self, seconds: float) -> bool:
+            clock[0] += seconds
+            return self.is_set()
+
+    src = TokenSource("c1", fetch, {})
+    src._stop = Stop()  # type: ignore[assignment]
+    src._run()
+    assert [round(b - a, 9) for a, b in zip(calls, calls[1:], strict=False)] == [
+        0.05, 0.1, 0.2, 0.4, 0.4, 0.4]
+    assert src.token() == "fresh-token" and src.error() is None
 
 
 def test_token_file_is_read_again_when_it_changes(tmp_path: Path) -> None:
