@@ -39,6 +39,9 @@ REPORT_STALE_AFTER = 5.0
 # silence before a batch could count as hung, and never as hung after.
 LIVELOCK_AFTER = 20.0
 REPORT_EXPIRY = 120.0
+# A client's session, and under 3.5 its listener's registration: every attempt of
+# tests/support/spark_driver.py's ADD_LISTENER_ATTEMPTS on a loaded machine.
+CLIENT_START_TIMEOUT = 240.0
 
 
 # --- the report's Spark Connect fields, and the client's probe, without Spark ---------------
@@ -235,7 +238,8 @@ def _client(python: Path, kafka: KafkaCluster, server: ConnectServer,
     session still holds the listener of a client that was killed)."""
     url = server.url + (f"/;session_id={session}" if session else "")
     return SparkDriverProcess(python, kafka.bootstrap_servers, [], HEARTBEAT, remote=url,
-                              listener=session is None)
+                              listener=session is None, start_timeout=CLIENT_START_TIMEOUT,
+                              context=server.described)
 
 
 @pytest.mark.spark

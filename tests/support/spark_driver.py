@@ -39,6 +39,9 @@ import spark_metrics
 
 # What the exporter needs and a driver must not: absent from the light install.
 EXPORTER_ONLY = ("exporter", "prometheus_client", "yaml", "bcrypt")
+# Spark Connect 3.5 addListener attempts: each costs the server's 10 s wait at most, and the
+# client's start timeout (tests/support/spark_proc.py) covers all of them.
+ADD_LISTENER_ATTEMPTS = 8
 
 
 class Driver:
@@ -71,16 +74,19 @@ class Driver:
         """addListener, tried again where a Spark Connect 3.5 server gave up on the Python
         process it starts for a listener: it waits 10 s for it to connect back (hard-coded in
         PythonWorkerFactory.createSimpleWorker), and on a loaded machine the process's
-        imports (pyspark's Connect client, grpc, pandas) can take longer. Nothing of the
-        listener runs before it connects: a new attempt starts from nothing."""
-        for attempt in range(3):
+        imports (pyspark's Connect client, grpc, pandas) can take longer, attempt after
+        attempt while the load lasts. Nothing of the listener runs before it connects: a
+        new attempt starts from nothing."""
+        for attempt in range(1, ADD_LISTENER_ATTEMPTS + 1):
             try:
                 self.spark.streams.addListener(listener)
                 return
             except Exception as e:
-                if "Python worker failed to connect back" not in str(e) or attempt == 2:
+                if "Python worker failed to connect back" not in str(e) \
+                        or attempt == ADD_LISTENER_ATTEMPTS:
                     raise
-                print(f"addListener: {e}; trying again", file=sys.stderr, flush=True)
+                print(f"addListener attempt {attempt}: {e}; trying again", file=sys.stderr,
+                      flush=True)
 
     def hello(self) -> dict[str, Any]:
         session = getattr(self.spark, "session_id", None)  # Spark Connect 4.x

@@ -11,6 +11,7 @@ import subprocess
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,10 @@ class SparkDriverProcess:
     """One driver process; ``call`` sends a request and waits (bounded) for its reply."""
 
     def __init__(self, python: Path, bootstrap: str, jars: list[Path], heartbeat: float,
-                 start_timeout: float = 120, remote: str | None = None, listener: bool = True) -> None:
+                 start_timeout: float = 120, remote: str | None = None, listener: bool = True,
+                 context: Callable[[], str] | None = None) -> None:
+        """``context`` gives more to show when the driver fails (a Connect server's log)."""
+        self._context = context
         self.log = tempfile.NamedTemporaryFile(  # noqa: SIM115 - lives as long as the process
             prefix="lagwatch-spark-driver-", suffix=".log", delete=False)
         env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "SPARK_HOME")}
@@ -49,13 +53,16 @@ class SparkDriverProcess:
             rep = self._replies.get(timeout=timeout)
         except queue.Empty:
             raise AssertionError(f"spark driver: no reply to {what} in {timeout}s\n"
-                                 f"{self.output()}") from None
+                                 f"{self.output()}{self._more()}") from None
         if rep is None:
             raise AssertionError(f"spark driver exited ({self.proc.wait()}) during {what}\n"
-                                 f"{self.output()}")
+                                 f"{self.output()}{self._more()}")
         if "error" in rep:
             raise AssertionError(f"spark driver: {what} failed:\n{rep['error']}")
         return rep["ok"]
+
+    def _more(self) -> str:
+        return "" if self._context is None else f"\n{self._context()}"
 
     def call(self, cmd: str, timeout: float = 60, **kwargs: Any) -> Any:
         assert self.proc.stdin is not None
@@ -103,7 +110,11 @@ class ConnectServer:
         self.log = tempfile.NamedTemporaryFile(  # noqa: SIM115 - lives as long as the process
             prefix="lagwatch-spark-connect-", suffix=".log", delete=False)
         env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-        env.update(SPARK_HOME=str(home), PYSPARK_PYTHON=str(python))
+        # SETUPTOOLS_USE_DISTUTILS: pyspark 3.5 imports distutils, which setuptools' shim
+        # answers by importing pkg_resources, a quarter of the imports of a 3.5 listener's
+        # process, which must connect back within 10 s (tests/support/spark_driver.py).
+        env.update(SPARK_HOME=str(home), PYSPARK_PYTHON=str(python),
+                   SETUPTOOLS_USE_DISTUTILS="stdlib")
         conf = {"spark.connect.grpc.binding.port": self.port,
                 "spark.connect.grpc.binding.address": "127.0.0.1",  # 4.x; 3.5 binds every address
                 "spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1",
@@ -129,6 +140,10 @@ class ConnectServer:
 
     def output(self, tail: int = 8000) -> str:
         return Path(self.log.name).read_text(errors="replace")[-tail:]
+
+    def described(self) -> str:
+        """The server's log tail, headed, for a failing client's message."""
+        return f"--- Spark Connect server log (tail) ---\n{self.output()}"
 
     def kill(self) -> None:
         """SIGKILL to the server and every process it started."""
