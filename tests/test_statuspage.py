@@ -37,7 +37,9 @@ from tests.support.exporter_proc import ExporterProcess
 
 CHROMIUM = "/usr/bin/chromium"
 ARTIFACTS = ROOT_DIR / "test-artifacts"
-WIDTH, HEIGHT = 1400, 900
+# Tall enough for every row: worst first, the ok row comes last, under the non-ok rows'
+# reasons of ten lines each.
+WIDTH, HEIGHT = 1400, 1400
 # Badge colours of exporter/expose/statuspage.py's CSS.
 COLOURS = {"ok": (0x2E, 0x7D, 0x32), "lagging": (0xF9, 0xA8, 0x25),
            "livelocked": (0xC6, 0x28, 0x28), "stopped": (0x42, 0x42, 0x42)}
@@ -279,8 +281,10 @@ def test_screenshot_shows_the_groups(page: dict[str, Any], tmp_path: Path) -> No
     ARTIFACTS.mkdir(exist_ok=True)
     shot = ARTIFACTS / "statuspage.png"
     shot.unlink(missing_ok=True)
+    # Every compositor stage before the capture: on a loaded machine a headless screenshot
+    # otherwise can hold a frame painted only in part.
     chromium(tmp_path, f"--screenshot={shot}", f"--window-size={WIDTH},{HEIGHT}",
-             page["exporter"].base + "/")
+             "--run-all-compositor-stages-before-draw", page["exporter"].base + "/")
     assert shot.exists() and shot.stat().st_size > 1000
     w, h, bpp, rows = read_png(shot.read_bytes())
     assert (w, h) == (WIDTH, HEIGHT)
