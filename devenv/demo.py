@@ -97,8 +97,10 @@ STATUS_COLOURS = {"ok": "32", "lagging": "33", "stalled": "33;1", "livelocked": 
                   "stopped": "35", "rewind": "35", "error": "31"}
 
 
-class Interrupted(Exception):
-    pass
+class Interrupted(BaseException):
+    """Ctrl-C or SIGTERM, raised by the signal handler wherever the main thread is. A
+    BaseException, as KeyboardInterrupt is: the code it interrupts retries on Exception
+    (KafkaCluster.wait_ready's metadata polls), and would swallow the one signal."""
 
 
 def say(*words: object) -> None:

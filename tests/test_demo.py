@@ -12,12 +12,14 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -223,3 +225,33 @@ def test_sigterm_while_kafka_starts_leaves_nothing(demo_runs: list[Demo]) -> Non
     assert code == 0, demo.text()
     assert "SIGTERM: stopping" in demo.text()
     assert_left_nothing(demo, children)
+
+
+@pytest.mark.unit
+def test_a_signal_during_the_brokers_metadata_poll_ends_the_wait(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """The demo's handler raises Interrupted wherever the main thread is. In
+    KafkaCluster.wait_ready's metadata poll, which retries on Exception, it must end the
+    wait: swallowed there, the demo ran on after its one SIGTERM until the broker was up."""
+    from confluent_kafka import admin
+
+    from devenv.demo import Interrupted
+    from devenv.kafka import Broker, KafkaCluster
+
+    class SignalledAdmin:
+        def __init__(self, _conf: dict[str, Any]) -> None:
+            pass
+
+        def list_topics(self, timeout: float) -> None:
+            raise Interrupted("SIGTERM")
+
+    monkeypatch.setattr(admin, "AdminClient", SignalledAdmin)
+    with socket.socket() as listening, subprocess.Popen(["sleep", "60"]) as alive:
+        listening.bind(("127.0.0.1", 0))
+        listening.listen()
+        broker = Broker(1, listening.getsockname()[1], 0, tmp_path, proc=alive)
+        try:
+            with pytest.raises(Interrupted):
+                KafkaCluster(brokers=[broker]).wait_ready(timeout=2)
+        finally:
+            alive.kill()
