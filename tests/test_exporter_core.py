@@ -157,8 +157,9 @@ def test_exporter_never_creates_groups_or_moves_offsets(kafka: KafkaCluster, tmp
         assert sum(stages.values()) <= value(m, "lagwatch_cycle_duration_seconds") + 1e-6
     after_groups = set(list_groups(kafka))
     after = {(r.topic, r.partition): r.current_offset for r in describe_group(kafka, group)}
-    assert after_groups == before_groups
-    assert not any("lagwatch" in g for g in after_groups)
+    # No group created (lagwatch's own included). Groups may go: the session broker deletes
+    # an earlier test's empty group without offsets at its own cleanup interval.
+    assert after_groups <= before_groups, f"created: {after_groups - before_groups}"
     assert after == before == {(topic3, 0): 5, (topic3, 1): 6, (topic3, 2): 7}
 
 
