@@ -239,7 +239,7 @@ def _client(python: Path, kafka: KafkaCluster, server: ConnectServer,
     url = server.url + (f"/;session_id={session}" if session else "")
     return SparkDriverProcess(python, kafka.bootstrap_servers, [], HEARTBEAT, remote=url,
                               listener=session is None, start_timeout=CLIENT_START_TIMEOUT,
-                              context=server.described)
+                              server_log=server.output)
 
 
 @pytest.mark.spark

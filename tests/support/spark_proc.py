@@ -25,9 +25,9 @@ class SparkDriverProcess:
 
     def __init__(self, python: Path, bootstrap: str, jars: list[Path], heartbeat: float,
                  start_timeout: float = 120, remote: str | None = None, listener: bool = True,
-                 context: Callable[[], str] | None = None) -> None:
-        """``context`` gives more to show when the driver fails (a Connect server's log)."""
-        self._context = context
+                 server_log: Callable[[], str] | None = None) -> None:
+        """``server_log``: the tail of a Connect server's log, shown when the driver fails."""
+        self._server_log = server_log
         self.log = tempfile.NamedTemporaryFile(  # noqa: SIM115 - lives as long as the process
             prefix="lagwatch-spark-driver-", suffix=".log", delete=False)
         env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "SPARK_HOME")}
@@ -62,7 +62,9 @@ class SparkDriverProcess:
         return rep["ok"]
 
     def _more(self) -> str:
-        return "" if self._context is None else f"\n{self._context()}"
+        if self._server_log is None:
+            return ""
+        return f"\n--- Spark Connect server log (tail) ---\n{self._server_log()}"
 
     def call(self, cmd: str, timeout: float = 60, **kwargs: Any) -> Any:
         assert self.proc.stdin is not None
@@ -111,7 +113,7 @@ class ConnectServer:
             prefix="lagwatch-spark-connect-", suffix=".log", delete=False)
         env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
         # SETUPTOOLS_USE_DISTUTILS: pyspark 3.5 imports distutils, which setuptools' shim
-        # answers by importing pkg_resources, a quarter of the imports of a 3.5 listener's
+        # answers by importing pkg_resources, about a fifth of the imports of a 3.5 listener's
         # process, which must connect back within 10 s (tests/support/spark_driver.py).
         env.update(SPARK_HOME=str(home), PYSPARK_PYTHON=str(python),
                    SETUPTOOLS_USE_DISTUTILS="stdlib")
@@ -140,10 +142,6 @@ class ConnectServer:
 
     def output(self, tail: int = 8000) -> str:
         return Path(self.log.name).read_text(errors="replace")[-tail:]
-
-    def described(self) -> str:
-        """The server's log tail, headed, for a failing client's message."""
-        return f"--- Spark Connect server log (tail) ---\n{self.output()}"
 
     def kill(self) -> None:
         """SIGKILL to the server and every process it started."""
