@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Iterator, Mapping, MutableMapping, Sequence
-from itertools import repeat
+from itertools import chain, repeat
+from operator import is_
 from typing import NamedTuple
 
 import numpy as np
@@ -409,7 +410,7 @@ class Evaluator:
         if g.type != GroupType.SPARK:
             state.seen = remember_departures(state.seen, state.departed, g.members, now)
         c = self._cycle_of(g, state, th, partitions, reports, spark, exact_ts, was_empty, now)
-        for tp in [tp for tp in state.parts if tp not in g.committed]:
+        for tp in _gone(state.parts, g.committed):
             del state.parts[tp]
         tps = sorted(g.committed)
         return _Pending(gid=gid, g=g, st=state, th=th, reports=reports, cycle=c, tps=tps,
@@ -737,8 +738,8 @@ class Evaluator:
         columns gathered), one group after the other, and which of them are stepped in
         columns (:func:`plain`, their topic still subscribed)."""
         batches = [j.columns for j in judged]
-        tps = [tp for j in judged for tp in j.p.tps]
-        committed = [off for b in batches for off in b.committed]
+        tps = list(chain.from_iterable(j.p.tps for j in judged))
+        committed = list(chain.from_iterable(b.committed for b in batches))
         at = self._offsets_at
         rows = at.rows_of(tps)  # the chunk's HW and log start columns: two takes
         hw, log_start = at.hw[rows], at.log_start[rows]
@@ -819,8 +820,8 @@ class Evaluator:
             "" if m is None else labels.get(id(m)) or labels.setdefault(id(m), _member_label(m))
             for m in b.owners]
         classified, ended = self._classified(c, tps, b)
-        if ended:  # rows whose lag trend a more severe status ends (remember)
-            c.st.parts.rows[LAGGING, ended] = 0.0
+        if ended:  # rows whose lag trend a more severe status ends (remember); all: a slice
+            c.st.parts.rows[LAGGING, ended if len(ended) < n else slice(None)] = 0.0
         views: dict[int, PartitionView] = {}
         if not b.whole:  # the rest one at a time
             judged = np.zeros(n, bool)
@@ -993,8 +994,9 @@ def _judgement_columns(classified: dict[int, Judged], n: int
     """The status, reason and evidence columns of ``n`` rows, ``ok`` but those
     ``classified``: one :class:`Repeated` a column where every row holds the same
     judgement."""
-    if not classified or (len(classified) == n and len(set(map(id, classified.values()))) == 1):
-        one = next(iter(classified.values()), _OK_JUDGED)  # none, or one judgement for every row
+    values = list(classified.values())
+    if not values or (len(values) == n and all(map(is_, values, repeat(values[0])))):
+        one = values[0] if values else _OK_JUDGED  # none, or one judgement for every row
         return Repeated(one[0], n), Repeated(one[1], n), Repeated(one[2], n)
     status: list[Status] = [Status.OK] * n
     reason: list[str | Reason] = [""] * n
@@ -1078,6 +1080,15 @@ def _moved_forward(parts: MutableMapping[TP, PartitionMemory],
                for tp, (_consumed, followed) in offsets.items())
 
 
+def _gone(parts: MutableMapping[TP, PartitionMemory], committed: dict[TP, int]) -> list[TP]:
+    """The partitions remembered that the group does not commit this cycle (usually none:
+    then one pass in C)."""
+    tps = parts.tps if isinstance(parts, PartitionTable) else list(parts)
+    if all(map(committed.__contains__, tps)):
+        return []
+    return [tp for tp in tps if tp not in committed]
+
+
 def _owners(c: _GroupCycle, table: PartitionTable, tps: list[TP]
             ) -> tuple[list[Member | None], np.ndarray, np.ndarray]:
     """Of each partition: its owner, whether a member owns it (:func:`_member_owns`) and the
@@ -1122,7 +1133,11 @@ def _group_status(g: GroupSample, parts: PartitionRows, spark: SparkReport | Non
     """(the group's status: its worst partition's, a terminated Spark query's ``stopped``
     even with nothing left to read; the membership model, ``none`` once the client outside
     group membership is gone)."""
-    worst = max(set(parts.status), key=SEVERITY.__getitem__, default=Status.OK)
+    status = parts.status
+    if isinstance(status, Repeated):  # a group judged whole: one status, no pass over its rows
+        worst = status.value if len(status) else Status.OK
+    else:
+        worst = max(set(status), key=SEVERITY.__getitem__, default=Status.OK)
     if g.type == GroupType.SPARK and spark is not None and spark.terminated:
         worst = Status.STOPPED
     if membership == Membership.OUTSIDE and worst == Status.STOPPED:
@@ -1148,15 +1163,17 @@ def _exposure(c: _GroupCycle, parts: list[PartitionView]) -> GroupExposure | Non
     running batch, else the instrumented consumers' position - committed."""
     if c.spark is not None:
         return group_exposure(spark_exposure(c.spark), ())
+    if not c.report_by_member and not c.report_of:  # no instrumented consumer: none known
+        return None
     reports = {id(r): r for r in (*c.report_by_member.values(), *c.report_of.values())}
-    if not reports:  # no instrumented consumer: nothing speaks for any partition
-        return group_exposure({}, ())
     per_tp = consumer_exposure(parts, lambda tp: _report_for(c, tp, c.owner_of.get(tp)))
     return group_exposure(per_tp, reports.values())
 
 def _reports_of(g: GroupSample, reports: list[ConsumerReport]
                 ) -> tuple[dict[TP, ConsumerReport], dict[str, ConsumerReport]]:
     """The open reports by partition (the latest naming it) and by the member they match."""
+    if not reports:  # most groups: no instrumented consumer
+        return {}, {}
     fresh_reports = [r for r in reports if not r.closed]
     report_of: dict[TP, ConsumerReport] = {}
     for r in sorted(fresh_reports, key=lambda r: r.received_at):

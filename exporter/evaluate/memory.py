@@ -653,7 +653,8 @@ def remember_members(mem: GroupMemory, member_ids: set[str], now: float, window:
     (KIP-848, "Group Epoch"), so an epoch that moved while the members stayed the same
     counts one join per two bumps."""
     if mem.seen_once:
-        mem.joins.extend(now for _ in member_ids - mem.members)
+        if member_ids and (joined := member_ids - mem.members):
+            mem.joins.extend(now for _ in joined)
         if (epoch is not None and mem.epoch is not None and epoch > mem.epoch
                 and member_ids and member_ids == mem.members):
             mem.joins.extend(now for _ in range(max(1, (epoch - mem.epoch) // 2)))

@@ -122,7 +122,9 @@ class RebalanceTracker:
         its view carries them); None for a Spark query, or none yet."""
         if v.type == GroupType.SPARK:
             return None
-        memo = self.groups.setdefault(gid, RebalanceMemory())
+        memo = self.groups.get(gid)
+        if memo is None:
+            memo = self.groups[gid] = RebalanceMemory()
         if sample.error is None:
             self._observe(memo, sample, reports, now)
             memo.last = self._summary(memo, v, now)
@@ -147,7 +149,8 @@ class RebalanceTracker:
             memo.clients += client_step(memo.client_counts, [r for r in reports if not r.closed])
         memo.epoch, memo.members = g.epoch, members
         total = max(memo.total, memo.broker, memo.clients)
-        memo.events.extend(now for _ in range(min(MAX_EVENTS, total - memo.total)))
+        if total > memo.total:
+            memo.events.extend(now for _ in range(min(MAX_EVENTS, total - memo.total)))
         memo.total = total
 
     def _summary(self, memo: RebalanceMemory, v: GroupView, now: float) -> GroupRebalances:
@@ -156,9 +159,14 @@ class RebalanceTracker:
             memo.events.popleft()
         recent = len(memo.events)
         storm = recent > th.rebalance_storm
+        source, last = _source(v.type, memo), memo.last
+        if (not recent and not storm and last is not None and not last.recent and not last.storm
+                and last.total == memo.total and last.window_seconds == th.rebalance_window
+                and last.source == source):
+            return last  # quiet as last cycle: the same figures, no notes (frozen, shared)
         return GroupRebalances(
             total=memo.total, recent=recent, window_seconds=th.rebalance_window, storm=storm,
-            source=_source(v.type, memo), notes=_notes(recent, storm, v.status, th))
+            source=source, notes=_notes(recent, storm, v.status, th))
 
 
 def _source(t: GroupType, memo: RebalanceMemory) -> RebalanceSource:
