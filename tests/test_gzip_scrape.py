@@ -15,8 +15,9 @@ import pytest
 
 from bench.footprint import snapshot
 from exporter.config import Thresholds
-from exporter.contracts.packed import Packed
+from exporter.contracts.packed import DEFLATE, Packed
 from exporter.evaluate.evaluator import Evaluator
+from exporter.expose import gzip_scrape, textformat
 from exporter.expose.gzip_scrape import accepts_gzip, crc32_combine, gzip_chunks
 from exporter.expose.render import render_cluster
 from exporter.expose.scrape import body_of, scrape
@@ -32,6 +33,12 @@ def test_crc32_combine_is_the_crc_of_the_concatenation() -> None:
         a = rnd.randbytes(rnd.choice([0, 1, 3, 64, 1000, 70_000]))
         b = rnd.randbytes(rnd.choice([0, 1, 5, 255, 4096, 300_000]))
         assert crc32_combine(zlib.crc32(a), zlib.crc32(b), len(b)) == zlib.crc32(a + b)
+        assert DEFLATE.crc32(b, DEFLATE.crc32(a)) == zlib.crc32(a + b)  # ISA-L's CRC-32 is zlib's
+
+
+def test_the_text_is_deflated_by_isa_l() -> None:
+    """A dependency (pyproject.toml): zlib stands in only where its wheel is missing."""
+    assert DEFLATE.__name__ == "isal.isal_zlib"
 
 
 def _record(groups: int) -> ClusterRecord:
@@ -41,8 +48,15 @@ def _record(groups: int) -> ClusterRecord:
     return ClusterRecord(view=view, stats=SelfStats(), exposition=render_cluster(view))
 
 
+@pytest.mark.parametrize("kept", [DEFLATE, zlib], ids=["kept-isal", "kept-zlib"])
+@pytest.mark.parametrize("between", [DEFLATE, zlib], ids=["between-isal", "between-zlib"])
 @pytest.mark.parametrize("groups", [2, 120], ids=["small", "deflated"])
-def test_a_gzipped_scrape_reads_back_as_the_plain_one(groups: int) -> None:
+def test_a_gzipped_scrape_reads_back_as_the_plain_one(groups: int, kept: object, between: object,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """With either deflate (ISA-L's or zlib's) keeping the families and deflating the
+    text between them at the scrape: standard deflate either way, one stream together."""
+    monkeypatch.setattr(textformat, "DEFLATE", kept)
+    monkeypatch.setattr(gzip_scrape, "DEFLATE", between)
     rec = _record(groups)
     chunks, _ = scrape([rec], None, 1_000_100.0)
     packed = [c for c in chunks if isinstance(c, Packed)]

@@ -14,10 +14,9 @@ written out here in a few lines. A scrape of 100,000 group-partitions then write
 from __future__ import annotations
 
 import struct
-import zlib
 from collections.abc import Iterable
 
-from exporter.contracts.packed import RAW, Packed
+from exporter.contracts.packed import DEFLATE, RAW, Packed
 from exporter.expose.textformat import PACK_LEVEL
 
 # Member header: magic, deflate, no flags, no mtime, no extra flags, unknown OS.
@@ -80,9 +79,9 @@ def gzip_chunks(chunks: Iterable[bytes | memoryview | Packed]) -> list[bytes]:
         if not text:
             return
         joined = b"".join(text)
-        z = zlib.compressobj(PACK_LEVEL, zlib.DEFLATED, RAW)
-        out.append(z.compress(joined) + z.flush(zlib.Z_SYNC_FLUSH))
-        crc, size = crc32_combine(crc, zlib.crc32(joined), len(joined)), size + len(joined)
+        z = DEFLATE.compressobj(PACK_LEVEL, DEFLATE.DEFLATED, RAW)
+        out.append(z.compress(joined) + z.flush(DEFLATE.Z_SYNC_FLUSH))
+        crc, size = crc32_combine(crc, DEFLATE.crc32(joined), len(joined)), size + len(joined)
         text.clear()
 
     for c in chunks:

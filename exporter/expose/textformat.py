@@ -7,32 +7,33 @@ Format: https://prometheus.io/docs/instrumenting/exposition_formats/
 
 A family whose text outgrows :data:`PACK_ABOVE` is kept deflated (:class:`Packed`):
 the text of a large cluster is about 550 bytes per group-partition, repetitive label
-sets that zlib's fastest level shrinks about 15 times. It is deflated as it is encoded,
+sets that a fast deflate level shrinks 15 to 40 times. It is deflated as it is encoded,
 so no full text of a large family is ever held, and a record holds only the deflated
 bytes, also while the next cycle's exposition is rendered next to it; a scrape inflates
 it piece by piece as it writes the body.
 
 The deflating runs on one helper thread (:data:`_DEFLATER`) while the cycle's thread
-formats the next lines: zlib releases the interpreter lock while it compresses, so on a
-second core the deflate costs the cycle almost nothing. Each family keeps at most
-:data:`IN_FLIGHT` pieces waiting, so the text held stays bounded.
+formats the next lines: the deflate (ISA-L's or zlib's,
+:data:`~exporter.contracts.packed.DEFLATE`) releases the interpreter lock while it
+compresses, so on a second core the deflate costs the cycle almost nothing. Each family
+keeps at most :data:`IN_FLIGHT` pieces waiting, so the text held stays bounded.
 """
 
 from __future__ import annotations
 
 import collections
 import math
-import zlib
 from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
 
-from exporter.contracts.packed import RAW, Packed
+from exporter.contracts.packed import DEFLATE, RAW, Packed
 
 # Bytes of encoded lines a family buffers before deflating them: below this a family
 # stays plain text (small clusters, every test's hand-built view). The families of a
 # cycle fill side by side, so the process holds thirty-odd such buffers at its peak.
 PACK_ABOVE = 1 << 18
-# zlib's fastest level: about 0.25 s of CPU per 100 MB of text, against 0.9 s at level 6
-# for a few per cent less.
+# A fast level, for ISA-L (0-3) and zlib (1-9) alike: zlib's level 1 costs about 0.25 s of
+# CPU per 100 MB of text, against 0.9 s at level 6 for a few per cent less.
 PACK_LEVEL = 1
 # Pieces of one family handed to the deflating thread and not deflated yet, at most.
 IN_FLIGHT = 2
@@ -77,7 +78,7 @@ class Lines:
     def __init__(self, name: str, help_text: str, kind: str = "gauge") -> None:
         self.name, self.help, self.kind = name, help_text, kind
         self.buf = bytearray()
-        self._z: zlib._Compress | None = None
+        self._z: Any = None  # the family's compressor (DEFLATE.compressobj) once it deflates
         self._packed: list[bytes] = []
         self._pending: collections.deque[Future[bytes]] = collections.deque()
         self._size = 0
@@ -97,7 +98,7 @@ class Lines:
         """The buffered lines handed to the deflating thread (the buffer is not touched
         again here); past :data:`IN_FLIGHT` pieces waiting, the oldest is waited for."""
         if self._z is None:
-            self._z = zlib.compressobj(PACK_LEVEL, zlib.DEFLATED, RAW)
+            self._z = DEFLATE.compressobj(PACK_LEVEL, DEFLATE.DEFLATED, RAW)
         buf, self.buf = self.buf, bytearray()
         self._size += len(buf)
         self._pending.append(_DEFLATER.submit(self._step, self._z, buf))
@@ -112,14 +113,14 @@ class Lines:
         self._deflate()
         self._packed.extend(f.result() for f in self._pending)
         self._pending.clear()
-        self._packed.append(self._z.flush(zlib.Z_SYNC_FLUSH))
+        self._packed.append(self._z.flush(DEFLATE.Z_SYNC_FLUSH))
         body = Packed(b"".join(self._packed), self._size, self._crc)
         self._packed, self._z, self._crc = [], None, 0
         return body
 
-    def _step(self, z: zlib._Compress, buf: bytearray) -> bytes:
+    def _step(self, z: Any, buf: bytearray) -> bytes:
         """On the deflating thread, which takes a family's pieces in order."""
-        self._crc = zlib.crc32(buf, self._crc)
+        self._crc = DEFLATE.crc32(buf, self._crc)
         return z.compress(buf)
 
     def header(self) -> str:
