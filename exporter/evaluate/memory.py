@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import bisect
 from dataclasses import dataclass, field
+from itertools import repeat
 from operator import itemgetter
 from typing import Any, NamedTuple
 
@@ -653,11 +654,10 @@ def remember_members(mem: GroupMemory, member_ids: set[str], now: float, window:
     (KIP-848, "Group Epoch"), so an epoch that moved while the members stayed the same
     counts one join per two bumps."""
     if mem.seen_once:
-        if member_ids and (joined := member_ids - mem.members):
-            mem.joins.extend(now for _ in joined)
+        mem.joins.extend(repeat(now, len(member_ids - mem.members)))
         if (epoch is not None and mem.epoch is not None and epoch > mem.epoch
                 and member_ids and member_ids == mem.members):
-            mem.joins.extend(now for _ in range(max(1, (epoch - mem.epoch) // 2)))
+            mem.joins.extend(repeat(now, max(1, (epoch - mem.epoch) // 2)))
     mem.seen_once = True
     mem.members = member_ids
     mem.epoch = epoch

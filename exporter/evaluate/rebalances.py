@@ -36,6 +36,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from itertools import repeat
 
 from exporter.config import Thresholds
 from exporter.contracts.reports import ConsumerReport
@@ -149,8 +150,7 @@ class RebalanceTracker:
             memo.clients += client_step(memo.client_counts, [r for r in reports if not r.closed])
         memo.epoch, memo.members = g.epoch, members
         total = max(memo.total, memo.broker, memo.clients)
-        if total > memo.total:
-            memo.events.extend(now for _ in range(min(MAX_EVENTS, total - memo.total)))
+        memo.events.extend(repeat(now, min(MAX_EVENTS, total - memo.total)))
         memo.total = total
 
     def _summary(self, memo: RebalanceMemory, v: GroupView, now: float) -> GroupRebalances:
