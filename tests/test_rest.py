@@ -42,24 +42,26 @@ def _memory(ev: Evaluator, gid: str) -> tuple:
             list(ev.commit_gaps.get(gid, ())))
 
 
-def _compare(cycles, make) -> tuple[int, int]:  # noqa: ANN001
+def _compare(cycles, make) -> tuple[int, int, int]:  # noqa: ANN001
     """Feed (snapshot, reports, spark, exact_ts, now) cycles to a skipping and a never
-    skipping evaluator; assert equal views and memories; return the group-cycles skipped
-    and the times a group woke from rest."""
+    skipping evaluator; assert equal views and memories; return the group-cycles skipped,
+    the times a group woke from rest, and the group-cycles skipped at rest ``stopped``."""
     skip, full = make(True), make(False)
-    skipped = woken = 0
+    skipped = woken = stopped = 0
     was: set[str] = set()
     for i, (snap, consumer, spark, exact_ts, now) in enumerate(cycles):
         a = skip.evaluate(snap, consumer, spark, exact_ts, now=now)
         b = full.evaluate(snap, consumer, spark, exact_ts, now=now)
         assert a == b, f"cycle {i}: the views differ"
         skipped += sum(1 for r in skip.rest.values() if r.last == now)
+        stopped += sum(1 for r in skip.rest.values() if r.last == now and r.clocks is not None)
         woken += sum(1 for gid in was if gid not in skip.rest and gid in b.groups)
         was = set(skip.rest) if snap.ok else was
         for gid in b.groups if snap.ok else ():
             if gid not in skip.rest:  # evaluated this cycle, and not at rest: the same memory
                 assert _memory(skip, gid) == _memory(full, gid), f"cycle {i}: {gid}'s memory differs"
-    return skipped, woken
+                assert skip.export_group(gid) == full.export_group(gid), f"cycle {i}: {gid}'s state differs"
+    return skipped, woken, stopped
 
 
 @pytest.mark.parametrize("path", RECORDINGS, ids=lambda p: p.name.split(".")[0])
@@ -71,7 +73,8 @@ def test_a_recording_replays_the_same_with_groups_skipped_at_rest(path: Path) ->
         return Evaluator(head["cluster"], rec.thresholds, rec.interval, int(head["history_points"]),
                          int(head["max_group_partitions"]), rec.group_thresholds, skip_at_rest=skip)
 
-    skipped, _woken = _compare([(c.snap, c.consumer, c.spark, c.exact_ts, c.now) for c in rec.cycles], make)
+    cycles = [(c.snap, c.consumer, c.spark, c.exact_ts, c.now) for c in rec.cycles]
+    skipped, _woken, _stopped = _compare(cycles, make)
     if path.name.startswith(("group-types", "membership.", "spark")):
         assert skipped > 0  # runs with groups idle for long enough
 
@@ -80,9 +83,13 @@ class _Run:
     """A synthetic cluster: topics idle or produced to, groups committing, resting, joining,
     leaving, rewinding; one cycle per :meth:`cycle`."""
 
-    def __init__(self, seed: int, groups: int = 24, parts: int = 3) -> None:
+    def __init__(self, seed: int, groups: int = 24, parts: int = 3, bursts: bool = False) -> None:
         self.rnd = random.Random(seed)
         self.parts = parts
+        # bursts: the idle topics written now and then, which leaves the groups without
+        # members behind and stopped for a while, and record timestamps read for two of
+        # them (a read failing now and then), as the Kafka worker reads them
+        self.bursts = bursts
         self.topics = [f"t{i}" for i in range(8)]
         self.hw = {(t, p): 1000 for t in self.topics for p in range(parts)}
         self.groups: dict[str, dict] = {}
@@ -92,15 +99,20 @@ class _Run:
     def _new_group(self, g: int) -> dict:
         topic = self.topics[g % len(self.topics)]
         kind = (GroupType.CLASSIC, GroupType.CONSUMER)[g % 2]
+        behind = g % 7 if self.bursts and g % 3 == 0 else 0  # left behind, nobody consuming
         return {"topic": topic, "type": kind, "members": g % 3 != 0, "epoch": 1,
-                "committed": {(topic, p): 1000 for p in range(self.parts)}, "gen": 0}
+                "committed": {(topic, p): 1000 - behind for p in range(self.parts)}, "gen": 0}
 
-    def _step(self, i: int) -> None:
+    def _step(self, i: int, interval: float) -> None:
         rnd = self.rnd
         for t in self.topics[:3]:  # three produced topics, now and then
             if rnd.random() < 0.1:
                 tp = (t, rnd.randrange(self.parts))
                 self.hw[tp] += rnd.randint(1, 5)
+        for t in self.topics[3:] if self.bursts else ():
+            if rnd.random() < interval / 3000:  # about once an hour a topic
+                for p in range(self.parts):
+                    self.hw[t, p] += rnd.randint(0, 4)
         for g in self.groups.values():
             r = rnd.random()
             if r < 0.004:  # catch up
@@ -128,15 +140,19 @@ class _Run:
         return GroupSample(group_id=gid, type=g["type"], state="stable" if members else "empty",
                            members=members, committed=dict(g["committed"]), epoch=epoch)
 
-    def cycle(self, i: int, now: float) -> tuple:
-        self._step(i)
+    def cycle(self, i: int, now: float, interval: float = 1.0) -> tuple:
+        self._step(i, interval)
         ok = self.rnd.random() > 0.005
         parts = {tp: PartitionOffsets(leader=1, replicas=1, isr=1, log_start=0, hw=hw, leo=hw)
                  for tp, hw in self.hw.items()}
         snap = Snapshot(cluster="syn", taken_at=now, duration=0.1, partitions=parts if ok else {},
                         groups={gid: self._sample(gid, g) for gid, g in self.groups.items()} if ok else {},
                         ok=ok)
-        return snap, {}, {}, {}, now
+        exact: dict[tuple[str, int, int], float] = {}
+        if self.bursts and self.rnd.random() > 0.05:
+            exact = {(t, p, c): 1_767_225_000.0 + c for g in self.groups.values()
+                     for (t, p), c in g["committed"].items() if t in ("t3", "t4") and c < self.hw[t, p]}
+        return snap, {}, {}, exact, now
 
 
 @pytest.mark.parametrize(("seed", "interval", "cycles"), [(1, 1.0, 800), (2, 7.0, 300), (3, 15.0, 200)])
@@ -153,9 +169,32 @@ def test_a_synthetic_cluster_runs_the_same_with_groups_skipped_at_rest(seed: int
     def make(skip: bool) -> Evaluator:
         return Evaluator("syn", th, interval, skip_at_rest=skip)
 
-    skipped, woken = _compare(timeline, make)
+    skipped, woken, _stopped = _compare(timeline, make)
     assert skipped > cycles * len(run.groups) // 10  # the idle groups were skipped for a while
     assert woken >= 10  # and woke again, their memories then equal
+
+
+@pytest.mark.parametrize(("seed", "interval", "cycles"), [(5, 1.0, 700), (6, 7.0, 300), (7, 15.0, 250)])
+def test_groups_stopped_at_rest_run_the_same_with_their_clocks_moved(seed: int, interval: float,
+                                                                     cycles: int) -> None:
+    """Groups left behind with nobody owning their partitions rest ``stopped``: their lag
+    and stalled seconds, their reasons' ages (last owners that left so long ago) and the
+    span of their idle note move with time alone, as the evaluator that never skips
+    writes them, through record timestamps read or not and rates becoming known."""
+    run = _Run(seed, bursts=True)
+    th = Thresholds(stall_after=30, livelock_after=30, lag_seconds=600, window=600, report_stale_after=30)
+    rnd = random.Random(seed)
+    now, timeline = 1_767_225_600.0, []
+    for i in range(cycles):
+        now += interval * rnd.uniform(0.9, 1.3)
+        timeline.append(run.cycle(i, now, interval))
+
+    def make(skip: bool) -> Evaluator:
+        return Evaluator("syn", th, interval, skip_at_rest=skip)
+
+    _skipped, woken, stopped = _compare(timeline, make)
+    assert stopped > cycles // 2  # groups were skipped stopped
+    assert woken >= 10
 
 
 def _rests(timeline: list[tuple], interval: float) -> list[list[tuple]]:

@@ -221,6 +221,14 @@ class PartitionRows(Sequence[PartitionView]):
                    list(status), list(reason), list(owner), np.array(unsubscribed, bool),
                    list(evidence))
 
+    def aged(self, lag_seconds: np.ndarray, stalled_seconds: np.ndarray,
+             reason: Sequence[str | Reason]) -> PartitionRows:
+        """The same rows at a later cycle in which only time moved: these seconds and
+        reasons, every other column shared."""
+        return PartitionRows(self.tps, self.committed, self.position, self.lag_offsets, lag_seconds,
+                             stalled_seconds, self.status, reason, self.owner, self.unsubscribed,
+                             self.evidence)
+
     def __len__(self) -> int:
         return len(self.tps)
 
@@ -471,6 +479,11 @@ class GroupReasons(Sequence[str]):
     def __init__(self, rows: PartitionRows, worst: list[int], rest: list[str]) -> None:
         self._rows, self._worst, self._rest = rows, worst, rest
         self._texts: tuple[str, ...] | None = None
+
+    def over(self, rows: PartitionRows) -> GroupReasons:
+        """The same worst rows and group texts, read from ``rows`` (the group's rows of a
+        later cycle, in the same order)."""
+        return GroupReasons(rows, self._worst, self._rest)
 
     def _all(self) -> tuple[str, ...]:
         if self._texts is None:

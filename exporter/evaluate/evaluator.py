@@ -79,7 +79,7 @@ from exporter.evaluate.constants import (
 )
 from exporter.evaluate.departures import NOBODY_SEEN, departure_text, remember_departures
 from exporter.evaluate.exposure import consumer_exposure, group_exposure, spark_exposure
-from exporter.evaluate.lag import HwHistory, lag_seconds
+from exporter.evaluate.lag import HwHistory, lag_origin
 from exporter.evaluate.memory import (
     GroupMemory,
     PartitionMemory,
@@ -358,8 +358,10 @@ class Evaluator:
         for gid, g in samples.items():
             reports = consumer_reports.get(gid, [])
             r = self.rest.pop(gid, None)
-            if r is not None and still(r, g, changed, bool(reports), now):
+            if r is not None and still(r, g, changed, bool(reports), exact_ts, now):
                 self.rest[gid], views[gid] = r, served(r, self.progress.window, now)
+                if r.clocks is not None:  # at rest stopped: the view the memory keeps moves too
+                    self.groups[gid].last_view = r.clocks.last_view
                 self.progress.rested(gid, views[gid])
                 done.append(views[gid])
                 resting += len(views[gid].partitions)
@@ -429,7 +431,8 @@ class Evaluator:
         if self.skip_at_rest and not p.reports:
             th = p.th
             rest = enter(p.g, v, p.st, self.progress.groups.get(p.gid), self.rebalances.groups.get(p.gid),
-                         partitions, (th.window, th.rebalance_window, self.progress.min_span), now)
+                         partitions, (th.window, th.rebalance_window, self.progress.min_span), now,
+                         self.lag_origin, p.cycle.exact_ts if p.cycle is not None else None)
             if rest is not None:
                 self.rest[p.gid] = rest
         return v
@@ -897,13 +900,24 @@ class Evaluator:
         key = (tp, committed)
         if key in self._lag_memo:  # many groups read the same partitions
             return self._lag_memo[key]
-        h = self.hw_history.get(tp)
-        lag_s = lag_seconds(now, committed, hw, h, exact_ts.get((tp[0], tp[1], committed)))
-        if lag_s is None and lag_off > 0:
-            # Older than anything we know: report at least our own history's age.
-            lag_s = max(0.0, now - h.oldest) if h and h.oldest else None
+        if committed >= hw:
+            lag_s: float | None = 0.0
+        else:
+            since = self.lag_origin(tp, committed, lag_off, exact_ts.get((tp[0], tp[1], committed)))
+            lag_s = None if since is None else max(0.0, now - since)
         self._lag_memo[key] = lag_s
         return lag_s
+
+    def lag_origin(self, tp: TP, committed: int, lag_off: int, exact: float | None) -> float | None:
+        """The time the lag in seconds of a partition behind (``committed`` below its HW)
+        counts from, ``now`` less it (:func:`~exporter.evaluate.lag.lag_origin`, ``exact``
+        its record's timestamp read this cycle); None when unknowable."""
+        h = self.hw_history.get(tp)
+        since = lag_origin(committed, h, exact)
+        if since is None and lag_off > 0:
+            # Older than anything we know: report at least our own history's age.
+            since = h.oldest if h and h.oldest else None
+        return since
 
     # -- state that survives a restart (exporter/contracts/state.py) -----------------
     def state_groups(self) -> list[str]:

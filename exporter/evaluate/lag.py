@@ -61,14 +61,21 @@ class HwHistory:
         return self.points[0][0] if self.points else None
 
 
+def lag_origin(committed: int, history: HwHistory | None, exact_ts: float | None) -> float | None:
+    """When the oldest record not consumed (at ``committed``) became readable: its own
+    timestamp when read, else interpolated on the HW history; None when unknowable. A
+    lag's seconds are ``now`` less this time (:func:`lag_seconds`)."""
+    if exact_ts is not None:
+        return exact_ts
+    return history.readable_since(committed) if history else None
+
+
 def lag_seconds(now: float, committed: int, hw: int, history: HwHistory | None,
                 exact_ts: float | None) -> float | None:
     """Never negative, never NaN; 0 when caught up; None when unknowable."""
     if committed >= hw:
         return 0.0
-    if exact_ts is not None:
-        return max(0.0, now - exact_ts)
-    since = history.readable_since(committed) if history else None
+    since = lag_origin(committed, history, exact_ts)
     if since is None:
         return None
     return max(0.0, now - since)

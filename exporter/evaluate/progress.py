@@ -548,6 +548,12 @@ def _pace_notes(eta: float | None, group: Rates | None, losing: list[_Pool], poo
     return [_behind(f"{where}: ", worst.rates.consume, worst.rates.produce, worst.rates.span) + more]
 
 
+def idle_note(span: float) -> str:
+    """The note of a group of one pool that consumed nothing while nothing was produced
+    over its rates' ``span`` (exporter/evaluate/rest.py moves its span at rest)."""
+    return _behind("", 0.0, 0.0, span)
+
+
 def _behind(where: str, consume: float, produce: float, span: float) -> str:
     if consume <= 0 and produce <= 0:
         return f"{where}not catching up: nothing consumed over the last {fmt_duration(span)}"

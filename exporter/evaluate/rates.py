@@ -445,14 +445,16 @@ class RateTable(MutableMapping[TP, Points]):
     def in_columns(self) -> bool:
         return bool(self.tps)
 
-    def constant(self, hw: np.ndarray) -> bool:
-        """:meth:`Points.constant` of every row at its ``hw`` (NaN: unknown, not constant),
-        while in columns: two points or more, the oldest and the newest at that HW."""
+    def constant(self, hw: np.ndarray, consumed: np.ndarray | None = None) -> bool:
+        """:meth:`Points.constant` of every row at its ``hw`` and ``consumed`` (its HW when
+        not given; NaN: unknown, not constant), while in columns: two points or more, the
+        oldest and the newest at those offsets."""
         c, h = self.consumed, self.hw
         if (len(self.times) < 2 or c.oldest is None or c.newest is None or h.oldest is None
                 or h.newest is None):
             return False
-        return bool(((c.oldest == hw) & (c.newest == hw) & (h.oldest == hw) & (h.newest == hw)).all())
+        at = hw if consumed is None else consumed
+        return bool(((c.oldest == at) & (c.newest == at) & (h.oldest == hw) & (h.newest == hw)).all())
 
     def clear(self) -> None:
         """No partition's points (what deleting each would leave, without unpacking)."""

@@ -39,13 +39,17 @@ from __future__ import annotations
 import dataclasses
 import math
 from array import array
-from collections.abc import Mapping, MutableMapping
+from collections.abc import Callable, Mapping, MutableMapping
 from dataclasses import dataclass, field
+from itertools import repeat
+
+import numpy as np
 
 from exporter.contracts.snapshot import COMMITTING_TYPES, TP, GroupSample, PartitionOffsets
 from exporter.contracts.status import Status
-from exporter.contracts.view import GroupView, PartitionRows
+from exporter.contracts.view import GroupReasons, GroupView, PartitionRows, Repeated
 from exporter.evaluate.columns import Columns, PartitionTable
+from exporter.evaluate.departures import Departure, departure_text, last_owner
 from exporter.evaluate.memory import (
     GroupMemory,
     PartitionMemory,
@@ -54,9 +58,15 @@ from exporter.evaluate.memory import (
     rolled_floor,
     settle_rest,
 )
-from exporter.evaluate.progress import RatesMemory
+from exporter.evaluate.progress import RatesMemory, idle_note
 from exporter.evaluate.rates import POINTS_PER_WINDOW, Points, RateTable
 from exporter.evaluate.rebalances import RebalanceMemory
+from exporter.evaluate.rules import LaterReason
+
+# The time a lag of ``lag_off`` records at ``committed`` counts from, given the record's
+# timestamp read this cycle (Evaluator.lag_origin); None: unknowable.
+LagOrigin = Callable[[TP, int, int, float | None], float | None]
+ExactTimestamps = Mapping[tuple[str, int, int], float]
 
 
 @dataclass(slots=True)
@@ -66,6 +76,30 @@ class _Rolls:
 
     at: float
     rolls: int = 0
+
+
+@dataclass(slots=True)
+class _Aging:
+    """A reason its rows share, and what its ages count from."""
+
+    reason: LaterReason
+    changed_at: float  # committed offset frozen since: its ``frozen_seconds``
+    new_data_at: float | None  # its ``new_data_seconds`` (None: none)
+    row: TP | None  # a row whose last owner the departure text names ("left 40s ago"); None: fixed text
+
+
+@dataclass(slots=True)
+class Clocks:
+    """A group at rest ``stopped``: what moves in its view with time alone, each figure
+    ``now`` less a time that stays while nothing else moves."""
+
+    lag_from: np.ndarray  # each row's lag in seconds: max(0, now - lag_from); NaN: unknown, stays
+    stall_from: np.ndarray  # each row's stalled seconds: now - stall_from
+    agings: dict[int, _Aging]  # by the id of the reason served
+    exact: list[float | None] | None  # the record timestamps its lag read (None: none was read)
+    departed: tuple[Departure, ...]  # the group's departures (the texts name the last owners)
+    last_view: GroupView  # as the group's memory keeps it (before its figures), this cycle's
+    idle: bool  # its first note says over what span nothing was consumed (progress.idle_note)
 
 
 @dataclass(slots=True)
@@ -90,6 +124,7 @@ class Resting:
     which: dict[TP, int] = field(default_factory=dict)  # index into ``times`` when several
     skipped: int = 0  # cycles skipped so far
     last: float = 0.0  # the last skipped cycle's time
+    clocks: Clocks | None = None  # at rest ``stopped``: the figures time moves
 
 
 def changed_topics(before: Mapping[TP, PartitionOffsets], now: Mapping[TP, PartitionOffsets]
@@ -114,19 +149,30 @@ def possible(rate_window: float, span_min: float) -> bool:
     return span_min <= rate_window - rate_window / POINTS_PER_WINDOW
 
 
-def still(r: Resting, g: GroupSample, changed: set[str], reported: bool, now: float) -> bool:
+def still(r: Resting, g: GroupSample, changed: set[str], reported: bool, exact_ts: ExactTimestamps,
+          now: float) -> bool:
     """The group may be skipped this cycle: nothing it was evaluated on changed and its
-    view would not change."""
+    view would not change (at rest ``stopped``: its lag reads the same record timestamps)."""
     s = r.sample
     return (now < r.wake_at and not reported and g.error is None and r.topics.isdisjoint(changed)
             and g.members == s.members and g.state == s.state and g.epoch == s.epoch
             and g.type == s.type and not g.reported_lag and tuple(g.committed) == r.keys
-            and array("q", g.committed.values()) == r.offsets)
+            and array("q", g.committed.values()) == r.offsets
+            and (r.clocks is None or _exact(r.view.partitions, exact_ts) == r.clocks.exact))
+
+
+def _exact(rows: PartitionRows, exact_ts: ExactTimestamps) -> list[float | None] | None:
+    """The record timestamp read this cycle of each row's committed offset; None: none."""
+    if not exact_ts:
+        return None
+    found = [exact_ts.get((t, p, c)) for (t, p), c in zip(rows.tps, rows.committed.tolist(), strict=True)]
+    return found if any(x is not None for x in found) else None
 
 
 def served(r: Resting, rate_window: float, now: float) -> GroupView:
     """A skipped cycle: the shared clocks move as every partition's would, and the last
-    view is served, its rate span moved on."""
+    view is served, its rate span moved on (at rest ``stopped``, its seconds and reasons'
+    ages too)."""
     r.skipped += 1
     r.last = now
     for rolls in r.floors.values():
@@ -134,11 +180,31 @@ def served(r: Resting, rate_window: float, now: float) -> GroupView:
             rolls.at, rolls.rolls = now, rolls.rolls + 1
     for times in r.times:
         times.add(now, 0, 0, rate_window)
-    pr = r.view.progress
-    if not r.rates_known or pr is None:
-        return r.view
-    t0 = max(times.oldest() for times in r.times)  # as common_rates reads the points
-    return dataclasses.replace(r.view, progress=dataclasses.replace(pr, window_seconds=now - t0))
+    v, pr = r.view, r.view.progress
+    if r.rates_known and pr is not None:
+        t0 = max(times.oldest() for times in r.times)  # as common_rates reads the points
+        notes = (idle_note(now - t0), *pr.notes[1:]) if r.clocks is not None and r.clocks.idle else pr.notes
+        pr = dataclasses.replace(pr, window_seconds=now - t0, notes=notes)
+    if r.clocks is None:
+        return v if pr is v.progress else dataclasses.replace(v, progress=pr)
+    rows, reasons = _aged(r.clocks, v, now)
+    r.clocks.last_view = dataclasses.replace(r.clocks.last_view, partitions=rows, reasons=reasons)
+    return dataclasses.replace(v, partitions=rows, reasons=reasons, progress=pr)
+
+
+def _aged(c: Clocks, v: GroupView, now: float) -> tuple[PartitionRows, object]:
+    """The rows and reasons of a group at rest ``stopped`` at ``now``: as
+    exporter/evaluate/columns.py and Evaluator._classified write them for the same memory."""
+    rows = v.partitions
+    new = {key: a.reason.aged(
+        now - a.changed_at, None if a.new_data_at is None else now - a.new_data_at,
+        a.reason.departure if a.row is None else departure_text(c.departed, a.row, True, now))
+        for key, a in c.agings.items()}
+    reason = rows.reason
+    col = (Repeated(new[id(reason.value)], reason.n) if isinstance(reason, Repeated)
+           else [new[id(x)] for x in reason])
+    aged = rows.aged(np.maximum(0.0, now - c.lag_from), now - c.stall_from, col)
+    return aged, v.reasons.over(aged) if isinstance(v.reasons, GroupReasons) else v.reasons
 
 
 def settle(r: Resting, st: GroupMemory, pm: RatesMemory) -> None:
@@ -150,28 +216,39 @@ def settle(r: Resting, st: GroupMemory, pm: RatesMemory) -> None:
             floor = rolled_floor(mem.floor, mem.followed, rolls.rolls, rolls.at)
             st.parts[tp] = settle_rest(mem, r.skipped, r.last, floor)
     for tp in r.keys:
-        hw = st.parts[tp].freeze_hw
+        mem = st.parts[tp]
+        hw = mem.freeze_hw
         assert hw is not None  # at rest: a known HW
-        pm.parts[tp] = r.times[r.which.get(tp, 0)].filled(hw, hw)
+        pm.parts[tp] = r.times[r.which.get(tp, 0)].filled(hw if r.clocks is None else mem.followed, hw)
 
 
 def enter(g: GroupSample, v: GroupView, st: GroupMemory, pm: RatesMemory | None,
           rm: RebalanceMemory | None, partitions: Mapping[TP, PartitionOffsets],
-          windows: tuple[float, float, float], now: float) -> Resting | None:
+          windows: tuple[float, float, float], now: float, origin: LagOrigin | None = None,
+          exact_ts: ExactTimestamps | None = None) -> Resting | None:
     """The group's rest after an evaluation that found it at rest, else None.
-    ``windows``: (judgement window, rebalance window, shortest rate span)."""
-    window, rebalance_window, span_min = windows
+    ``windows``: (judgement window, rebalance window, shortest rate span); ``origin`` and
+    ``exact_ts``: where its lag in seconds counts from, for a group at rest ``stopped``."""
     pr = v.progress
     # The cheap tests first: this runs after every evaluation of every group not at rest.
     if (g.type not in COMMITTING_TYPES or g.error is not None or g.reported_lag
-            or v.status != Status.OK or v.reasons or v.notes or st.uncommitted
+            or v.status not in (Status.OK, Status.STOPPED) or st.uncommitted
             or st.outside_at is not None or pm is None
             or (pr is not None and (pr.consume_rate or pr.produce_rate))):  # points not constant
         return None
+    if v.status == Status.STOPPED:
+        if origin is None or not isinstance(st.parts, PartitionTable) or not isinstance(pm.parts, RateTable):
+            return None
+        clocks = _clocks(g, v, st, st.parts, pm.parts, partitions, origin, exact_ts or {}, now)
+        if clocks is None:
+            return None
+        cols = Columns(*st.parts.rows)
+        times = [pm.parts[next(iter(g.committed))].filled(0, 0)]
+        return _rest(g, v, st, pm, rm, windows, now, times, {}, set(cols.floor_at.tolist()), clocks)
+    if v.reasons or v.notes or not _view_at_rest(g, v.partitions):
+        return None
     keys = tuple(g.committed)
     table, rates = st.parts, pm.parts
-    if not _view_at_rest(g, v.partitions):
-        return None
     owner_of = {tp: m.member_id for m in g.members for tp in m.assignment}
     if isinstance(table, PartitionTable) and isinstance(rates, RateTable) and _in_columns(keys, table, rates):
         # both memories in columns: the same tests on whole columns, no partition decoded
@@ -190,6 +267,16 @@ def enter(g: GroupSample, v: GroupView, st: GroupMemory, pm: RatesMemory | None,
             return None
         times, which = _shared_times(keys, pm)
         floors = {table[tp].floor_at for tp in keys}
+    return _rest(g, v, st, pm, rm, windows, now, times, which, floors, None)
+
+
+def _rest(g: GroupSample, v: GroupView, st: GroupMemory, pm: RatesMemory, rm: RebalanceMemory | None,
+          windows: tuple[float, float, float], now: float, times: list[Points], which: dict[TP, int],
+          floors: set[float], clocks: Clocks | None) -> Resting | None:
+    """The rest of a group found at rest, its points' times and floors taken: None when its
+    view would change by the next cycle."""
+    window, rebalance_window, span_min = windows
+    pr, keys, rates = v.progress, tuple(g.committed), pm.parts
     known = pr is not None and bool(pr.window_seconds)
     wake_at = min((at for t in times if (at := t.known_at(span_min)) > -math.inf), default=math.inf)
     if keys and not known:  # the group's rates become known once its common span is long enough
@@ -211,7 +298,77 @@ def enter(g: GroupSample, v: GroupView, st: GroupMemory, pm: RatesMemory | None,
                    offsets=array("q", g.committed.values()),
                    topics=frozenset(t for t, _ in keys), view=v, wake_at=wake_at,
                    rates_known=known, times=times, which=which,
-                   floors={at: _Rolls(at) for at in floors})
+                   floors={at: _Rolls(at) for at in floors}, clocks=clocks)
+
+
+def _clocks(g: GroupSample, v: GroupView, st: GroupMemory, table: PartitionTable, rates: RateTable,
+            partitions: Mapping[TP, PartitionOffsets], origin: LagOrigin, exact_ts: ExactTimestamps,
+            now: float) -> Clocks | None:
+    """What moves with time alone in the view of a group ``stopped`` whose every row is
+    behind and nobody's (the rule ``unowned``), its memory in columns and nothing moving
+    (:func:`_stopped_still`); else None. While nothing but time moves, ``unowned`` holds
+    for every row: nobody owns it, nothing rewinds, no client commits from outside, and
+    no rejoin (a join wakes the group). Its rows' lag and stall are ``now`` less a time."""
+    rows, keys, pr = v.partitions, tuple(g.committed), v.progress
+    idle = pr is not None and bool(pr.notes) and pr.notes[0] == idle_note(pr.window_seconds)
+    if (g.members or v.exposure is not None or len(rows) != len(keys)
+            or not _in_columns(keys, table, rates) or (v.rebalances is not None and v.rebalances.notes)
+            or (pr is not None and pr.notes and not idle)):
+        return None
+    reasons = [rows.reason.value] if isinstance(rows.reason, Repeated) else list(rows.reason)
+    if not all(isinstance(x, LaterReason) and x.rule == "unowned" for x in reasons):
+        return None
+    at = np.fromiter(map(table.index.__getitem__, rows.tps), np.intp, len(rows))
+    cols = Columns(*table.rows[:, at])
+    if not (_stopped_still(rows, cols, partitions, now)
+            and rates.constant(Columns(*table.rows).freeze_hw, Columns(*table.rows).followed)):
+        return None
+    exact = _exact(rows, exact_ts)
+    found = exact or list(repeat(None, len(rows)))
+    lag_from = [origin(tp, c, lo, x) for tp, c, lo, x in zip(
+        rows.tps, rows.committed.tolist(), rows.lag_offsets.tolist(), found, strict=True)]
+    agings = _agings(rows, reasons, cols, tuple(st.departed))
+    if agings is None:
+        return None
+    return Clocks(lag_from=np.array([np.nan if x is None else x for x in lag_from], np.float64),
+                  stall_from=np.maximum(cols.changed_at, cols.lag_since), agings=agings, exact=exact,
+                  departed=tuple(st.departed), last_view=st.last_view or v, idle=idle)
+
+
+def _stopped_still(rows: PartitionRows, cols: Columns, partitions: Mapping[TP, PartitionOffsets],
+                   now: float) -> bool:
+    """Every row ``stopped`` and behind, with no position, as remembered (committed and HW
+    as sampled), no backward move pending or running, its lag run started, not lagging,
+    its lag's start known: its memory steps only the clocks a rest moves."""
+    hw = np.fromiter((np.nan if (po := partitions.get(tp)) is None or po.hw is None else po.hw
+                      for tp in rows.tps), np.float64, len(rows))
+    return bool(set(rows.status) == {Status.STOPPED} and not rows.unsubscribed.any()
+                and (rows.committed >= 0).all() and (rows.lag_offsets > 0).all() and (rows.position < 0).all()
+                and (cols.followed == rows.committed).all() and (cols.freeze_hw == hw).all()
+                and np.isnan(cols.rewind_pending).all() and not (now < cols.rewind_until).any()
+                and not np.isnan(cols.run_t0).any() and not cols.lagging.any()
+                and not np.isnan(cols.lag_since).any())
+
+
+def _agings(rows: PartitionRows, reasons: list[object], cols: Columns, departed: tuple[Departure, ...]
+            ) -> dict[int, _Aging] | None:
+    """Each distinct reason of ``rows`` and what its ages count from (the first of its rows;
+    the others hold the same facts); None when rows sharing a reason name different last
+    owners."""
+    out: dict[int, _Aging] = {}
+    owners: dict[int, object] = {}
+    changed, new_data = cols.changed_at.tolist(), cols.new_data_at.tolist()
+    column = repeat(reasons[0], len(rows)) if isinstance(rows.reason, Repeated) else reasons
+    for i, (tp, x) in enumerate(zip(rows.tps, column, strict=True)):
+        d = last_owner(departed, tp, True) if departed else None
+        key = id(x)
+        if key not in out:
+            nd = new_data[i]
+            out[key] = _Aging(x, changed[i], None if nd != nd else nd, None if d is None else tp)  # type: ignore[arg-type]
+            owners[key] = d
+        elif owners[key] is not d:
+            return None
+    return out
 
 
 def _shared_times(keys: tuple[TP, ...], pm: RatesMemory) -> tuple[list[Points], dict[TP, int]]:

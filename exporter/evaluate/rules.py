@@ -433,6 +433,12 @@ class LaterReason:
         self.frozen_seconds, self.new_data_seconds = frozen_seconds, new_data_seconds
         self.departure, self.group_state, self.rejoins = departure, group_state, rejoins
 
+    def aged(self, frozen_seconds: float, new_data_seconds: float | None, departure: str) -> LaterReason:
+        """The same reason at a later cycle in which nothing but time moved (a group at
+        rest: exporter/evaluate/rest.py): its ages, and the departure text naming them."""
+        return LaterReason(self.rule, self.th, frozen_seconds, new_data_seconds, departure, self.group_state,
+                           self.rejoins)
+
     def text(self, tp: tuple[str, int], committed: int | None, lag_offsets: int | None,
              lag_seconds: float | None, stalled_seconds: float, owner: str) -> str:
         # A row with a reason has a lag: its HW is its committed offset plus its lag.
