@@ -111,6 +111,7 @@ class Reason(Protocol):
 
 
 T = TypeVar("T")
+S = TypeVar("S")
 
 
 class Repeated(Sequence[T]):
@@ -514,6 +515,16 @@ class GroupReasons(Sequence[str]):
 
     def __repr__(self) -> str:
         return repr(self._all())
+
+
+def copied(v: S, **changes: Any) -> S:
+    """A frozen dataclass with slots, ``changes`` made: what ``dataclasses.replace`` gives
+    without its checks and ``__init__`` (a group at rest is served a copy of its view
+    every cycle; ``v`` was checked when made)."""
+    out = object.__new__(type(v))
+    for name in type(v).__slots__:  # type: ignore[attr-defined]
+        object.__setattr__(out, name, changes[name] if name in changes else getattr(v, name))
+    return out
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -360,8 +360,6 @@ class Evaluator:
             r = self.rest.pop(gid, None)
             if r is not None and still(r, g, changed, bool(reports), exact_ts, now):
                 self.rest[gid], views[gid] = r, served(r, self.progress.window, now)
-                if r.clocks is not None:  # at rest stopped: the view the memory keeps moves too
-                    self.groups[gid].last_view = r.clocks.last_view
                 self.progress.rested(gid, views[gid])
                 done.append(views[gid])
                 resting += len(views[gid].partitions)

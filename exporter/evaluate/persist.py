@@ -82,12 +82,13 @@ def export_group(ev: Evaluator, gid: str) -> SavedGroup | None:
     if st is None:
         return None
     pm, rm = ev.progress.groups.get(gid), ev.rebalances.groups.get(gid)
-    parts, points = st.parts, pm.parts if pm is not None else None
+    parts, points, last_view = st.parts, pm.parts if pm is not None else None, st.last_view
     r = ev.rest.get(gid)
     if r is not None and pm is not None:  # settled on copies: the rest goes on as it was
-        st2, pm2 = GroupMemory(parts=dict(st.parts)), RatesMemory(parts=dict(pm.parts))
+        st2 = GroupMemory(parts=dict(st.parts), last_view=st.last_view)
+        pm2 = RatesMemory(parts=dict(pm.parts))
         settle(r, st2, pm2)
-        parts, points = st2.parts, pm2.parts
+        parts, points, last_view = st2.parts, pm2.parts, st2.last_view
     gaps = ev.commit_gaps.get(gid)
     return SavedGroup(
         group=gid, members=tuple(sorted(st.members)), epoch=st.epoch, joins=tuple(st.joins),
@@ -105,7 +106,7 @@ def export_group(ev: Evaluator, gid: str) -> SavedGroup | None:
             points=tuple((t, p, flat) for (t, p), flat in _flat_points(points)),
             counted=tuple((t, p, n) for (t, p), n in pm.counted.items()),
             lost=tuple((t, p, n) for (t, p), n in pm.lost.items()), lost_total=pm.lost_total),
-        last_view=None if st.last_view is None else to_plain(st.last_view),
+        last_view=None if last_view is None else to_plain(last_view),
         last_progress=None if pm is None or pm.last is None else to_plain(pm.last),
         last_rebalances=None if rm is None or rm.last is None else to_plain(rm.last),
         seen=tuple(to_plain(m) for m in st.seen.values()),

@@ -110,7 +110,10 @@ class ProgressTracker:
 
     def rested(self, gid: str, v: GroupView) -> None:
         """A group at rest: its view carries its figures already (exporter/evaluate/rest.py)."""
-        self.groups.setdefault(gid, RatesMemory()).last = v.progress
+        memo = self.groups.get(gid)
+        if memo is None:
+            memo = self.groups[gid] = RatesMemory()
+        memo.last = v.progress
 
     def one(self, gid: str, v: GroupView, sample: GroupSample,
             partitions: dict[TP, PartitionOffsets], now: float) -> GroupProgress | None:

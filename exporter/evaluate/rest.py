@@ -47,7 +47,7 @@ import numpy as np
 
 from exporter.contracts.snapshot import COMMITTING_TYPES, TP, GroupSample, PartitionOffsets
 from exporter.contracts.status import Status
-from exporter.contracts.view import GroupReasons, GroupView, PartitionRows, Repeated
+from exporter.contracts.view import GroupReasons, GroupView, PartitionRows, Repeated, copied
 from exporter.evaluate.columns import Columns, PartitionTable
 from exporter.evaluate.departures import Departure, departure_text, last_owner
 from exporter.evaluate.memory import (
@@ -98,7 +98,7 @@ class Clocks:
     agings: dict[int, _Aging]  # by the id of the reason served
     exact: list[float | None] | None  # the record timestamps its lag read (None: none was read)
     departed: tuple[Departure, ...]  # the group's departures (the texts name the last owners)
-    last_view: GroupView  # as the group's memory keeps it (before its figures), this cycle's
+    last_view: GroupView  # as the group's memory kept it at rest (before its figures)
     idle: bool  # its first note says over what span nothing was consumed (progress.idle_note)
 
 
@@ -184,12 +184,11 @@ def served(r: Resting, rate_window: float, now: float) -> GroupView:
     if r.rates_known and pr is not None:
         t0 = max(times.oldest() for times in r.times)  # as common_rates reads the points
         notes = (idle_note(now - t0), *pr.notes[1:]) if r.clocks is not None and r.clocks.idle else pr.notes
-        pr = dataclasses.replace(pr, window_seconds=now - t0, notes=notes)
+        pr = copied(pr, window_seconds=now - t0, notes=notes)
     if r.clocks is None:
-        return v if pr is v.progress else dataclasses.replace(v, progress=pr)
+        return v if pr is v.progress else copied(v, progress=pr)
     rows, reasons = _aged(r.clocks, v, now)
-    r.clocks.last_view = dataclasses.replace(r.clocks.last_view, partitions=rows, reasons=reasons)
-    return dataclasses.replace(v, partitions=rows, reasons=reasons, progress=pr)
+    return copied(v, partitions=rows, reasons=reasons, progress=pr)
 
 
 def _aged(c: Clocks, v: GroupView, now: float) -> tuple[PartitionRows, object]:
@@ -210,6 +209,9 @@ def _aged(c: Clocks, v: GroupView, now: float) -> tuple[PartitionRows, object]:
 def settle(r: Resting, st: GroupMemory, pm: RatesMemory) -> None:
     """Before the group is evaluated again: what its skipped cycles moved in each
     partition's memory, and its rate points rebuilt."""
+    if r.skipped and r.clocks is not None:  # the view kept: the last one served, before its figures
+        rows, reasons = _aged(r.clocks, r.clocks.last_view, r.last)
+        st.last_view = copied(r.clocks.last_view, partitions=rows, reasons=reasons)
     if r.skipped:
         for tp, mem in st.parts.items():
             rolls = r.floors[mem.floor_at]
