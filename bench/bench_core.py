@@ -164,7 +164,7 @@ def _watch(proc: subprocess.Popen, base: str, cycles: int, deadline: float) -> d
     once per cycle as Prometheus would at ``scrape_interval`` = ``interval``, not at every
     poll: a full exposition every 0.5 s would take CPU from the cycles measured."""
     seen: dict[str, list] = {"cycle": [], "sample": [], "reqs": [], "render": [], "sizes": [],
-                             "gzip_sizes": [], "at": [], "statuses": [], "stages": []}
+                             "gzip_sizes": [], "at": [], "statuses": [], "stages": [], "at_rest": []}
     seen_cycles, last_at = 0, None
     while len(seen["cycle"]) < cycles and time.monotonic() < deadline:
         doc = _cluster_doc(base)
@@ -190,6 +190,7 @@ def _watch(proc: subprocess.Popen, base: str, cycles: int, deadline: float) -> d
             seen["sizes"].append(len(body))
             seen["gzip_sizes"].append(wire)
             seen["statuses"].append(statuses(body))
+            seen["at_rest"].append(int(value(m, "lagwatch_groups_at_rest", cluster="bench") or 0))
             seen["render"].append(scrape(f"{base}/metrics", 60)[0])
         time.sleep(0.5)
     return seen
@@ -218,7 +219,7 @@ def measure(cluster: KafkaCluster, tag: str, groups: int, partitions: int, cycle
             "requests_per_cycle": per_cycle, "render_s": max(w["render"]),
             "metrics_mb": max(w["sizes"]) / 1e6, "gzip_mb": max(w["gzip_sizes"]) / 1e6,
             "peak_rss_mb": rss, "worker_rss_mb": worker_rss,
-            "window": (w["at"][0], w["at"][-1]), "statuses": w["statuses"][-1],
+            "window": (w["at"][0], w["at"][-1]), "statuses": w["statuses"][-1], "at_rest": w["at_rest"],
             "first_s": w["first"][0] if w.get("first") else None,
             "stages": {st: statistics.median(c[st] for c in w["stages"][1:] or w["stages"]) for st in STAGES}}
 
@@ -287,7 +288,8 @@ def run_size(cluster: KafkaCluster, args: argparse.Namespace, g: int, p: int) ->
         print(f"  lagwatch statuses at the last cycle: {dict(r['statuses'])}; first cycle {first}",
               flush=True)
         print("  lagwatch cycle stages (median s): "
-              + ", ".join(f"{st} {v:.2f}" for st, v in r["stages"].items()), flush=True)
+              + ", ".join(f"{st} {v:.2f}" for st, v in r["stages"].items())
+              + f"; groups at rest, each cycle: {r['at_rest']}", flush=True)
         if fleet:
             print(f"  {fleet.summary(*r['window'])}", flush=True)
         for name, binary in (("kminion", args.kminion), ("kafka_exporter", args.kafka_exporter)):

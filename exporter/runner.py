@@ -357,7 +357,7 @@ class ClusterRunner:
                          cycle_duration=time.monotonic() - t0, stages=self._stages,
                          errors=frozen_counts(self.errors),
                          reports_received=self.reports_received, reports_dropped=self.reports_dropped,
-                         state=state)
+                         groups_at_rest=self.evaluator.served_at_rest, state=state)
 
     def _count(self, res: SampleReply) -> None:
         """Keep the counters, not the result (its snapshot would stay alive for a cycle).

@@ -40,6 +40,7 @@ class SelfStats:
     errors: Mapping[str, int] = field(default_factory=lambda: _EMPTY)  # by stage, since start
     reports_received: Mapping[str, int] = field(default_factory=lambda: _EMPTY)
     reports_dropped: Mapping[str, int] = field(default_factory=lambda: _EMPTY)
+    groups_at_rest: int = 0  # groups served again, not evaluated, in the last cycle (evaluate/rest.py)
     state: StateStats | None = None  # None: the state topic is not used (state.enabled false)
 
 

@@ -141,7 +141,7 @@ def hand_built_records(compat: frozenset[str]) -> list[ClusterRecord]:
                                                CycleStage.RENDER: 0.0625}),
                       errors=frozen_counts({"metadata": 2, "worker_crash": 1}),
                       reports_received=frozen_counts({"consumer": 5}),
-                      reports_dropped=frozen_counts({"wrong_type": 1}),
+                      reports_dropped=frozen_counts({"wrong_type": 1}), groups_at_rest=7,
                       state=StateStats(writable=True, written=40, restored_groups=5,
                                        dropped=frozen_counts({r.value: int(r == DropReason.STALE)
                                                               for r in DropReason})))

@@ -245,6 +245,7 @@ class Evaluator:
         # hold the columns equal to.
         self.columns = columns
         self.judged_in_columns = 0  # partitions judged in columns in the last cycle
+        self.served_at_rest = 0  # groups served again from their rest in the last cycle
         # A group's thresholds are the cluster's, or the first group override matching it
         # (:meth:`_thresholds_of`); each group's travel with it (``_Pending.th``, ``_GroupCycle.th``).
         self.cluster_th = thresholds
@@ -298,7 +299,7 @@ class Evaluator:
             snap.partitions, unread, self.last_good.partitions if self.last_good else {}, now,
             self._grace()))
         changed = self._changed_topics(snap)
-        self.judged_in_columns = 0
+        self.judged_in_columns = self.served_at_rest = 0
         self._lag_memo: dict[tuple[TP, int], float | None] = {}
         consumer_reports = consumer_reports or {}
         spark_reports = spark_reports or {}
@@ -360,6 +361,7 @@ class Evaluator:
             r = self.rest.pop(gid, None)
             if r is not None and still(r, g, changed, bool(reports), exact_ts, now):
                 self.rest[gid], views[gid] = r, served(r, self.progress.window, now)
+                self.served_at_rest += 1
                 self.progress.rested(gid, views[gid])
                 done.append(views[gid])
                 resting += len(views[gid].partitions)

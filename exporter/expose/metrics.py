@@ -163,6 +163,9 @@ FAMILIES: tuple[FamilyDoc, ...] = (
     FamilyDoc("lagwatch_reports_kafka_requests_total", "counter", ("cluster",),
               "Kafka requests sent by the reports topic's tail (librdkafka's counters)."),
     FamilyDoc("lagwatch_cycles_total", "counter", ("cluster",), "Sampling cycles run."),
+    FamilyDoc("lagwatch_groups_at_rest", "gauge", ("cluster",),
+              "Groups served again without being evaluated in the last cycle: at rest, nothing "
+              "but time moving since they were (caught up, or stopped with nobody consuming)."),
     FamilyDoc("lagwatch_dropped_group_partitions", "gauge", ("cluster",),
               "Group-partitions left out by the max_group_partitions cardinality cap."),
     FamilyDoc("lagwatch_reports_received_total", "counter", ("cluster", "kind"),

@@ -37,7 +37,7 @@ def self_families(records: Iterable[ClusterRecord], now: float) -> list[Metric]:
     errs, reqs, cycles = (_counter("lagwatch_errors_total"), _counter("lagwatch_kafka_requests_total"),
                           _counter("lagwatch_cycles_total"))
     rreqs = _counter("lagwatch_reports_kafka_requests_total")
-    dropped = _gauge("lagwatch_dropped_group_partitions")
+    dropped, resting = _gauge("lagwatch_dropped_group_partitions"), _gauge("lagwatch_groups_at_rest")
     cycle, stages = _gauge("lagwatch_cycle_duration_seconds"), _gauge("lagwatch_cycle_stage_seconds")
     rr, rd = _counter("lagwatch_reports_received_total"), _counter("lagwatch_reports_dropped_total")
     for r in records:
@@ -58,11 +58,12 @@ def self_families(records: Iterable[ClusterRecord], now: float) -> list[Metric]:
         for stage, seconds in st.stages.items():
             stages.add_metric([v.cluster, stage], seconds)
         cycles.add_metric(c, st.cycles)
+        resting.add_metric(c, st.groups_at_rest)
         for kind in sorted({"consumer", "spark"} | set(st.reports_received)):
             rr.add_metric([v.cluster, kind], st.reports_received.get(kind, 0))
         for reason, n in sorted(st.reports_dropped.items()):
             rd.add_metric([v.cluster, reason], n)
-    return [up, dur, cycle, stages, last, age, brokers, errs, reqs, rreqs, cycles, dropped, rr, rd,
+    return [up, dur, cycle, stages, last, age, brokers, errs, reqs, rreqs, cycles, resting, dropped, rr, rd,
             *state_families(records)]
 
 
