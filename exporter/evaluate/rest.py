@@ -32,6 +32,14 @@ compares every view of every cycle and every memory of a group evaluated):
   oldest time common to its rate points;
 - the group wakes (is evaluated again) when its view would change: rates becoming known,
   joins and rebalances ageing out of their windows.
+
+A group left behind with nobody consuming rests too (:class:`Clocks`): no members, every
+partition ``stopped`` by the rule ``unowned`` and as remembered, no note but the one
+saying nothing was consumed. Nothing but time moves its judgement, and every figure
+time moves is ``now`` less a time that stays: each row's lag and stalled seconds, each
+reason's ages and departure text, the idle note's span. Each skipped cycle serves its
+rows with those written anew by the same arithmetic as the evaluation's; it also wakes
+when the record timestamps its lag read change.
 """
 
 from __future__ import annotations
@@ -39,7 +47,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from array import array
-from collections.abc import Callable, Mapping, MutableMapping
+from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
 from itertools import repeat
 
@@ -191,7 +199,7 @@ def served(r: Resting, rate_window: float, now: float) -> GroupView:
     return copied(v, partitions=rows, reasons=reasons, progress=pr)
 
 
-def _aged(c: Clocks, v: GroupView, now: float) -> tuple[PartitionRows, object]:
+def _aged(c: Clocks, v: GroupView, now: float) -> tuple[PartitionRows, Sequence[str]]:
     """The rows and reasons of a group at rest ``stopped`` at ``now``: as
     exporter/evaluate/columns.py and Evaluator._classified write them for the same memory."""
     rows = v.partitions
