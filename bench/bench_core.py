@@ -220,6 +220,7 @@ def measure(cluster: KafkaCluster, tag: str, groups: int, partitions: int, cycle
             "metrics_mb": max(w["sizes"]) / 1e6, "gzip_mb": max(w["gzip_sizes"]) / 1e6,
             "peak_rss_mb": rss, "worker_rss_mb": worker_rss,
             "window": (w["at"][0], w["at"][-1]), "statuses": w["statuses"][-1], "at_rest": w["at_rest"],
+            "cycles": w["cycle"], "evaluations": [c["evaluation"] for c in w["stages"]],
             "first_s": w["first"][0] if w.get("first") else None,
             "stages": {st: statistics.median(c[st] for c in w["stages"][1:] or w["stages"]) for st in STAGES}}
 
@@ -290,6 +291,8 @@ def run_size(cluster: KafkaCluster, args: argparse.Namespace, g: int, p: int) ->
         print("  lagwatch cycle stages (median s): "
               + ", ".join(f"{st} {v:.2f}" for st, v in r["stages"].items())
               + f"; groups at rest, each cycle: {r['at_rest']}", flush=True)
+        print("  each cycle, whole / evaluation s: " + ", ".join(
+            f"{c:.2f} / {e:.2f}" for c, e in zip(r["cycles"], r["evaluations"], strict=True)), flush=True)
         if fleet:
             print(f"  {fleet.summary(*r['window'])}", flush=True)
         for name, binary in (("kminion", args.kminion), ("kafka_exporter", args.kafka_exporter)):

@@ -220,16 +220,44 @@ def settle(r: Resting, st: GroupMemory, pm: RatesMemory) -> None:
     if r.skipped and r.clocks is not None:  # the view kept: the last one served, before its figures
         rows, reasons = _aged(r.clocks, r.clocks.last_view, r.last)
         st.last_view = copied(r.clocks.last_view, partitions=rows, reasons=reasons)
+    table, rates = st.parts, pm.parts
+    if (isinstance(table, PartitionTable) and isinstance(rates, RateTable) and not len(rates)
+            and r.keys and not r.which and len(table.tps) == len(r.keys)):
+        _settle_columns(r, table, rates)
+        return
     if r.skipped:
         for tp, mem in st.parts.items():
             rolls = r.floors[mem.floor_at]
             floor = rolled_floor(mem.floor, mem.followed, rolls.rolls, rolls.at)
             st.parts[tp] = settle_rest(mem, r.skipped, r.last, floor)
-    for tp in r.keys:
+    for tp in sorted(r.keys):  # in the order of the group's rows, as its memory keeps them
         mem = st.parts[tp]
         hw = mem.freeze_hw
         assert hw is not None  # at rest: a known HW
         pm.parts[tp] = r.times[r.which.get(tp, 0)].filled(hw if r.clocks is None else mem.followed, hw)
+
+
+def _settle_columns(r: Resting, table: PartitionTable, rates: RateTable) -> None:
+    """:func:`settle` of a group whose memory is in columns and whose points were all
+    dropped at rest, every partition at once: ``settle_rest`` on the columns, and the
+    points rebuilt as columns (so the progress tracker steps the group in columns again,
+    not one partition at a time)."""
+    cols = Columns(*table.rows)  # views: the writes go to the table
+    if r.skipped:
+        cols.quiet_at[:] = np.where(np.isnan(cols.new_data_at), r.last, cols.quiet_at)
+        cols.unowned[:] = np.where(cols.unowned > 0, cols.unowned + r.skipped, cols.unowned)
+        masks = {at: cols.floor_at == at for at, rolls in r.floors.items() if rolls.rolls}
+        for at, rolled in masks.items():  # rolled_floor of each group of floors
+            rolls = r.floors[at]
+            low = cols.floor_next if rolls.rolls == 1 else cols.followed
+            cols.floor_low[:] = np.where(rolled, low, cols.floor_low)
+            cols.floor_next[:] = np.where(rolled, cols.followed, cols.floor_next)
+            cols.floor_at[:] = np.where(rolled, rolls.at, cols.floor_at)
+    consumed = cols.freeze_hw if r.clocks is None else cols.followed
+    times = r.times[0]
+    for tp, c, hw in zip(table.tps, consumed.tolist(), cols.freeze_hw.tolist(), strict=True):
+        rates[tp] = times.filled(int(c), int(hw))
+    rates.pack(list(table.tps))
 
 
 def enter(g: GroupSample, v: GroupView, st: GroupMemory, pm: RatesMemory | None,
