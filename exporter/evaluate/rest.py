@@ -357,9 +357,8 @@ def _clocks(g: GroupSample, v: GroupView, st: GroupMemory, table: PartitionTable
     if not all(isinstance(x, LaterReason) and x.rule == "unowned" for x in reasons):
         return None
     at = np.fromiter(map(table.index.__getitem__, rows.tps), np.intp, len(rows))
-    cols = Columns(*table.rows[:, at])
-    if not (_stopped_still(rows, cols, partitions, now)
-            and rates.constant(Columns(*table.rows).freeze_hw, Columns(*table.rows).followed)):
+    cols, whole = Columns(*table.rows[:, at]), Columns(*table.rows)
+    if not (_stopped_still(rows, cols, partitions, now) and rates.constant(whole.freeze_hw, whole.followed)):
         return None
     exact = _exact(rows, exact_ts)
     found = exact or list(repeat(None, len(rows)))
