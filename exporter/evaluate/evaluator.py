@@ -259,6 +259,7 @@ class Evaluator:
         self.groups: dict[str, GroupMemory] = {}
         self.last_good: ClusterView | None = None
         self._lag_memo: dict[tuple[TP, int], float | None] = {}
+        self._origin_memo: dict[tuple[TP, int], float | None] = {}
         self._keys: dict[TP, TP] = {}
         # Rates, time to catch up, records lost (exporter/evaluate/progress.py).
         self.progress = ProgressTracker(thresholds.window, interval, columns=columns)
@@ -301,6 +302,7 @@ class Evaluator:
         changed = self._changed_topics(snap)
         self.judged_in_columns = self.served_at_rest = 0
         self._lag_memo: dict[tuple[TP, int], float | None] = {}
+        self._origin_memo: dict[tuple[TP, int], float | None] = {}
         consumer_reports = consumer_reports or {}
         spark_reports = spark_reports or {}
         samples = self._samples(snap, spark_reports, now)
@@ -432,7 +434,7 @@ class Evaluator:
             th = p.th
             rest = enter(p.g, v, p.st, self.progress.groups.get(p.gid), self.rebalances.groups.get(p.gid),
                          partitions, (th.window, th.rebalance_window, self.progress.min_span), now,
-                         self.lag_origin, p.cycle.exact_ts if p.cycle is not None else None)
+                         self.lag_origins, p.cycle.exact_ts if p.cycle is not None else None)
             if rest is not None:
                 self.rest[p.gid] = rest
         return v
@@ -904,9 +906,20 @@ class Evaluator:
             lag_s: float | None = 0.0
         else:
             since = self.lag_origin(tp, committed, lag_off, exact_ts.get((tp[0], tp[1], committed)))
+            self._origin_memo[key] = since
             lag_s = None if since is None else max(0.0, now - since)
         self._lag_memo[key] = lag_s
         return lag_s
+
+    def lag_origins(self, tps: Sequence[TP], committed: list[int], lag_off: list[int],
+                    exact: list[float | None] | None) -> list[float | None]:
+        """:meth:`lag_origin` of many partitions behind: the cycle's memo looked up in C
+        (the evaluation computed most of them for the lag in seconds), the rest one at a
+        time."""
+        found = list(map(self._origin_memo.get, zip(tps, committed, strict=True), repeat(_MISSING)))
+        for i in [i for i, v in enumerate(found) if v is _MISSING]:
+            found[i] = self.lag_origin(tps[i], committed[i], lag_off[i], None if exact is None else exact[i])
+        return found
 
     def lag_origin(self, tp: TP, committed: int, lag_off: int, exact: float | None) -> float | None:
         """The time the lag in seconds of a partition behind (``committed`` below its HW)

@@ -488,6 +488,16 @@ class RateTable(MutableMapping[TP, Points]):
         self._by_tp = {}
         return True
 
+    def fill(self, tps: list[TP], times: Sequence[float], consumed: np.ndarray, hw: np.ndarray) -> None:
+        """Rows ``tps`` in columns, a point at each of ``times`` at its row's offsets
+        (``consumed``, ``hw``: whole numbers): what :meth:`Points.filled` of each row, then
+        :meth:`pack`, hold, without a :class:`Points` per row."""
+        n = len(times)
+        self._by_tp = {}
+        self.tps, self._index, self.times = list(tps), None, list(times)
+        self.consumed = PointColumn([np.array(consumed, np.float64)] * n)
+        self.hw = PointColumn([np.array(hw, np.float64)] * n)
+
     def start(self, tps: list[TP]) -> None:
         """An empty table, its rows to be ``tps`` from its first :meth:`step`."""
         self._by_tp = {}

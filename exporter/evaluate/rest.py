@@ -71,9 +71,9 @@ from exporter.evaluate.rates import POINTS_PER_WINDOW, Points, RateTable
 from exporter.evaluate.rebalances import RebalanceMemory
 from exporter.evaluate.rules import LaterReason
 
-# The time a lag of ``lag_off`` records at ``committed`` counts from, given the record's
-# timestamp read this cycle (Evaluator.lag_origin); None: unknowable.
-LagOrigin = Callable[[TP, int, int, float | None], float | None]
+# The times the lags of ``lag_off`` records at ``committed`` count from, given each
+# record's timestamp read this cycle (Evaluator.lag_origins); None: unknowable.
+LagOrigins = Callable[[Sequence[TP], list[int], list[int], list[float | None] | None], list[float | None]]
 ExactTimestamps = Mapping[tuple[str, int, int], float]
 
 
@@ -253,16 +253,13 @@ def _settle_columns(r: Resting, table: PartitionTable, rates: RateTable) -> None
             cols.floor_low[:] = np.where(rolled, low, cols.floor_low)
             cols.floor_next[:] = np.where(rolled, cols.followed, cols.floor_next)
             cols.floor_at[:] = np.where(rolled, rolls.at, cols.floor_at)
-    consumed = cols.freeze_hw if r.clocks is None else cols.followed
-    times = r.times[0]
-    for tp, c, hw in zip(table.tps, consumed.tolist(), cols.freeze_hw.tolist(), strict=True):
-        rates[tp] = times.filled(int(c), int(hw))
-    rates.pack(list(table.tps))
+    rates.fill(list(table.tps), r.times[0].times(), cols.freeze_hw if r.clocks is None else cols.followed,
+               cols.freeze_hw)
 
 
 def enter(g: GroupSample, v: GroupView, st: GroupMemory, pm: RatesMemory | None,
           rm: RebalanceMemory | None, partitions: Mapping[TP, PartitionOffsets],
-          windows: tuple[float, float, float], now: float, origin: LagOrigin | None = None,
+          windows: tuple[float, float, float], now: float, origin: LagOrigins | None = None,
           exact_ts: ExactTimestamps | None = None) -> Resting | None:
     """The group's rest after an evaluation that found it at rest, else None.
     ``windows``: (judgement window, rebalance window, shortest rate span); ``origin`` and
@@ -340,7 +337,7 @@ def _rest(g: GroupSample, v: GroupView, st: GroupMemory, pm: RatesMemory, rm: Re
 
 
 def _clocks(g: GroupSample, v: GroupView, st: GroupMemory, table: PartitionTable, rates: RateTable,
-            partitions: Mapping[TP, PartitionOffsets], origin: LagOrigin, exact_ts: ExactTimestamps,
+            partitions: Mapping[TP, PartitionOffsets], origin: LagOrigins, exact_ts: ExactTimestamps,
             now: float) -> Clocks | None:
     """What moves with time alone in the view of a group ``stopped`` whose every row is
     behind and nobody's (the rule ``unowned``), its memory in columns and nothing moving
@@ -361,9 +358,7 @@ def _clocks(g: GroupSample, v: GroupView, st: GroupMemory, table: PartitionTable
     if not (_stopped_still(rows, cols, partitions, now) and rates.constant(whole.freeze_hw, whole.followed)):
         return None
     exact = _exact(rows, exact_ts)
-    found = exact or list(repeat(None, len(rows)))
-    lag_from = [origin(tp, c, lo, x) for tp, c, lo, x in zip(
-        rows.tps, rows.committed.tolist(), rows.lag_offsets.tolist(), found, strict=True)]
+    lag_from = origin(rows.tps, rows.committed.tolist(), rows.lag_offsets.tolist(), exact)
     agings = _agings(rows, reasons, cols, tuple(st.departed))
     if agings is None:
         return None
@@ -392,6 +387,9 @@ def _agings(rows: PartitionRows, reasons: list[object], cols: Columns, departed:
     """Each distinct reason of ``rows`` and what its ages count from (the first of its rows;
     the others hold the same facts); None when rows sharing a reason name different last
     owners."""
+    if isinstance(rows.reason, Repeated) and not departed:  # one reason, no last owner
+        nd = float(cols.new_data_at[0])
+        return {id(reasons[0]): _Aging(reasons[0], float(cols.changed_at[0]), None if nd != nd else nd, None)}
     out: dict[int, _Aging] = {}
     owners: dict[int, object] = {}
     changed, new_data = cols.changed_at.tolist(), cols.new_data_at.tolist()
