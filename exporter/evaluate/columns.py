@@ -93,6 +93,13 @@ class PartitionTable(MutableMapping[TP, PartitionMemory]):
                                         for col in cols]
         return table
 
+    def copy(self) -> PartitionTable:
+        """An equal table with rows of its own: what is settled on it leaves this one."""
+        out = PartitionTable()
+        out.tps, out._index, out._buf = list(self.tps), None, self.rows.copy()
+        out.owners, out._owner_ids = list(self.owners), dict(self._owner_ids)
+        return out
+
     @property
     def rows(self) -> np.ndarray:
         """A column per element, a row per partition in the order of ``tps`` (a view:

@@ -85,8 +85,11 @@ def export_group(ev: Evaluator, gid: str) -> SavedGroup | None:
     parts, points, last_view = st.parts, pm.parts if pm is not None else None, st.last_view
     r = ev.rest.get(gid)
     if r is not None and pm is not None:  # settled on copies: the rest goes on as it was
-        st2 = GroupMemory(parts=dict(st.parts), last_view=st.last_view)
-        pm2 = RatesMemory(parts=dict(pm.parts))
+        # (in columns when the group's memory is: nothing decoded a partition at a time)
+        st2 = GroupMemory(parts=st.parts.copy() if isinstance(st.parts, PartitionTable) else dict(st.parts),
+                          last_view=st.last_view)
+        pm2 = RatesMemory(parts=RateTable() if isinstance(pm.parts, RateTable) and not len(pm.parts)
+                          else dict(pm.parts))
         settle(r, st2, pm2)
         parts, points, last_view = st2.parts, pm2.parts, st2.last_view
     gaps = ev.commit_gaps.get(gid)
