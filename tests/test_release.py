@@ -64,7 +64,7 @@ def test_wheel_and_sdist_install_and_run_in_fresh_venvs(dists: dict[str, Dist],
         python = fresh_venv(tmp_path / kind)
         pip_install(python, getattr(dists["lagwatch"], kind))
         assert distributions(python) == {"lagwatch", "confluent-kafka", "prometheus-client",
-                                         "pyyaml", "bcrypt", "kafka-python", "numpy", "isal"}
+                                         "pyyaml", "bcrypt", "kafka-python", "numpy", "isal", "orjson"}
         # Kafka's message definitions travel as package data: importing the protocol loads them
         loaded = run(python, "-c", "from exporter.kafka.messages import StreamsGroupDescribeRequest as R;"
                      "print(R.API_KEY)").stdout

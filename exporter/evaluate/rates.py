@@ -287,6 +287,16 @@ class PointColumn:
         increases = [_narrow(b - a) for a, b in zip(points, points[1:], strict=False)]
         self.steps: np.ndarray | None = np.stack(increases) if increases else None
 
+    @classmethod
+    def constant(cls, values: np.ndarray, n: int) -> PointColumn:
+        """``n`` points all at ``values``: what ``n`` equal arrays make, without a
+        difference taken between each pair."""
+        out = cls()
+        if n:
+            out.oldest = out.newest = values
+            out.steps = np.zeros((n - 1, len(values)), np.uint8) if n > 1 else None
+        return out
+
     def __len__(self) -> int:
         if self.newest is None:
             return 0
@@ -495,8 +505,8 @@ class RateTable(MutableMapping[TP, Points]):
         n = len(times)
         self._by_tp = {}
         self.tps, self._index, self.times = list(tps), None, list(times)
-        self.consumed = PointColumn([np.array(consumed, np.float64)] * n)
-        self.hw = PointColumn([np.array(hw, np.float64)] * n)
+        self.consumed = PointColumn.constant(np.array(consumed, np.float64), n)
+        self.hw = PointColumn.constant(np.array(hw, np.float64), n)
 
     def start(self, tps: list[TP]) -> None:
         """An empty table, its rows to be ``tps`` from its first :meth:`step`."""

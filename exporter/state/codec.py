@@ -10,12 +10,18 @@ Value: one format-version byte (:data:`VERSION`), then zlib-compressed UTF-8 JSO
     {"cluster_id": str, "at": epoch seconds written, "state": [...]}
 
 ``state`` is the SavedGroup or SavedTopic as positional arrays
-(exporter/state/plain.py). Why JSON and zlib: no dependency beyond the standard
-library, a record can be read with ``kafka-console-consumer`` and ``zlib-flate``, and
-the positional arrays of one group repeat topic names and times that zlib folds
-(docs/scaling.md has the sizes). The version byte comes first so that a later format
-can change everything after it; a reader meets a version it does not know as
-``bad_version``.
+(exporter/state/plain.py). Why JSON and zlib: a record can be read with
+``kafka-console-consumer`` and ``zlib-flate``, and the positional arrays of one group
+repeat topic names and times that zlib folds (docs/scaling.md has the sizes). It is
+written with orjson and ISA-L's deflate at level 1 (zlib's where ISA-L is missing), and
+read with orjson: the main process writes a tenth of the groups every cycle, and reads
+them all before its first judgement after a start. At 50 partitions a group the standard
+library's encoder and zlib's level 6 took about 0.65 ms a record, these 0.13 ms, for a
+record about 7 % larger; orjson writes the same text as ``json.dumps`` with compact
+separators, and refuses what is not JSON (NaN, Infinity) as the reader must.
+
+The version byte comes first so that a later format can change everything after it; a
+reader meets a version it does not know as ``bad_version``.
 
 Decoding is strict and total: anything that does not fit raises :class:`StateError`
 with a :class:`DropReason`, the label of ``lagwatch_state_records_dropped_total``.
@@ -23,13 +29,15 @@ with a :class:`DropReason`, the label of ``lagwatch_state_records_dropped_total`
 
 from __future__ import annotations
 
-import json
 import math
 import zlib
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+import orjson
+
+from exporter.contracts.packed import DEFLATE
 from exporter.contracts.state import PARTITION_KINDS, SavedGroup, SavedTopic
 from exporter.state.plain import KIND_TYPES, PlainError, as_json, from_plain, row_fits
 
@@ -87,16 +95,12 @@ def parse_key(key: bytes | None, cluster: str) -> tuple[str, str] | None:
     return kind, name
 
 
-def encode(state: SavedGroup | SavedTopic, cluster_id: str, at: float, level: int = 6) -> bytes:
+def encode(state: SavedGroup | SavedTopic, cluster_id: str, at: float) -> bytes:
     doc = {"cluster_id": cluster_id, "at": at, "state": state}
-    # A state is a tree built for this call (no container holds itself): the encoder's
-    # check for cycles, a dict entry per container, is work with nothing to find.
-    text = json.dumps(doc, separators=(",", ":"), allow_nan=False, default=as_json, check_circular=False)
-    return bytes((VERSION,)) + zlib.compress(text.encode(), level)
-
-
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not a number a state may hold")
+    # A dataclass goes to as_json (its field values, positional), not to orjson's own
+    # encoding (an object by field name).
+    text = orjson.dumps(doc, default=as_json, option=orjson.OPT_PASSTHROUGH_DATACLASS)
+    return bytes((VERSION,)) + DEFLATE.compress(text, 1)
 
 
 def _envelope(value: bytes) -> dict[str, Any]:
@@ -109,7 +113,7 @@ def _envelope(value: bytes) -> dict[str, Any]:
         raw = d.decompress(value[1:], MAX_INFLATED)
         if d.unconsumed_tail or not d.eof:
             raise StateError(DropReason.CORRUPT, "truncated or oversized")
-        doc = json.loads(raw, parse_constant=_reject_constant)
+        doc = orjson.loads(raw)
     except (zlib.error, ValueError, UnicodeDecodeError, RecursionError) as e:
         if isinstance(e, StateError):
             raise
