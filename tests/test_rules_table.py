@@ -9,6 +9,7 @@ move) run through the evaluator itself. Run alone: ``pytest -m unit``.
 from __future__ import annotations
 
 import dataclasses
+import random
 
 import pytest
 
@@ -24,6 +25,7 @@ from exporter.evaluate.rules import (
     NEEDS,
     RULES,
     Evidence,
+    LaterReason,
     PartitionFacts,
     classify,
     note,
@@ -582,3 +584,16 @@ def test_departure_the_owner_left_while_others_stay() -> None:
     v = [_view(ev, i, 100, 150 + i, (other,)) for i in range(3, 6)][-1]
     assert v.status == Status.STOPPED
     assert f"(group stable; last owner {OWNER} left 20s ago)" in v.reasons[0]
+
+
+@pytest.mark.parametrize("rule", [name for name, _, _ in RULES])
+def test_a_reason_written_for_many_rows_is_each_row_s_own(rule: str) -> None:
+    """LaterReason.texts (a saved view writes every row's reason at once) equals
+    LaterReason.text row by row, on rows with and without offsets, lags and owners."""
+    rnd = random.Random(rule)
+    for departure, new_data in (("", None), ("last owner billing-7 left 40s ago", 12.5)):
+        reason = LaterReason(rule, TH, 400.0, new_data, departure, "empty", 2)
+        rows = [(("orders", i), rnd.choice([None, 5, 150]), rnd.choice([None, 0, 50]),
+                 rnd.choice([None, 0.5, 40.0]), rnd.choice([0.0, 9.99, 1234.5]), rnd.choice(["", OWNER]))
+                for i in range(40)]
+        assert reason.texts(*map(list, zip(*rows, strict=True))) == [reason.text(*row) for row in rows]

@@ -109,6 +109,12 @@ class Reason(Protocol):
     def text(self, tp: TP, committed: int | None, lag_offsets: int | None, lag_seconds: float | None,
              stalled_seconds: float, owner: str) -> str: ...
 
+    def texts(self, tps: Sequence[TP], committed: Sequence[int | None], lag_offsets: Sequence[int | None],
+              lag_seconds: Sequence[float | None], stalled_seconds: Sequence[float], owners: Sequence[str]
+              ) -> list[str]:
+        """:meth:`text` of each of many rows that hold this reason."""
+        ...
+
 
 T = TypeVar("T")
 S = TypeVar("S")
@@ -263,10 +269,16 @@ class PartitionRows(Sequence[PartitionView]):
     def _values(self, status: Iterable[object]) -> Iterator[tuple[Any, ...]]:
         """Each row's PartitionView field values in order, read from the columns (None for
         NO_OFFSET and NaN, each reason written), with ``status`` in the status's place."""
-        reasons = [r if isinstance(r, str) else self.reason_at(i) for i, r in enumerate(self.reason)]
-        return zip([t for t, _ in self.tps], [p for _, p in self.tps], optional(self.committed),
-                   optional(self.position), optional(self.lag_offsets), optional_seconds(self.lag_seconds),
-                   self.stalled_seconds.tolist(), status, reasons, self.owner, self.unsubscribed.tolist(),
+        committed, lag_offsets = optional(self.committed), optional(self.lag_offsets)
+        lag_seconds, stalled = optional_seconds(self.lag_seconds), self.stalled_seconds.tolist()
+        reason = self.reason
+        if isinstance(reason, Repeated) and not isinstance(reason.value, str):  # one reason: texts at once
+            reasons = reason.value.texts(self.tps, committed, lag_offsets, lag_seconds, stalled, self.owner)
+        else:
+            reasons = [r if isinstance(r, str) else self.reason_at(i) for i, r in enumerate(reason)]
+        return zip([t for t, _ in self.tps], [p for _, p in self.tps], committed,
+                   optional(self.position), lag_offsets, lag_seconds,
+                   stalled, status, reasons, self.owner, self.unsubscribed.tolist(),
                    self.evidence, strict=True)
 
     def __iter__(self) -> Iterator[PartitionView]:

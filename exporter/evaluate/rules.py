@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import string
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -449,6 +449,25 @@ class LaterReason:
                            lagging=False, rewinding=False, owned=False, unowned_confirmed=False, owner=owner,
                            departure=self.departure, group_state=self.group_state, rejoins=self.rejoins)
         return _text(self.rule, f, self.th)
+
+    def texts(self, tps: Sequence[tuple[str, int]], committed: Sequence[int | None],
+              lag_offsets: Sequence[int | None], lag_seconds: Sequence[float | None],
+              stalled_seconds: Sequence[float], owners: Sequence[str]) -> list[str]:
+        """:meth:`text` of each of many rows: one facts object, its row's fields set in
+        turn (a saved view writes every row's reason; building the facts was most of it)."""
+        f = PartitionFacts(topic="", partition=0, committed=None, hw=None, lag_offsets=None, lag_seconds=None,
+                           stalled_seconds=0.0, frozen_seconds=self.frozen_seconds,
+                           new_data_seconds=self.new_data_seconds, lagging=False, rewinding=False,
+                           owned=False, unowned_confirmed=False, departure=self.departure,
+                           group_state=self.group_state, rejoins=self.rejoins)
+        template, getters = _POSITIONAL[self.rule]
+        th, out = self.th, []
+        for (f.topic, f.partition), c, lo, ls, f.stalled_seconds, f.owner in zip(
+                tps, committed, lag_offsets, lag_seconds, stalled_seconds, owners, strict=True):
+            f.committed, f.lag_offsets, f.lag_seconds = c, lo, ls
+            f.hw = None if c is None or lo is None else c + lo
+            out.append(template.format(*[get(f, th) for get in getters]))
+        return out
 
 
 def status_of(rule: str) -> Status:
