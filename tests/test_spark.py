@@ -462,10 +462,14 @@ def test_idle_query_is_ok_and_resumes(driver: SparkDriverProcess, kafka: KafkaCl
         c = wait_for(idle_long_enough, 30, f"an idle event for {name}", interval=INTERVAL / 2)
         # 3.5+ reports no-data triggers with onQueryIdle only (SPARK-43183), no progress event.
         assert c["events_progress"] == c0["events_progress"], (c0, c)
-        bad = [g for g in seen if g["status"] != "ok" or g["lag_offsets"] != 0
-               or (g["spark"]["batch_running_seconds"] or 0) >= LIVELOCK_AFTER]
+        bad = [g for g in seen if g["status"] != "ok" or g["lag_offsets"] != 0]
         assert not bad, [(g["status"], g["lag_offsets"], g["spark"]["batch_running_seconds"],
                           g["reasons"]) for g in bad]
+        # A micro-batch may run for seconds on a busy machine; an idle query must not stay
+        # shown as running one (it would look hung, its figure growing with time): soon
+        # after Spark's idle event no batch has run as long as the livelock threshold.
+        wait_for(lambda: (exporter.group(name)["spark"]["batch_running_seconds"] or 0) < LIVELOCK_AFTER,
+                 10 * INTERVAL, f"{name} shown with no batch running")
 
         exporter.fixture.mark(role, name, "RESUMED")
         produce(kafka, topic, {0: 5})  # data again: caught up without ever looking stuck
