@@ -387,14 +387,13 @@ def _agings(rows: PartitionRows, reasons: list[object], cols: Columns, departed:
     """Each distinct reason of ``rows`` and what its ages count from (the first of its rows;
     the others hold the same facts); None when rows sharing a reason name different last
     owners."""
-    if isinstance(rows.reason, Repeated) and not departed:  # one reason, no last owner
-        nd = float(cols.new_data_at[0])
-        return {id(reasons[0]): _Aging(reasons[0], float(cols.changed_at[0]), None if nd != nd else nd, None)}
     out: dict[int, _Aging] = {}
     owners: dict[int, object] = {}
-    changed, new_data = cols.changed_at.tolist(), cols.new_data_at.tolist()
-    column = repeat(reasons[0], len(rows)) if isinstance(rows.reason, Repeated) else reasons
-    for i, (tp, x) in enumerate(zip(rows.tps, column, strict=True)):
+    one = isinstance(rows.reason, Repeated)
+    n = 1 if one and not departed else len(rows)  # one reason and no last owners: its first row
+    changed, new_data = cols.changed_at[:n].tolist(), cols.new_data_at[:n].tolist()
+    column = repeat(reasons[0], n) if one else reasons
+    for i, (tp, x) in enumerate(zip(rows.tps[:n], column, strict=True)):
         d = last_owner(departed, tp, True) if departed else None
         key = id(x)
         if key not in out:

@@ -441,14 +441,7 @@ class LaterReason:
 
     def text(self, tp: tuple[str, int], committed: int | None, lag_offsets: int | None,
              lag_seconds: float | None, stalled_seconds: float, owner: str) -> str:
-        # A row with a reason has a lag: its HW is its committed offset plus its lag.
-        hw = None if committed is None or lag_offsets is None else committed + lag_offsets
-        f = PartitionFacts(topic=tp[0], partition=tp[1], committed=committed, hw=hw, lag_offsets=lag_offsets,
-                           lag_seconds=lag_seconds, stalled_seconds=stalled_seconds,
-                           frozen_seconds=self.frozen_seconds, new_data_seconds=self.new_data_seconds,
-                           lagging=False, rewinding=False, owned=False, unowned_confirmed=False, owner=owner,
-                           departure=self.departure, group_state=self.group_state, rejoins=self.rejoins)
-        return _text(self.rule, f, self.th)
+        return self.texts([tp], [committed], [lag_offsets], [lag_seconds], [stalled_seconds], [owner])[0]
 
     def texts(self, tps: Sequence[tuple[str, int]], committed: Sequence[int | None],
               lag_offsets: Sequence[int | None], lag_seconds: Sequence[float | None],
@@ -465,6 +458,7 @@ class LaterReason:
         for (f.topic, f.partition), c, lo, ls, f.stalled_seconds, f.owner in zip(
                 tps, committed, lag_offsets, lag_seconds, stalled_seconds, owners, strict=True):
             f.committed, f.lag_offsets, f.lag_seconds = c, lo, ls
+            # a row with a reason has a lag: its HW is its committed offset plus its lag
             f.hw = None if c is None or lo is None else c + lo
             out.append(template.format(*[get(f, th) for get in getters]))
         return out
