@@ -42,12 +42,12 @@ def _memory(ev: Evaluator, gid: str) -> tuple:
             list(ev.commit_gaps.get(gid, ())))
 
 
-def _compare(cycles, make) -> tuple[int, int, int]:  # noqa: ANN001
+def _compare(cycles, make) -> tuple[int, int, int, int]:  # noqa: ANN001
     """Feed (snapshot, reports, spark, exact_ts, now) cycles to a skipping and a never
     skipping evaluator; assert equal views and memories, and equal exported states in the
     cycle a group wakes (its memory settled) and every tenth; return the group-cycles
-    skipped, the times a group woke from rest, and the group-cycles skipped at rest
-    ``stopped``."""
+    skipped, the times a group woke from rest, the group-cycles skipped at rest
+    ``stopped``, and the times a group's rates became known at rest (not woken)."""
     skip, full = make(True), make(False)
     skipped = woken = stopped = 0
     was: set[str] = set()
@@ -65,7 +65,7 @@ def _compare(cycles, make) -> tuple[int, int, int]:  # noqa: ANN001
                 assert _memory(skip, gid) == _memory(full, gid), f"cycle {i}: {gid}'s memory differs"
                 if gid in woke or i % 10 == 0:  # its saved state: as it woke, and now and then
                     assert skip.export_group(gid) == full.export_group(gid), f"cycle {i}: {gid}'s state"
-    return skipped, woken, stopped
+    return skipped, woken, stopped, skip.known_at_rest
 
 
 @pytest.mark.parametrize("path", RECORDINGS, ids=lambda p: p.name.split(".")[0])
@@ -78,7 +78,7 @@ def test_a_recording_replays_the_same_with_groups_skipped_at_rest(path: Path) ->
                          int(head["max_group_partitions"]), rec.group_thresholds, skip_at_rest=skip)
 
     cycles = [(c.snap, c.consumer, c.spark, c.exact_ts, c.now) for c in rec.cycles]
-    skipped, _woken, _stopped = _compare(cycles, make)
+    skipped, _woken, _stopped, _known = _compare(cycles, make)
     if path.name.startswith(("group-types", "membership.", "spark")):
         assert skipped > 0  # runs with groups idle for long enough
 
@@ -173,9 +173,10 @@ def test_a_synthetic_cluster_runs_the_same_with_groups_skipped_at_rest(seed: int
     def make(skip: bool) -> Evaluator:
         return Evaluator("syn", th, interval, skip_at_rest=skip)
 
-    skipped, woken, _stopped = _compare(timeline, make)
+    skipped, woken, _stopped, known = _compare(timeline, make)
     assert skipped > cycles * len(run.groups) // 10  # the idle groups were skipped for a while
     assert woken >= 10  # and woke again, their memories then equal
+    assert known >= 3  # their rates became known while they rested
 
 
 @pytest.mark.parametrize(("seed", "interval", "cycles"), [(5, 1.0, 700), (6, 7.0, 300), (7, 15.0, 250)])
@@ -196,9 +197,10 @@ def test_groups_stopped_at_rest_run_the_same_with_their_clocks_moved(seed: int, 
     def make(skip: bool) -> Evaluator:
         return Evaluator("syn", th, interval, skip_at_rest=skip)
 
-    _skipped, woken, stopped = _compare(timeline, make)
+    _skipped, woken, stopped, known = _compare(timeline, make)
     assert stopped > cycles // 2  # groups were skipped stopped
     assert woken >= 10
+    assert known >= 3
 
 
 def _rests(timeline: list[tuple], interval: float) -> list[list[tuple]]:

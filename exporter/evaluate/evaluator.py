@@ -99,7 +99,16 @@ from exporter.evaluate.memory import (
 )
 from exporter.evaluate.progress import Observed, ProgressTracker
 from exporter.evaluate.rebalances import RebalanceTracker
-from exporter.evaluate.rest import Resting, changed_topics, enter, possible, served, settle, still
+from exporter.evaluate.rest import (
+    Resting,
+    changed_topics,
+    enter,
+    possible,
+    rates_known,
+    served,
+    settle,
+    still,
+)
 from exporter.evaluate.rules import (
     LaterReason,
     PartitionFacts,
@@ -246,6 +255,7 @@ class Evaluator:
         self.columns = columns
         self.judged_in_columns = 0  # partitions judged in columns in the last cycle
         self.served_at_rest = 0  # groups served again from their rest in the last cycle
+        self.known_at_rest = 0  # groups whose rates became known at rest, since the start
         # A group's thresholds are the cluster's, or the first group override matching it
         # (:meth:`_thresholds_of`); each group's travel with it (``_Pending.th``, ``_GroupCycle.th``).
         self.cluster_th = thresholds
@@ -361,8 +371,12 @@ class Evaluator:
         for gid, g in samples.items():
             reports = consumer_reports.get(gid, [])
             r = self.rest.pop(gid, None)
+            v = None
             if r is not None and still(r, g, changed, bool(reports), exact_ts, now):
-                self.rest[gid], views[gid] = r, served(r, self.progress.window, now)
+                v = served(r, self.progress.window, now) if now < r.known_at else self._known(
+                    gid, r, snap.partitions, now)
+            if r is not None and v is not None:
+                self.rest[gid], views[gid] = r, v
                 self.served_at_rest += 1
                 self.progress.rested(gid, views[gid])
                 done.append(views[gid])
@@ -383,6 +397,16 @@ class Evaluator:
         self._judge_chunk(pending, views, snap.partitions, now)
         _handed(judged, done, pending, views)
         return views
+
+    def _known(self, gid: str, r: Resting, partitions: dict[TP, PartitionOffsets], now: float
+               ) -> GroupView | None:
+        """A group at rest whose rates become known this cycle: its view with them, the group
+        left at rest (:func:`~exporter.evaluate.rest.rates_known`); None: it wakes."""
+        v = rates_known(r, self.groups[gid], self.progress.groups[gid],
+                        lambda memo, v: self.progress.apart(memo, v, partitions, now),
+                        self.progress.window, now)
+        self.known_at_rest += v is not None
+        return v
 
     def _judge_chunk(self, pending: list[_Pending], views: dict[str, GroupView],
                      partitions: dict[TP, PartitionOffsets], now: float) -> None:

@@ -115,6 +115,14 @@ class ProgressTracker:
             memo = self.groups[gid] = RatesMemory()
         memo.last = v.progress
 
+    def apart(self, memo: RatesMemory, v: GroupView, partitions: dict[TP, PartitionOffsets],
+              now: float) -> GroupProgress | None:
+        """The figures of a group's view ``v`` over ``memo``, a memory the tracker does not
+        keep (a group at rest whose rates become known: exporter/evaluate/rest.py); None
+        when its points do not step in columns."""
+        o = _observed(v, partitions)
+        return None if o is None else self._in_columns(memo, o, now)
+
     def one(self, gid: str, v: GroupView, sample: GroupSample,
             partitions: dict[TP, PartitionOffsets], now: float) -> GroupProgress | None:
         """One group's figures, for its view (None: none yet)."""

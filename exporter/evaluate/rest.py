@@ -53,9 +53,17 @@ from itertools import repeat
 
 import numpy as np
 
-from exporter.contracts.snapshot import COMMITTING_TYPES, TP, GroupSample, PartitionOffsets
+from exporter.contracts.snapshot import COMMITTING_TYPES, HW_OF, TP, GroupSample, PartitionOffsets
 from exporter.contracts.status import Status
-from exporter.contracts.view import GroupReasons, GroupView, PartitionRows, Repeated, copied
+from exporter.contracts.view import (
+    GroupProgress,
+    GroupReasons,
+    GroupView,
+    PartitionRows,
+    Repeated,
+    copied,
+    offsets_column,
+)
 from exporter.evaluate.columns import Columns, PartitionTable
 from exporter.evaluate.departures import Departure, departure_text, last_owner
 from exporter.evaluate.memory import (
@@ -124,6 +132,9 @@ class Resting:
     view: GroupView  # its last view, as served (annotated)
     wake_at: float  # its view would change: evaluated again at the first cycle at or after
     rates_known: bool  # the group's rates are known (its view shows their span)
+    # When its rates become known (its one set of point times spans enough): its figures
+    # are then computed at rest (:func:`rates_known`), the group not woken for them.
+    known_at: float
     # The clocks its partitions share, moved each skipped cycle in their stead: the
     # late-commit floors by the time they last rolled at rest, and the times of the rate
     # points (the partitions' own points are dropped at rest and rebuilt from these).
@@ -197,6 +208,37 @@ def served(r: Resting, rate_window: float, now: float) -> GroupView:
         return v if pr is v.progress else copied(v, progress=pr)
     rows, reasons = _aged(r.clocks, v, now)
     return copied(v, partitions=rows, reasons=reasons, progress=pr)
+
+
+def rates_known(r: Resting, st: GroupMemory, pm: RatesMemory,
+                figures: Callable[[RatesMemory, GroupView], GroupProgress | None], rate_window: float,
+                now: float) -> GroupView | None:
+    """A skipped cycle in which the group's rates become known (``r.known_at``): what
+    waking it would serve, the group left at rest. Its figures are the progress tracker's
+    (``figures``: of a memory, for a view, at ``now``) over its points rebuilt apart, as
+    :func:`settle` rebuilds them (its own stay dropped); the rest is :func:`served`'s. None
+    (wake it) when its memory is not in columns, or when :func:`enter` would not find it
+    at rest with those figures."""
+    table, rates = st.parts, pm.parts
+    if (r.which or not r.keys or not isinstance(table, PartitionTable) or not isinstance(rates, RateTable)
+            or len(rates) or len(table.tps) != len(r.keys)):
+        return None
+    cols = Columns(*table.rows)
+    points = RateTable()
+    points.fill(list(table.tps), r.times[0].times(), cols.freeze_hw if r.clocks is None else cols.followed,
+                cols.freeze_hw)
+    apart = RatesMemory(points, dict(pm.counted), dict(pm.lost), pm.lost_total, pm.last)
+    pr = figures(apart, r.view)
+    if (pr is None or not pr.window_seconds or pr.consume_rate or pr.produce_rate
+            or (apart.counted, apart.lost, apart.lost_total) != (pm.counted, pm.lost, pm.lost_total)):
+        return None
+    idle = bool(pr.notes) and pr.notes[0] == idle_note(pr.window_seconds)
+    if r.clocks is not None and pr.notes and not idle:  # as :func:`_clocks` tests them
+        return None
+    r.rates_known, r.known_at, r.view = True, math.inf, copied(r.view, progress=pr)
+    if r.clocks is not None:
+        r.clocks.idle = idle
+    return served(r, rate_window, now)
 
 
 def _aged(c: Clocks, v: GroupView, now: float) -> tuple[PartitionRows, Sequence[str]]:
@@ -313,14 +355,15 @@ def _rest(g: GroupSample, v: GroupView, st: GroupMemory, pm: RatesMemory, rm: Re
     window, rebalance_window, span_min = windows
     pr, keys, rates = v.progress, tuple(g.committed), pm.parts
     known = pr is not None and bool(pr.window_seconds)
-    wake_at = min((at for t in times if (at := t.known_at(span_min)) > -math.inf), default=math.inf)
+    known_at = min((at for t in times if (at := t.known_at(span_min)) > -math.inf), default=math.inf)
     if keys and not known:  # the group's rates become known once its common span is long enough
-        wake_at = min(wake_at, max(t.oldest() for t in times) + span_min)
+        known_at = min(known_at, max(t.oldest() for t in times) + span_min)
+    wake_at = math.inf if len(times) == 1 else known_at  # several sets of times: it wakes for them
     if st.joins:
         wake_at = min(wake_at, st.joins[0] + window)
     if rm is not None and rm.events:
         wake_at = min(wake_at, rm.events[0] + rebalance_window)
-    if wake_at <= now:
+    if min(wake_at, known_at) <= now:
         return None
     # their points are rebuilt when it wakes (:func:`settle`); every partition's at once
     # when they are all the group has (a RateTable then drops its columns, not unpacked)
@@ -332,7 +375,8 @@ def _rest(g: GroupSample, v: GroupView, st: GroupMemory, pm: RatesMemory, rm: Re
     return Resting(sample=dataclasses.replace(g, committed={}), keys=keys,
                    offsets=array("q", g.committed.values()),
                    topics=frozenset(t for t, _ in keys), view=v, wake_at=wake_at,
-                   rates_known=known, times=times, which=which,
+                   rates_known=known, known_at=known_at if len(times) == 1 else math.inf,
+                   times=times, which=which,
                    floors={at: _Rolls(at) for at in floors}, clocks=clocks)
 
 
@@ -372,14 +416,15 @@ def _stopped_still(rows: PartitionRows, cols: Columns, partitions: Mapping[TP, P
     """Every row ``stopped`` and behind, with no position, as remembered (committed and HW
     as sampled), no backward move pending or running, its lag run started, not lagging,
     its lag's start known: its memory steps only the clocks a rest moves."""
-    hw = np.fromiter((np.nan if (po := partitions.get(tp)) is None or po.hw is None else po.hw
-                      for tp in rows.tps), np.float64, len(rows))
-    return bool(set(rows.status) == {Status.STOPPED} and not rows.unsubscribed.any()
-                and (rows.committed >= 0).all() and (rows.lag_offsets > 0).all() and (rows.position < 0).all()
-                and (cols.followed == rows.committed).all() and (cols.freeze_hw == hw).all()
-                and np.isnan(cols.rewind_pending).all() and not (now < cols.rewind_until).any()
-                and not np.isnan(cols.run_t0).any() and not cols.lagging.any()
-                and not np.isnan(cols.lag_since).any())
+    pos = list(map(partitions.get, rows.tps))
+    if not all(pos) or set(rows.status) != {Status.STOPPED}:  # all(): no PartitionOffsets.__eq__ call
+        return False
+    hw = offsets_column(list(map(HW_OF, pos)))
+    # one reduction over the rows' tests, each elementwise (NaN compares false)
+    return bool(((rows.committed >= 0) & (rows.lag_offsets > 0) & (rows.position < 0) & ~rows.unsubscribed
+                 & (cols.followed == rows.committed) & (cols.freeze_hw == hw) & np.isnan(cols.rewind_pending)
+                 & ~(now < cols.rewind_until) & ~np.isnan(cols.run_t0) & (cols.lagging == 0)
+                 & ~np.isnan(cols.lag_since)).all())
 
 
 def _agings(rows: PartitionRows, reasons: list[object], cols: Columns, departed: tuple[Departure, ...]
