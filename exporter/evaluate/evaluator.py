@@ -103,6 +103,7 @@ from exporter.evaluate.rest import (
     Resting,
     changed_topics,
     enter,
+    points_apart,
     possible,
     rates_known,
     served,
@@ -365,48 +366,71 @@ class Evaluator:
         """Every group's view: a group at rest served again, the others prepared and judged
         in chunks (:data:`CHUNK_ROWS`), each chunk's views then handed to ``judged``."""
         views: dict[str, GroupView] = {}
-        pending: list[_Pending] = []
-        done: list[GroupView] = []  # views in the dict's order, not yet handed on
-        rows = resting = 0  # the rows of the groups pending, and of those at rest in ``done``
+        ch = _Chunks()
+
+        def prepare(gid: str, g: GroupSample, r: Resting | None) -> None:
+            ch.pending.append(self._prepared(gid, g, self._thresholds_of(gid), r, snap.partitions,
+                                             consumer_reports.get(gid, []),
+                                             spark_reports.get(gid) if g.type == GroupType.SPARK else None,
+                                             exact_ts, now))
+            ch.rows += len(ch.pending[-1].tps)
+
         for gid, g in samples.items():
-            reports = consumer_reports.get(gid, [])
             r = self.rest.pop(gid, None)
-            v = None
-            if r is not None and still(r, g, changed, bool(reports), exact_ts, now):
-                v = served(r, self.progress.window, now) if now < r.known_at else self._known(
-                    gid, r, snap.partitions, now)
-            if r is not None and v is not None:
-                self.rest[gid], views[gid] = r, v
-                self.served_at_rest += 1
-                self.progress.rested(gid, views[gid])
-                done.append(views[gid])
-                resting += len(views[gid].partitions)
-                if resting >= CHUNK_ROWS:  # a cluster at rest is handed on in chunks too
-                    _handed(judged, done, [], views)
-                    done, resting = [], 0
-                continue
-            pending.append(self._prepared(gid, g, self._thresholds_of(gid), r, snap.partitions, reports,
-                                          spark_reports.get(gid) if g.type == GroupType.SPARK else None,
-                                          exact_ts, now))
-            rows += len(pending[-1].tps)
-            if rows >= CHUNK_ROWS:
-                self._judge_chunk(pending, views, snap.partitions, now)
-                _handed(judged, done, pending, views)
-                done, resting = [], 0
-                pending, rows = [], 0
-        self._judge_chunk(pending, views, snap.partitions, now)
-        _handed(judged, done, pending, views)
+            if r is None or not still(r, g, changed, bool(consumer_reports.get(gid)), exact_ts, now):
+                prepare(gid, g, r)
+            elif now < r.known_at:
+                self._rested(gid, r, served(r, self.progress.window, now), views, ch)
+            else:  # its rates become known: with others', at rest (:meth:`_know`)
+                ch.knowing.append((gid, g, r))
+                ch.knowing_rows += len(r.keys)
+                if ch.knowing_rows >= CHUNK_ROWS:
+                    self._know(ch, views, prepare, snap.partitions, now)
+            if ch.rows >= CHUNK_ROWS:
+                self._judge_chunk(ch.pending, views, snap.partitions, now)
+                _handed(judged, ch.done, ch.pending, views)
+                ch.done, ch.resting, ch.pending, ch.rows = [], 0, [], 0
+            elif ch.resting >= CHUNK_ROWS:  # a cluster at rest is handed on in chunks too
+                _handed(judged, ch.done, [], views)
+                ch.done, ch.resting = [], 0
+        self._know(ch, views, prepare, snap.partitions, now)
+        self._judge_chunk(ch.pending, views, snap.partitions, now)
+        _handed(judged, ch.done, ch.pending, views)
         return views
 
-    def _known(self, gid: str, r: Resting, partitions: dict[TP, PartitionOffsets], now: float
-               ) -> GroupView | None:
-        """A group at rest whose rates become known this cycle: its view with them, the group
-        left at rest (:func:`~exporter.evaluate.rest.rates_known`); None: it wakes."""
-        v = rates_known(r, self.groups[gid], self.progress.groups[gid],
-                        lambda memo, v: self.progress.apart(memo, v, partitions, now),
-                        self.progress.window, now)
-        self.known_at_rest += v is not None
-        return v
+    def _rested(self, gid: str, r: Resting, v: GroupView, views: dict[str, GroupView], ch: _Chunks) -> None:
+        """A group served from its rest ``r`` this cycle, its view ``v``."""
+        self.rest[gid], views[gid] = r, v
+        self.served_at_rest += 1
+        self.progress.rested(gid, v)
+        ch.done.append(v)
+        ch.resting += len(v.partitions)
+
+    def _know(self, ch: _Chunks, views: dict[str, GroupView],
+              prepare: Callable[[str, GroupSample, Resting | None], None],
+              partitions: dict[TP, PartitionOffsets], now: float) -> None:
+        """The groups at rest whose rates become known (``ch.knowing``): their figures
+        computed together over their points rebuilt apart, each served at rest with them
+        (exporter/evaluate/rest.py, :func:`~exporter.evaluate.rest.rates_known`), or woken
+        (``prepare``) when it would not rest with them."""
+        items, ch.knowing, ch.knowing_rows = ch.knowing, [], 0
+        if not items:
+            return
+        apart = {i: memo for i, (gid, _g, r) in enumerate(items)
+                 if (memo := points_apart(r, self.groups[gid], self.progress.groups[gid])) is not None}
+        figures = self.progress.apart(list(apart.values()), [items[i][2].view for i in apart],
+                                      partitions, now)
+        known: list[GroupView | None] = [None] * len(items)
+        for (i, memo), pr in zip(apart.items(), figures, strict=True):
+            gid, _g, r = items[i]
+            if pr is not None:
+                known[i] = rates_known(r, self.progress.groups[gid], memo, pr, self.progress.window, now)
+        for (gid, g, r), v in zip(items, known, strict=True):
+            if v is None:
+                prepare(gid, g, r)
+            else:
+                self._rested(gid, r, v, views, ch)
+                self.known_at_rest += 1
 
     def _judge_chunk(self, pending: list[_Pending], views: dict[str, GroupView],
                      partitions: dict[TP, PartitionOffsets], now: float) -> None:
@@ -992,6 +1016,20 @@ def _observed(p: _Pending, v: GroupView) -> Observed | None:
         return None
     return Observed(rows.tps, b.samples.lag_off, b.samples.hw, b.log_start,
                     rows.unsubscribed, rows.owner)
+
+
+@dataclasses.dataclass(slots=True)
+class _Chunks:
+    """A cycle's groups on their way to their views (:meth:`Evaluator._views`)."""
+
+    pending: list[_Pending] = dataclasses.field(default_factory=list)  # prepared, judged with the chunk
+    rows: int = 0  # the committed partitions of ``pending``
+    # views in the dict's order, not yet handed on
+    done: list[GroupView] = dataclasses.field(default_factory=list)
+    resting: int = 0  # the rows of the views at rest in ``done``
+    # at rest, their rates known this cycle (:meth:`Evaluator._know`)
+    knowing: list[tuple[str, GroupSample, Resting]] = dataclasses.field(default_factory=list)
+    knowing_rows: int = 0
 
 
 def _handed(judged: OnJudged | None, done: list[GroupView], pending: list[_Pending],

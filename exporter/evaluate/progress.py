@@ -115,13 +115,23 @@ class ProgressTracker:
             memo = self.groups[gid] = RatesMemory()
         memo.last = v.progress
 
-    def apart(self, memo: RatesMemory, v: GroupView, partitions: dict[TP, PartitionOffsets],
-              now: float) -> GroupProgress | None:
-        """The figures of a group's view ``v`` over ``memo``, a memory the tracker does not
-        keep (a group at rest whose rates become known: exporter/evaluate/rest.py); None
-        when its points do not step in columns."""
-        o = _observed(v, partitions)
-        return None if o is None else self._in_columns(memo, o, now)
+    def apart(self, memos: list[RatesMemory], views: list[GroupView],
+              partitions: dict[TP, PartitionOffsets], now: float) -> list[GroupProgress | None]:
+        """The figures of each view of ``views`` over its memory of ``memos``, memories the
+        tracker does not keep (groups at rest whose rates become known:
+        exporter/evaluate/rest.py); groups at the same point times step together. None for
+        a group whose points do not step in columns."""
+        out: list[GroupProgress | None] = [None] * len(views)
+        cohorts: dict[tuple[float, ...], list[tuple[int, Observed]]] = {}
+        for i, (memo, v) in enumerate(zip(memos, views, strict=True)):
+            o = _observed(v, partitions)
+            if o is not None and memo.parts.times and memo.parts.tps == o.tps:
+                cohorts.setdefault(tuple(memo.parts.times), []).append((i, o))
+        for members in cohorts.values():
+            figs = self._cohort([memos[i] for i, _o in members], [o for _i, o in members], now)
+            for (i, _o), fig in zip(members, figs, strict=True):
+                out[i] = fig
+        return out
 
     def one(self, gid: str, v: GroupView, sample: GroupSample,
             partitions: dict[TP, PartitionOffsets], now: float) -> GroupProgress | None:
@@ -158,31 +168,41 @@ class ProgressTracker:
         ``out`` at ``at``."""
         obs = [o for _gid, _v, _s, o in groups if o is not None]  # every one (:meth:`many`)
         assert len(obs) == len(groups)
+        memos = [self.groups[gid] for gid, *_ in groups]
+        for (gid, v, sample, _o), memo, i, fig in zip(groups, memos, at, self._cohort(memos, obs, now),
+                                                     strict=True):
+            if fig is not None:
+                out[i] = memo.last = fig
+                self.stepped_together += 1
+            else:  # an offset not known, or a row moved backwards: one at a time
+                out[i] = self.one(gid, v, sample, partitions, now)
+
+    def _cohort(self, memos: list[RatesMemory], obs: list[Observed], now: float
+                ) -> list[GroupProgress | None]:
+        """The figures of groups whose points are at the same times, stepped together; None
+        for a group that steps alone (an offset not known, as :func:`_observed` reads it,
+        or a row moved backwards: its points unchanged)."""
         hw, lag = np.concatenate([o.hw for o in obs]), np.concatenate([o.lag for o in obs])
         consumed = hw - lag
         starts = np.cumsum([0, *map(len, [o.tps for o in obs[:-1]])])
         unfit = np.logical_or.reduceat(np.isnan(hw) | (consumed < 0), starts).tolist()
-        if any(unfit):  # an offset not known: as :func:`_observed` reads it, one at a time
-            for (gid, v, sample, _o), i, bad in zip(groups, at, unfit, strict=True):
-                if bad:
-                    out[i] = self.one(gid, v, sample, partitions, now)
-            fit = [(g, i) for g, i, bad in zip(groups, at, unfit, strict=True) if not bad]
+        if any(unfit):
+            out: list[GroupProgress | None] = [None] * len(memos)
+            fit = [k for k, bad in enumerate(unfit) if not bad]
             if fit:
-                self._together([g for g, _i in fit], partitions, now, [i for _g, i in fit], out)
-            return
-        memos = [self.groups[gid] for gid, *_ in groups]
+                for k, fig in zip(fit, self._cohort([memos[k] for k in fit], [obs[k] for k in fit], now),
+                                  strict=True):
+                    out[k] = fig
+            return out
         stepped = step_together([m.parts for m in memos], now, consumed, hw, self.window)
         span = memos[0].parts.span(self.min_span)
         pooled = self._one_pool_figures(memos, obs, stepped, _Chunk(consumed, hw, lag, starts), span)
+        figs: list[GroupProgress | None] = []
         lo = 0
-        for (gid, v, sample, _o), o, memo, i, ok, fig in zip(groups, obs, memos, at, stepped, pooled,
-                                                          strict=True):
+        for o, memo, ok, fig in zip(obs, memos, stepped, pooled, strict=True):
             rows, lo = slice(lo, lo + len(o.tps)), lo + len(o.tps)
-            if ok:
-                out[i] = memo.last = fig or self._figures(memo, o, consumed[rows], span, first=False)
-                self.stepped_together += 1
-            else:  # a row moved backwards: its points restart, one at a time
-                out[i] = self.one(gid, v, sample, partitions, now)
+            figs.append((fig or self._figures(memo, o, consumed[rows], span, first=False)) if ok else None)
+        return figs
 
     def _one_pool_figures(self, memos: list[RatesMemory], obs: list[Observed], stepped: list[bool],
                        chunk: _Chunk, span: float | None) -> list[GroupProgress | None]:

@@ -133,7 +133,7 @@ class Resting:
     wake_at: float  # its view would change: evaluated again at the first cycle at or after
     rates_known: bool  # the group's rates are known (its view shows their span)
     # When its rates become known (its one set of point times spans enough): its figures
-    # are then computed at rest (:func:`rates_known`), the group not woken for them.
+    # are then computed at rest (:func:`points_apart`, :func:`rates_known`), not woken.
     known_at: float
     # The clocks its partitions share, moved each skipped cycle in their stead: the
     # late-commit floors by the time they last rolled at rest, and the times of the rate
@@ -210,15 +210,11 @@ def served(r: Resting, rate_window: float, now: float) -> GroupView:
     return copied(v, partitions=rows, reasons=reasons, progress=pr)
 
 
-def rates_known(r: Resting, st: GroupMemory, pm: RatesMemory,
-                figures: Callable[[RatesMemory, GroupView], GroupProgress | None], rate_window: float,
-                now: float) -> GroupView | None:
-    """A skipped cycle in which the group's rates become known (``r.known_at``): what
-    waking it would serve, the group left at rest. Its figures are the progress tracker's
-    (``figures``: of a memory, for a view, at ``now``) over its points rebuilt apart, as
-    :func:`settle` rebuilds them (its own stay dropped); the rest is :func:`served`'s. None
-    (wake it) when its memory is not in columns, or when :func:`enter` would not find it
-    at rest with those figures."""
+def points_apart(r: Resting, st: GroupMemory, pm: RatesMemory) -> RatesMemory | None:
+    """A group at rest whose rates become known this cycle (``r.known_at``): a copy of its
+    rates memory with its points rebuilt, as :func:`settle` rebuilds them (its own stay
+    dropped), for the progress tracker to compute its figures over. None (wake it) when
+    its memory is not in columns."""
     table, rates = st.parts, pm.parts
     if (r.which or not r.keys or not isinstance(table, PartitionTable) or not isinstance(rates, RateTable)
             or len(rates) or len(table.tps) != len(r.keys)):
@@ -227,9 +223,15 @@ def rates_known(r: Resting, st: GroupMemory, pm: RatesMemory,
     points = RateTable()
     points.fill(list(table.tps), r.times[0].times(), cols.freeze_hw if r.clocks is None else cols.followed,
                 cols.freeze_hw)
-    apart = RatesMemory(points, dict(pm.counted), dict(pm.lost), pm.lost_total, pm.last)
-    pr = figures(apart, r.view)
-    if (pr is None or not pr.window_seconds or pr.consume_rate or pr.produce_rate
+    return RatesMemory(points, dict(pm.counted), dict(pm.lost), pm.lost_total, pm.last)
+
+
+def rates_known(r: Resting, pm: RatesMemory, apart: RatesMemory, pr: GroupProgress, rate_window: float,
+                now: float) -> GroupView | None:
+    """The skipped cycle of a group at rest whose rates become known, its figures ``pr``
+    computed over ``apart`` (:func:`points_apart`): what waking it would serve, the group
+    left at rest. None (wake it) when :func:`enter` would not find it at rest with them."""
+    if (not pr.window_seconds or pr.consume_rate or pr.produce_rate
             or (apart.counted, apart.lost, apart.lost_total) != (pm.counted, pm.lost, pm.lost_total)):
         return None
     idle = bool(pr.notes) and pr.notes[0] == idle_note(pr.window_seconds)
