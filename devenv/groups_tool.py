@@ -52,14 +52,29 @@ def describe_group(cluster: KafkaCluster, group: str | None = None) -> list[Desc
     """Rows of ``kafka-consumer-groups --describe`` for one group or all groups."""
     which = ["--group", group] if group else ["--all-groups"]
     out = cluster.run_tool(
-        GROUP_COMMAND, "--bootstrap-server", cluster.bootstrap_servers, "--describe", *which
+        GROUP_COMMAND, "--bootstrap-server", cluster.bootstrap_servers, "--describe", *which, *TOOL_TIMEOUT
     )
-    return parse_describe(out)
+    return parse_describe(_no_error(out))
 
 
 def list_groups(cluster: KafkaCluster) -> list[str]:
-    out = cluster.run_tool(GROUP_COMMAND, "--bootstrap-server", cluster.bootstrap_servers, "--list")
-    return sorted(line.strip() for line in out.splitlines() if line.strip())
+    out = cluster.run_tool(GROUP_COMMAND, "--bootstrap-server", cluster.bootstrap_servers, "--list",
+                           *TOOL_TIMEOUT)
+    return sorted(line.strip() for line in _no_error(out).splitlines() if line.strip())
+
+
+# The tool's own wait for a coordinator or a metadata answer (its --timeout, 5 s by default):
+# on a busy machine a broker can take longer than that to answer.
+TOOL_TIMEOUT = ("--timeout", "60000")
+
+
+def _no_error(out: str) -> str:
+    """The tool's output; a RuntimeError when it printed an error instead (some versions
+    print it to stdout and exit 0)."""
+    errors = [line for line in out.splitlines() if line.startswith("Error:")]
+    if errors:
+        raise RuntimeError(f"{GROUP_COMMAND} failed: {errors[0]}")
+    return out
 
 
 # -- share groups (KIP-932) and streams groups (KIP-1071), Kafka 4.2 -----------------------------
