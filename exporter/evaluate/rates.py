@@ -113,6 +113,15 @@ class Points:
     def times(self) -> tuple[float, ...]:
         return tuple(self._a[0::3])
 
+    @classmethod
+    def at_times(cls, times: Sequence[float]) -> Points:
+        """Points at ``times``, every one at offsets 0 (exporter/evaluate/rest.py keeps one
+        such set of times for all the partitions of a group at rest)."""
+        out = cls()
+        a = out._a = array("d", bytes(24 * len(times)))
+        a[0::3] = array("d", times)
+        return out
+
     def filled(self, consumed: int, hw: int) -> Points:
         """A copy at these times, every point at these offsets (exporter/evaluate/rest.py
         advances one set of times for all the partitions of a group at rest)."""

@@ -50,6 +50,7 @@ from array import array
 from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
 from itertools import repeat
+from operator import itemgetter
 
 import numpy as np
 
@@ -322,7 +323,7 @@ def enter(g: GroupSample, v: GroupView, st: GroupMemory, pm: RatesMemory | None,
         if clocks is None:
             return None
         cols = Columns(*st.parts.rows)
-        times = [pm.parts[next(iter(g.committed))].filled(0, 0)]
+        times = [Points.at_times(pm.parts.times)]  # in columns (:func:`_clocks`)
         return _rest(g, v, st, pm, rm, windows, now, times, {}, set(cols.floor_at.tolist()), clocks)
     if v.reasons or v.notes or not _view_at_rest(g, v.partitions):
         return None
@@ -334,7 +335,7 @@ def enter(g: GroupSample, v: GroupView, st: GroupMemory, pm: RatesMemory | None,
         cols = Columns(*table.rows)
         if not rates.constant(cols.freeze_hw) or not _rows_at_rest(table, v.partitions, partitions, owner_of):
             return None
-        times, which = [rates[keys[0]].filled(0, 0)], {}
+        times, which = [Points.at_times(rates.times)], {}
         floors = set(cols.floor_at.tolist())
     else:
         for tp in keys:  # each partition's points constant at its frozen HW
@@ -376,7 +377,7 @@ def _rest(g: GroupSample, v: GroupView, st: GroupMemory, pm: RatesMemory, rm: Re
             del rates[tp]
     return Resting(sample=dataclasses.replace(g, committed={}), keys=keys,
                    offsets=array("q", g.committed.values()),
-                   topics=frozenset(t for t, _ in keys), view=v, wake_at=wake_at,
+                   topics=frozenset(map(itemgetter(0), keys)), view=v, wake_at=wake_at,
                    rates_known=known, known_at=known_at if len(times) == 1 else math.inf,
                    times=times, which=which,
                    floors={at: _Rolls(at) for at in floors}, clocks=clocks)
@@ -399,8 +400,9 @@ def _clocks(g: GroupSample, v: GroupView, st: GroupMemory, table: PartitionTable
     reasons = [rows.reason.value] if isinstance(rows.reason, Repeated) else list(rows.reason)
     if not all(isinstance(x, LaterReason) and x.rule == "unowned" for x in reasons):
         return None
-    at = np.fromiter(map(table.index.__getitem__, rows.tps), np.intp, len(rows))
-    cols, whole = Columns(*table.rows[:, at]), Columns(*table.rows)
+    whole = Columns(*table.rows)
+    cols = whole if list(rows.tps) == table.tps else Columns(  # the rows in the table's order, or gathered
+        *table.rows[:, np.fromiter(map(table.index.__getitem__, rows.tps), np.intp, len(rows))])
     if not (_stopped_still(rows, cols, partitions, now) and rates.constant(whole.freeze_hw, whole.followed)):
         return None
     exact = _exact(rows, exact_ts)
@@ -408,7 +410,7 @@ def _clocks(g: GroupSample, v: GroupView, st: GroupMemory, table: PartitionTable
     agings = _agings(rows, reasons, cols, tuple(st.departed))
     if agings is None:
         return None
-    return Clocks(lag_from=np.array([np.nan if x is None else x for x in lag_from], np.float64),
+    return Clocks(lag_from=np.array(lag_from, np.float64),  # None: NaN
                   stall_from=np.maximum(cols.changed_at, cols.lag_since), agings=agings, exact=exact,
                   departed=tuple(st.departed), last_view=st.last_view or v, idle=idle)
 
