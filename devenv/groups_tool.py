@@ -48,6 +48,11 @@ def parse_describe(text: str) -> list[DescribeRow]:
     return rows
 
 
+# The tool's own wait for a coordinator or a metadata answer (its --timeout, 5 s by default):
+# on a busy machine a broker can take longer than that to answer.
+TOOL_TIMEOUT = ("--timeout", "60000")
+
+
 def describe_group(cluster: KafkaCluster, group: str | None = None) -> list[DescribeRow]:
     """Rows of ``kafka-consumer-groups --describe`` for one group or all groups."""
     which = ["--group", group] if group else ["--all-groups"]
@@ -61,11 +66,6 @@ def list_groups(cluster: KafkaCluster) -> list[str]:
     out = cluster.run_tool(GROUP_COMMAND, "--bootstrap-server", cluster.bootstrap_servers, "--list",
                            *TOOL_TIMEOUT)
     return sorted(line.strip() for line in _no_error(out).splitlines() if line.strip())
-
-
-# The tool's own wait for a coordinator or a metadata answer (its --timeout, 5 s by default):
-# on a busy machine a broker can take longer than that to answer.
-TOOL_TIMEOUT = ("--timeout", "60000")
 
 
 def _no_error(out: str) -> str:

@@ -217,13 +217,11 @@ def points_apart(r: Resting, st: GroupMemory, pm: RatesMemory) -> RatesMemory | 
     dropped), for the progress tracker to compute its figures over. None (wake it) when
     its memory is not in columns."""
     table, rates = st.parts, pm.parts
-    if (r.which or not r.keys or not isinstance(table, PartitionTable) or not isinstance(rates, RateTable)
-            or len(rates) or len(table.tps) != len(r.keys)):
+    if not (isinstance(table, PartitionTable) and isinstance(rates, RateTable)
+            and _in_columns_at_rest(r, table, rates)):
         return None
-    cols = Columns(*table.rows)
     points = RateTable()
-    points.fill(list(table.tps), r.times[0].times(), cols.freeze_hw if r.clocks is None else cols.followed,
-                cols.freeze_hw)
+    _rebuilt(r, Columns(*table.rows), table, points)
     return RatesMemory(points, dict(pm.counted), dict(pm.lost), pm.lost_total, pm.last)
 
 
@@ -266,8 +264,8 @@ def settle(r: Resting, st: GroupMemory, pm: RatesMemory) -> None:
         rows, reasons = _aged(r.clocks, r.clocks.last_view, r.last)
         st.last_view = copied(r.clocks.last_view, partitions=rows, reasons=reasons)
     table, rates = st.parts, pm.parts
-    if (isinstance(table, PartitionTable) and isinstance(rates, RateTable) and not len(rates)
-            and r.keys and not r.which and len(table.tps) == len(r.keys)):
+    if (isinstance(table, PartitionTable) and isinstance(rates, RateTable)
+            and _in_columns_at_rest(r, table, rates)):
         _settle_columns(r, table, rates)
         return
     if r.skipped:
@@ -298,8 +296,20 @@ def _settle_columns(r: Resting, table: PartitionTable, rates: RateTable) -> None
             cols.floor_low[:] = np.where(rolled, low, cols.floor_low)
             cols.floor_next[:] = np.where(rolled, cols.followed, cols.floor_next)
             cols.floor_at[:] = np.where(rolled, rolls.at, cols.floor_at)
-    rates.fill(list(table.tps), r.times[0].times(), cols.freeze_hw if r.clocks is None else cols.followed,
-               cols.freeze_hw)
+    _rebuilt(r, cols, table, rates)
+
+
+def _in_columns_at_rest(r: Resting, table: PartitionTable, rates: RateTable) -> bool:
+    """The group's memory is in columns and every one of its points was dropped at rest,
+    at one set of times: they are rebuilt as columns (:func:`_rebuilt`)."""
+    return not len(rates) and bool(r.keys) and not r.which and len(table.tps) == len(r.keys)
+
+
+def _rebuilt(r: Resting, cols: Columns, table: PartitionTable, into: RateTable) -> None:
+    """The group's points rebuilt into ``into`` as columns, at the times shared at rest:
+    each partition's at its frozen HW (at rest ``stopped``: consumed at its committed offset)."""
+    into.fill(list(table.tps), r.times[0].times(), cols.freeze_hw if r.clocks is None else cols.followed,
+              cols.freeze_hw)
 
 
 def enter(g: GroupSample, v: GroupView, st: GroupMemory, pm: RatesMemory | None,
@@ -361,7 +371,9 @@ def _rest(g: GroupSample, v: GroupView, st: GroupMemory, pm: RatesMemory, rm: Re
     known_at = min((at for t in times if (at := t.known_at(span_min)) > -math.inf), default=math.inf)
     if keys and not known:  # the group's rates become known once its common span is long enough
         known_at = min(known_at, max(t.oldest() for t in times) + span_min)
-    wake_at = math.inf if len(times) == 1 else known_at  # several sets of times: it wakes for them
+    wake_at = math.inf
+    if len(times) > 1:  # several sets of times: the group wakes for them
+        wake_at, known_at = known_at, math.inf
     if st.joins:
         wake_at = min(wake_at, st.joins[0] + window)
     if rm is not None and rm.events:
@@ -378,8 +390,7 @@ def _rest(g: GroupSample, v: GroupView, st: GroupMemory, pm: RatesMemory, rm: Re
     return Resting(sample=dataclasses.replace(g, committed={}), keys=keys,
                    offsets=array("q", g.committed.values()),
                    topics=frozenset(map(itemgetter(0), keys)), view=v, wake_at=wake_at,
-                   rates_known=known, known_at=known_at if len(times) == 1 else math.inf,
-                   times=times, which=which,
+                   rates_known=known, known_at=known_at, times=times, which=which,
                    floors={at: _Rolls(at) for at in floors}, clocks=clocks)
 
 
