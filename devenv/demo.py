@@ -103,6 +103,32 @@ class Interrupted(BaseException):
     (KafkaCluster.wait_ready's metadata polls), and would swallow the one signal."""
 
 
+class SignalLatch:
+    """The handler of Ctrl-C and SIGTERM: raises Interrupted, and keeps the signal apart from
+    the raise. A signal that lands while the main thread runs code whose exceptions Python
+    ignores (a weakref callback in importlib's module locks, a ``__del__``) loses its
+    Interrupted, so the demo's loops also call ``check``. Once ``stopping`` is set, signals
+    are ignored so that the cleanup finishes."""
+
+    def __init__(self) -> None:
+        self.received: list[str] = []
+        self.stopping = False
+
+    def __call__(self, signum: int, _frame: object) -> None:
+        if self.stopping:
+            return
+        self.received.append(signal.Signals(signum).name)
+        raise Interrupted(self.received[-1])
+
+    def check(self) -> None:
+        """Raise Interrupted if a signal came, whether or not its own raise got through."""
+        if self.received:
+            raise Interrupted(self.received[0])
+
+
+LATCH = SignalLatch()
+
+
 def say(*words: object) -> None:
     print(*words, flush=True)
 
@@ -211,6 +237,7 @@ class Demo:
             self.cluster.start()
         finally:
             tempfile.tempdir = saved
+        LATCH.check()
         bootstrap = self.cluster.bootstrap_servers
         say(f"Kafka {self.cluster.version} up at {bootstrap} (data in {self.cluster.root})")
         self._topics(bootstrap)
@@ -220,6 +247,7 @@ class Demo:
             self.spawn(c.group, [sys.executable, "-m", "devenv.scenario_consumer", "--mode", c.mode,
                                  "--bootstrap", bootstrap, "--group", c.group, "--topic", c.topic,
                                  *c.extra])
+        LATCH.check()
         self._exporter(bootstrap)
         self._prometheus()
 
@@ -254,6 +282,7 @@ class Demo:
         self.exporter_url = f"http://127.0.0.1:{port}"
         deadline = time.monotonic() + 60
         while True:
+            LATCH.check()
             if proc.poll() is not None:
                 raise RuntimeError(f"the exporter exited with {proc.returncode}:\n"
                                    f"{self.log_tail('exporter')}")
@@ -288,6 +317,7 @@ class Demo:
         self.prometheus_url = f"http://127.0.0.1:{port}"
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline and proc.poll() is None:
+            LATCH.check()
             with contextlib.suppress(OSError), \
                     urllib.request.urlopen(self.prometheus_url + "/-/ready", timeout=2) as r:
                 if r.status == 200:
@@ -369,6 +399,7 @@ class Demo:
         end = self.started + self.args.duration if self.args.duration else None
         next_table = time.monotonic()
         while True:
+            LATCH.check()
             now = time.monotonic()
             if end is not None and now >= end:
                 say(f"--duration {self.args.duration:g} s reached")
@@ -429,15 +460,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="seconds between status tables (default 5)")
     args = ap.parse_args(argv)
 
-    stopping = False
-
-    def on_signal(signum: int, _frame: object) -> None:
-        if stopping:
-            return  # already cleaning up: let it finish
-        raise Interrupted(signal.Signals(signum).name)
-
-    signal.signal(signal.SIGINT, on_signal)
-    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, LATCH)
+    signal.signal(signal.SIGTERM, LATCH)
     # A demo that does not stop tells where it is: tests/test_demo.py asks on a timeout.
     faulthandler.register(signal.SIGUSR1, all_threads=True)
     demo = Demo(args)
@@ -453,7 +477,7 @@ def main(argv: list[str] | None = None) -> int:
         say(f"demo failed: {err}")
         code = 1
     finally:
-        stopping = True
+        LATCH.stopping = True
         say("stopping consumers, exporter, Prometheus and Kafka ...")
         demo.stop()
         say("demo stopped; nothing left running")

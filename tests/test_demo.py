@@ -255,3 +255,31 @@ def test_a_signal_during_the_brokers_metadata_poll_ends_the_wait(tmp_path: Path,
                 KafkaCluster(brokers=[broker]).wait_ready(timeout=2)
         finally:
             alive.kill()
+
+
+@pytest.mark.unit
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+def test_a_signal_whose_raise_python_ignores_still_stops_the_demo() -> None:
+    """A SIGTERM that lands in code whose exceptions Python prints and ignores (a weakref
+    callback of importlib's module locks, a ``__del__``) loses its Interrupted. The latch
+    keeps the signal, so the demo's next ``check`` raises it; once stopping, it is ignored."""
+    from devenv.demo import Interrupted, SignalLatch
+
+    latch = SignalLatch()
+
+    class SignalledWhileCollected:
+        def __del__(self) -> None:
+            signal.raise_signal(signal.SIGUSR2)
+
+    previous = signal.signal(signal.SIGUSR2, latch)
+    try:
+        latch.check()  # nothing received yet
+        SignalledWhileCollected()  # its __del__ runs the handler; the raise is ignored
+        assert latch.received == ["SIGUSR2"]
+        with pytest.raises(Interrupted, match="SIGUSR2"):
+            latch.check()
+        latch.stopping = True
+        signal.raise_signal(signal.SIGUSR2)  # during the cleanup: no raise, nothing kept
+        assert latch.received == ["SIGUSR2"]
+    finally:
+        signal.signal(signal.SIGUSR2, previous)
