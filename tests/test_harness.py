@@ -9,6 +9,10 @@ from confluent_kafka import Consumer, TopicPartition
 from devenv.groups_tool import describe_group, parse_describe
 from devenv.kafka import KafkaCluster
 from tests.conftest import create_topic, produce, unique
+from tests.support.exporter_proc import parse_metrics
+from tests.support.scenarios import Recorder
+
+GOLDEN = Path(__file__).parent / "golden"
 
 
 def test_committed_offsets_match_kafka_consumer_groups(kafka: KafkaCluster) -> None:
@@ -49,3 +53,16 @@ def test_a_broker_whose_handle_was_lost_stops_with_its_cluster() -> None:
     pid, b.proc = b.proc.pid, None  # what the interrupted Popen leaves
     cluster.stop()
     assert not Path(f"/proc/{pid}").exists(), "the broker JVM outlived its cluster's stop"
+
+
+def test_the_recorders_filtered_parse_equals_the_whole_parse() -> None:
+    """The scenario Recorder parses only the names it reads; on both golden expositions its
+    samples are exactly the whole parse's samples of those names, and some of each."""
+    for golden in ("metrics-plain.prom", "metrics-kafka_exporter.prom"):
+        text = (GOLDEN / golden).read_text()
+        whole = parse_metrics(text)
+        names = {n for n, _lab in whole}
+        for only in (Recorder.READS, frozenset(n for n in names if n.startswith("kafka_"))):
+            wanted = {k: v for k, v in whole.items() if k[0] in only}
+            assert wanted, (golden, sorted(only))
+            assert parse_metrics(text, only) == wanted, golden

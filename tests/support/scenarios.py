@@ -57,6 +57,11 @@ class Recorder(threading.Thread):
     [(time, max lag seconds, lag offsets)] for timing failures to be understood, and its
     stall clocks (:meth:`stall_clock`)."""
 
+    READS = frozenset({"lagwatch_cycles_total", "kafka_consumergroup_status",
+                       "kafka_consumergroup_lag_offsets_sum", "kafka_consumergroup_max_lag_seconds",
+                       "lagwatch_last_sample_timestamp_seconds", "lagwatch_sample_duration_seconds",
+                       "kafka_consumergroup_stalled_seconds"})
+
     def __init__(self, exp: ExporterProcess) -> None:
         super().__init__(daemon=True)
         self.exp = exp
@@ -71,7 +76,7 @@ class Recorder(threading.Thread):
     def run(self) -> None:
         while not self.stop_flag.wait(0.5):
             try:
-                m = self.exp.metrics()
+                m = self.exp.metrics(self.READS)
             except Exception:  # noqa: BLE001 - a missed scrape is just a gap
                 continue
             now = time.time()
