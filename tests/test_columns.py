@@ -11,6 +11,7 @@ not between two evaluators judging one at a time."""
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -220,6 +221,37 @@ def test_the_benchmark_shapes_are_judged_in_columns(live: bool) -> None:
         assert cols.judged_in_columns == 400  # every partition of every cycle, the first too
     assert cols.progress.stepped_together == 40  # and every group's rate points, together
     assert live_snapshot(2, 2, 1, 0.0).groups  # the live shape has groups
+
+
+def _first_shapes(cycle: int, t: float) -> Snapshot:
+    """The benchmark's behind shape with what a new group's first figures can meet: a log
+    start above some groups' committed offsets (records lost), and a second topic whose
+    one partition's HW is unknown, read by one group."""
+    snap = snapshot(6, 5, cycle, t)
+    parts = dict(snap.partitions)
+    tp1 = next(tp for tp in parts if tp[1] == 1)
+    parts[tp1] = replace(parts[tp1], log_start=53)
+    parts[("other", 0)] = PartitionOffsets(leader=1, replicas=1, isr=1, log_start=0, hw=40, lso=40, leo=40)
+    parts[("other", 1)] = PartitionOffsets(leader=1, replicas=1, isr=1)
+    groups = dict(snap.groups)
+    gid = sorted(groups)[1]
+    groups[gid] = replace(groups[gid], committed={**groups[gid].committed, ("other", 0): 30, ("other", 1): 7})
+    return replace(snap, partitions=parts, groups=groups)
+
+
+def test_groups_new_to_the_tracker_take_their_first_figures_together() -> None:
+    """A chunk's new groups start their rate points together; each figure equals the one
+    taken a partition at a time, whether read over the chunk, per group (records lost) or
+    alone (an offset not known)."""
+    th = Thresholds()
+    cols, one = Evaluator("bench", th, 15.0), Evaluator("bench", th, 15.0, columns=False)
+    for c in range(4):
+        snap = _first_shapes(c, 1_000_000.0 + 15 * c)
+        assert cols.evaluate(snap) == one.evaluate(snap), f"cycle {c}"
+        if c == 0:
+            assert cols.progress.stepped_together >= 5, cols.progress.stepped_together
+        for gid in snap.groups:
+            assert _memory(cols, gid) == _memory(one, gid), f"cycle {c}: {gid}"
 
 
 def test_a_partition_memory_is_kept_whole_in_its_row() -> None:

@@ -84,8 +84,7 @@ class PartitionTable(MutableMapping[TP, PartitionMemory]):
         """A table of ``tps`` whose rows are :meth:`plain`'s (an owner as its member id, None
         where an element is), made column by column: a restored group's memory."""
         table = cls(len(tps))
-        for tp in tps:
-            table._append(tp)
+        table._extend(tps)
         if tps:
             cols = [list(col) for col in zip(*rows, strict=True)]
             cols[_OWNER] = [table.owner_id(m) for m in cols[_OWNER]]  # type: ignore[arg-type]
@@ -153,8 +152,7 @@ class PartitionTable(MutableMapping[TP, PartitionMemory]):
         :meth:`~exporter.evaluate.memory.PartitionMemory.first` at its followed offset,
         written at once: a new group's first cycle is then stepped in columns too."""
         first = np.array(self.encode(PartitionMemory.first(0, now)))
-        for tp in tps:
-            self._append(tp)
+        self._extend(tps)
         n = len(self.tps)
         block = self._buf[:, n - len(tps):n]
         block[:] = first[:, None]
@@ -162,13 +160,20 @@ class PartitionTable(MutableMapping[TP, PartitionMemory]):
 
     def _append(self, tp: TP) -> int:
         i = len(self.tps)
-        if i == self._buf.shape[1]:  # room for half as many again: appends cost O(1) each
-            grown = np.zeros((len(COLUMNS), max(4, i + i // 2)))
-            grown[:, :i] = self._buf
-            self._buf = grown
-        self.index[tp] = i
-        self.tps.append(tp)
+        self._extend([tp])
         return i
+
+    def _extend(self, tps: list[TP]) -> None:
+        """Rows for ``tps``, none of them in the table yet, after the others."""
+        i = len(self.tps)
+        n = i + len(tps)
+        if n > self._buf.shape[1]:  # room for half as many again: appends cost O(1) each
+            grown = np.zeros((len(COLUMNS), max(4, n, i + i // 2)))
+            grown[:, :i] = self._buf[:, :i]
+            self._buf = grown
+        if self._index is not None:  # else made at the next lookup
+            self._index.update(zip(tps, range(i, n)))
+        self.tps.extend(tps)
 
     # -- rows <-> PartitionMemory -----------------------------------------------------
     def owner_id(self, member: str | None) -> int:

@@ -761,8 +761,11 @@ class Evaluator:
             return None
         if len(table) < len(tps):  # partitions new to the memory: their first memory
             known = set(table.tps)
-            new = [tp for tp in tps if tp not in known]
-            table.add_first(new, [c.offsets[tp][1] for tp in new], c.now)
+            new = [tp for tp in tps if tp not in known] if known else tps
+            offsets = c.offsets
+            followed = (list(map(offsets.committed.__getitem__, new)) if isinstance(offsets, _AsCommitted)
+                        else [offsets[tp][1] for tp in new])
+            table.add_first(new, followed, c.now)
         if not table.aligned(tps):
             return None
         owners, owned, owner = _owners(c, table, tps)

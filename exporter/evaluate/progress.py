@@ -134,11 +134,13 @@ class ProgressTracker:
         return out
 
     def one(self, gid: str, v: GroupView, sample: GroupSample,
-            partitions: dict[TP, PartitionOffsets], now: float) -> GroupProgress | None:
-        """One group's figures, for its view (None: none yet)."""
+            partitions: dict[TP, PartitionOffsets], now: float,
+            o: Observed | None = None) -> GroupProgress | None:
+        """One group's figures, for its view (None: none yet); ``o``: its columns as the
+        evaluator gathered them (None: read from the view)."""
         memo = self.groups.setdefault(gid, RatesMemory())
         if sample.error is None:
-            memo.last = self._group(memo, v, partitions, now)
+            memo.last = self._group(memo, v, partitions, now, o)
         # An unreadable group keeps its last figures, like its last judgement.
         return memo.last
 
@@ -150,17 +152,59 @@ class ProgressTracker:
         one after the other."""
         out: list[GroupProgress | None] = [None] * len(groups)
         cohorts: dict[tuple[float, ...], list[int]] = {}
+        firsts: list[int] = []  # new to the tracker
         for i, (gid, v, sample, o) in enumerate(groups):
             memo = self.groups.get(gid)
             table = None if memo is None else memo.parts
-            if (self.columns and o is not None and sample.error is None and isinstance(table, RateTable)
-                    and table.times and table.tps == o.tps):
+            if not (self.columns and o is not None and sample.error is None):
+                out[i] = self.one(gid, v, sample, partitions, now)
+            elif memo is None:
+                firsts.append(i)
+            elif isinstance(table, RateTable) and table.times and table.tps == o.tps:
                 cohorts.setdefault(tuple(table.times), []).append(i)
             else:
-                out[i] = self.one(gid, v, sample, partitions, now)
+                out[i] = self.one(gid, v, sample, partitions, now, o)
+        if firsts:
+            self._firsts([groups[i] for i in firsts], partitions, now, firsts, out)
         for members in cohorts.values():
             self._together([groups[i] for i in members], partitions, now, members, out)
         return out
+
+    def _firsts(self, groups: list[ChunkGroup], partitions: dict[TP, PartitionOffsets], now: float,
+                at: list[int], out: list[GroupProgress | None]) -> None:
+        """:meth:`many` of groups new to the tracker, each with its columns: their tables
+        take their first points as :meth:`_in_columns` gives them, and the figures that
+        need nothing per row are read over the groups at once (:meth:`_one_pool_figures`).
+        A group with an offset not known steps alone."""
+        obs = [o for _gid, _v, _s, o in groups if o is not None]  # every one (:meth:`many`)
+        assert len(obs) == len(groups)
+        hw, lag = np.concatenate([o.hw for o in obs]), np.concatenate([o.lag for o in obs])
+        starts = np.cumsum([0, *map(len, [o.tps for o in obs[:-1]])])
+        unfit = np.logical_or.reduceat(np.isnan(hw) | (hw < lag), starts).tolist()
+        fit = [k for k, bad in enumerate(unfit) if not bad]
+        for k in (k for k, bad in enumerate(unfit) if bad):
+            gid, v, sample, o = groups[k]
+            out[at[k]] = self.one(gid, v, sample, partitions, now, o)
+        if not fit:
+            return
+        memos, consumed = [], []
+        for k in fit:
+            o = obs[k]
+            memo = self.groups[groups[k][0]] = RatesMemory()
+            memo.parts.start([self._canon.get(tp, tp) for tp in o.tps])
+            consumed.append(o.hw - o.lag)
+            memo.parts.step(now, consumed[-1], o.hw, self.window)
+            memos.append(memo)
+        if len(fit) < len(obs):
+            obs = [obs[k] for k in fit]
+            hw, lag = np.concatenate([o.hw for o in obs]), np.concatenate([o.lag for o in obs])
+            starts = np.cumsum([0, *map(len, [o.tps for o in obs[:-1]])])
+        span = memos[0].parts.span(self.min_span)
+        pooled = self._one_pool_figures(memos, obs, [True] * len(memos),
+                                        _Chunk(np.concatenate(consumed), hw, lag, starts), span)
+        for k, memo, o, c, fig in zip(fit, memos, obs, consumed, pooled, strict=True):
+            out[at[k]] = memo.last = fig or self._figures(memo, o, c, span, first=True)
+            self.stepped_together += 1
 
     def _together(self, groups: list[ChunkGroup], partitions: dict[TP, PartitionOffsets], now: float,
                   at: list[int], out: list[GroupProgress | None]) -> None:
@@ -255,11 +299,11 @@ class ProgressTracker:
         self._shared, self._canon = {}, {}
 
     def _group(self, memo: RatesMemory, v: GroupView, partitions: dict[TP, PartitionOffsets],
-               now: float) -> GroupProgress:
+               now: float, o: Observed | None = None) -> GroupProgress:
         if not isinstance(memo.parts, RateTable):  # restored from the state topic
             memo.parts = RateTable(memo.parts)
         if self.columns:
-            rows = _observed(v, partitions)
+            rows = o if o is not None else _observed(v, partitions)
             if rows is not None and (out := self._in_columns(memo, rows, now)) is not None:
                 return out
         memo.parts.unpack()
