@@ -156,6 +156,9 @@ class DemoCluster(KafkaCluster):
     the broker is still there and then the broker itself with SIGTERM.
     """
 
+    def waiting(self) -> None:
+        LATCH.check()
+
     def _spawn(self, b: Any) -> None:
         old = signal.signal(signal.SIGINT, signal.SIG_IGN)
         try:

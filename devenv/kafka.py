@@ -309,6 +309,10 @@ class KafkaCluster:
         )
         out.close()
 
+    def waiting(self) -> None:
+        """Called at each poll of :meth:`wait_ready`; a subclass may raise to end the wait
+        (the demo, on a signal whose own raise was lost)."""
+
     def wait_ready(self, timeout: float = START_TIMEOUT, brokers: list[Broker] | None = None) -> None:
         """Wait until every broker answers metadata and sees all live nodes."""
         from confluent_kafka.admin import AdminClient
@@ -317,6 +321,7 @@ class KafkaCluster:
         deadline = time.monotonic() + timeout
         last_err: Exception | None = None
         while time.monotonic() < deadline:
+            self.waiting()
             for b in want:
                 if not b.alive():
                     out = (b.dir / "stdout.log").read_text(errors="replace")[-3000:]

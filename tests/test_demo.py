@@ -283,3 +283,23 @@ def test_a_signal_whose_raise_python_ignores_still_stops_the_demo() -> None:
         assert latch.received == ["SIGUSR2"]
     finally:
         signal.signal(signal.SIGUSR2, previous)
+
+
+@pytest.mark.unit
+def test_a_kept_signal_ends_the_wait_for_the_brokers_start(tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """A signal kept by the latch ends DemoCluster.wait_ready at its next poll, not when
+    the broker is up: the demo stops while Kafka still starts."""
+    from devenv import demo
+    from devenv.kafka import Broker
+
+    monkeypatch.setattr(demo.LATCH, "received", ["SIGTERM"])
+    with socket.socket() as listening, subprocess.Popen(["sleep", "60"]) as alive:
+        listening.bind(("127.0.0.1", 0))
+        listening.listen()
+        broker = Broker(1, listening.getsockname()[1], 0, tmp_path, proc=alive)
+        try:
+            with pytest.raises(demo.Interrupted, match="SIGTERM"):
+                demo.DemoCluster(brokers=[broker]).wait_ready(timeout=3)
+        finally:
+            alive.kill()
