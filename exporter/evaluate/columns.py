@@ -172,7 +172,7 @@ class PartitionTable(MutableMapping[TP, PartitionMemory]):
             grown[:, :i] = self._buf[:, :i]
             self._buf = grown
         if self._index is not None:  # else made at the next lookup
-            self._index.update(zip(tps, range(i, n)))
+            self._index.update(zip(tps, range(i, n), strict=True))
         self.tps.extend(tps)
 
     # -- rows <-> PartitionMemory -----------------------------------------------------
