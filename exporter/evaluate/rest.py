@@ -170,15 +170,28 @@ def possible(rate_window: float, span_min: float) -> bool:
 
 
 def still(r: Resting, g: GroupSample, changed: set[str], reported: bool, exact_ts: ExactTimestamps,
-          now: float) -> bool:
+          now: float, exact_as_before: bool = False) -> bool:
     """The group may be skipped this cycle: nothing it was evaluated on changed and its
-    view would not change (at rest ``stopped``: its lag reads the same record timestamps)."""
+    view would not change (at rest ``stopped``: its lag reads the same record timestamps;
+    ``exact_as_before``: they are those of the cycle before, in which it was found at rest
+    or entered it)."""
     s = r.sample
     return (now < r.wake_at and not reported and g.error is None and r.topics.isdisjoint(changed)
             and g.members == s.members and g.state == s.state and g.epoch == s.epoch
             and g.type == s.type and not g.reported_lag and tuple(g.committed) == r.keys
             and array("q", g.committed.values()) == r.offsets
-            and (r.clocks is None or _exact(r.view.partitions, exact_ts) == r.clocks.exact))
+            and (r.clocks is None or exact_as_before
+                 or _exact(r.view.partitions, exact_ts) == r.clocks.exact))
+
+
+def exact_fingerprint(exact_ts: ExactTimestamps) -> tuple[int, int] | None:
+    """What tells a cycle's record timestamps from the cycle before's (None: none read).
+    A record's timestamp at an offset does not change, so only which offsets a read found
+    can; a group at rest ``stopped`` found at rest in the cycle before, whose timestamps
+    fingerprint the same, is spared a lookup per row. A fingerprint, not a copy: the map
+    can hold a timestamp per group-partition. Maps that differ but hash alike would leave
+    such a group on the timestamps of offsets it read before, which are the same."""
+    return (len(exact_ts), hash((tuple(exact_ts), tuple(exact_ts.values())))) if exact_ts else None
 
 
 def _exact(rows: PartitionRows, exact_ts: ExactTimestamps) -> list[float | None] | None:
