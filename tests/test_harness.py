@@ -66,3 +66,16 @@ def test_the_recorders_filtered_parse_equals_the_whole_parse() -> None:
             wanted = {k: v for k, v in whole.items() if k[0] in only}
             assert wanted, (golden, sorted(only))
             assert parse_metrics(text, only) == wanted, golden
+
+
+def test_the_filtered_parse_splits_lines_where_the_exposition_does() -> None:
+    """Only "\n" ends a line of the text format; a group name may hold the other
+    characters str.splitlines breaks at, raw in its label value (the exposition escapes
+    only the backslash, the quote and the newline)."""
+    names = ["cr\rname", "ls\u2028name", "nel\x85name", "fs\x1cname", "ff\x0cname"]
+    text = "# TYPE kafka_consumergroup_status gauge\n" + "".join(
+        f'kafka_consumergroup_status{{group="{n}",status="ok"}} 1\n' for n in names) + \
+        "# TYPE other gauge\nother 2\n"
+    whole = parse_metrics(text)
+    assert len(whole) == len(names) + 1
+    assert parse_metrics(text, Recorder.READS) == {k: v for k, v in whole.items() if k[0] != "other"}

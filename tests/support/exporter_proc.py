@@ -32,8 +32,8 @@ def parse_metrics(text: str, only: frozenset[str] | None = None) -> Samples:
     """Every sample of an exposition, keyed by name and labels. With ``only``, just the
     samples of those names: the other lines, comments included, are dropped before the
     parse, which is prometheus_client's pure-Python one and costs per line."""
-    if only is not None:
-        text = "".join(line for line in text.splitlines(keepends=True)
+    if only is not None:  # lines end at "\n" alone: a label value may hold "\r" or "\u2028"
+        text = "".join(f"{line}\n" for line in text.split("\n")
                        if (m := SAMPLE_NAME.match(line)) and m.group() in only)
     out: Samples = {}
     for fam in text_string_to_metric_families(text):

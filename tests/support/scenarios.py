@@ -72,12 +72,14 @@ class Recorder(threading.Thread):
         self.stall_clocks: dict[str, dict[float, tuple[float, dict[int, float]]]] = {}
         self.slowest_sample = 0.0  # the longest sampling (seconds) any scrape reported
         self.stop_flag = threading.Event()
+        self.missed, self.last_miss = 0, ""  # scrapes that failed, and the last one's error
 
     def run(self) -> None:
         while not self.stop_flag.wait(0.5):
             try:
                 m = self.exp.metrics(self.READS)
-            except Exception:  # noqa: BLE001 - a missed scrape is just a gap
+            except Exception as e:  # noqa: BLE001 - a missed scrape is just a gap, told in a failure
+                self.missed, self.last_miss = self.missed + 1, repr(e)[:300]
                 continue
             now = time.time()
             cycles = int(sum(select(m, "lagwatch_cycles_total").values()))
@@ -144,7 +146,8 @@ class Recorder(threading.Thread):
         """A group's status changes and lag line since ``since``, for a failure message."""
         changes = [(round(t - since, 1), s) for t, s in self.changes(group, since)]
         lags = self.lag_line(group, since)[:80]
-        return f"status changes: {changes[:40]}; lag (s, seconds, offsets): {lags}"
+        missed = f"; {self.missed} scrapes failed, the last: {self.last_miss}" if self.missed else ""
+        return f"status changes: {changes[:40]}; lag (s, seconds, offsets): {lags}{missed}"
 
     def first(self, group: str, status: str, timeout: float, since: float = 0.0) -> float:
         def find() -> float | None:
@@ -164,6 +167,7 @@ class CommitWatch(threading.Thread):
         self.read = read
         self.reads: list[tuple[float, float, dict[int, int]]] = []  # (asked at, answered at, offsets)
         self.stop_flag = threading.Event()
+        self.missed, self.last_miss = 0, ""  # scrapes that failed, and the last one's error
 
     def run(self) -> None:
         while not self.stop_flag.wait(0.25):
@@ -209,6 +213,7 @@ class Workload(threading.Thread):
         self.producer = Producer({"bootstrap.servers": kafka.bootstrap_servers, "linger.ms": 10})
         self.scenarios = scenarios
         self.stop_flag = threading.Event()
+        self.missed, self.last_miss = 0, ""  # scrapes that failed, and the last one's error
 
     def run(self) -> None:
         tick = 0.1
