@@ -100,10 +100,10 @@ from exporter.evaluate.memory import (
 from exporter.evaluate.progress import Observed, ProgressTracker
 from exporter.evaluate.rebalances import RebalanceTracker
 from exporter.evaluate.rest import (
+    ExactCheck,
     Resting,
     changed_topics,
     enter,
-    exact_fingerprint,
     points_apart,
     possible,
     rates_known,
@@ -280,8 +280,9 @@ class Evaluator:
         # Groups at rest, skipped while nothing changes (exporter/evaluate/rest.py).
         self.skip_at_rest = skip_at_rest and possible(self.progress.window, self.progress.min_span)
         self.rest: dict[str, Resting] = {}
-        # The last evaluated cycle's rest.exact_fingerprint. Every group at rest was found at
-        # rest or entered it in that cycle (a group not sampled is forgotten with its rest).
+        # The fingerprint of the last evaluated cycle's record timestamps, if it took one
+        # (rest.ExactCheck). Every group at rest was found at rest or entered it in that
+        # cycle (a group not sampled is forgotten with its rest).
         self._exact_seen: tuple[int, int] | None = None
         # Partitions whose HW a cycle could not read (exporter/evaluate/unread.py).
         self.unread = UnreadOffsets()
@@ -371,8 +372,7 @@ class Evaluator:
         in chunks (:data:`CHUNK_ROWS`), each chunk's views then handed to ``judged``."""
         views: dict[str, GroupView] = {}
         ch = _Chunks()
-        seen = exact_fingerprint(exact_ts) if self.rest else None
-        as_before, self._exact_seen = seen is not None and seen == self._exact_seen, seen
+        exact = ExactCheck(exact_ts, self._exact_seen)
 
         def prepare(gid: str, g: GroupSample, r: Resting | None) -> None:
             ch.pending.append(self._prepared(gid, g, self._thresholds_of(gid), r, snap.partitions,
@@ -383,8 +383,7 @@ class Evaluator:
 
         for gid, g in samples.items():
             r = self.rest.pop(gid, None)
-            if r is None or not still(r, g, changed, bool(consumer_reports.get(gid)), exact_ts, now,
-                                      as_before):
+            if r is None or not still(r, g, changed, bool(consumer_reports.get(gid)), exact, now):
                 prepare(gid, g, r)
             elif now < r.known_at:
                 self._rested(gid, r, served(r, self.progress.window, now), views, ch)
@@ -400,6 +399,7 @@ class Evaluator:
             elif ch.resting >= CHUNK_ROWS:  # a cluster at rest is handed on in chunks too
                 _handed(judged, ch.done, [], views)
                 ch.done, ch.resting = [], 0
+        self._exact_seen = exact.fingerprint
         self._know(ch, views, prepare, snap.partitions, now)
         self._judge_chunk(ch.pending, views, snap.partitions, now)
         _handed(judged, ch.done, ch.pending, views)

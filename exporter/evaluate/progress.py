@@ -175,35 +175,29 @@ class ProgressTracker:
         """:meth:`many` of groups new to the tracker, each with its columns: their tables
         take their first points as :meth:`_in_columns` gives them, and the figures that
         need nothing per row are read over the groups at once (:meth:`_one_pool_figures`).
-        A group with an offset not known steps alone."""
+        As in :meth:`_cohort`, a group with an offset not known steps alone."""
         obs = [o for _gid, _v, _s, o in groups if o is not None]  # every one (:meth:`many`)
         assert len(obs) == len(groups)
-        hw, lag = np.concatenate([o.hw for o in obs]), np.concatenate([o.lag for o in obs])
-        starts = np.cumsum([0, *map(len, [o.tps for o in obs[:-1]])])
-        unfit = np.logical_or.reduceat(np.isnan(hw) | (hw < lag), starts).tolist()
-        fit = [k for k, bad in enumerate(unfit) if not bad]
-        for k in (k for k, bad in enumerate(unfit) if bad):
-            gid, v, sample, o = groups[k]
-            out[at[k]] = self.one(gid, v, sample, partitions, now, o)
-        if not fit:
+        chunk = _stacked(obs)
+        unfit = _unfit(chunk)
+        if any(unfit):
+            for k in (k for k, bad in enumerate(unfit) if bad):
+                gid, v, sample, o = groups[k]
+                out[at[k]] = self.one(gid, v, sample, partitions, now, o)
+            if fit := [k for k, bad in enumerate(unfit) if not bad]:
+                self._firsts([groups[k] for k in fit], partitions, now, [at[k] for k in fit], out)
             return
         memos, consumed = [], []
-        for k in fit:
-            o = obs[k]
-            memo = self.groups[groups[k][0]] = RatesMemory()
+        for (gid, *_rest), o in zip(groups, obs, strict=True):
+            memo = self.groups[gid] = RatesMemory()
             memo.parts.start([self._canon.get(tp, tp) for tp in o.tps])
-            consumed.append(o.hw - o.lag)
+            consumed.append(o.hw - o.lag)  # its own array, as :meth:`_in_columns` steps it
             memo.parts.step(now, consumed[-1], o.hw, self.window)
             memos.append(memo)
-        if len(fit) < len(obs):
-            obs = [obs[k] for k in fit]
-            hw, lag = np.concatenate([o.hw for o in obs]), np.concatenate([o.lag for o in obs])
-            starts = np.cumsum([0, *map(len, [o.tps for o in obs[:-1]])])
         span = memos[0].parts.span(self.min_span)
-        pooled = self._one_pool_figures(memos, obs, [True] * len(memos),
-                                        _Chunk(np.concatenate(consumed), hw, lag, starts), span)
-        for k, memo, o, c, fig in zip(fit, memos, obs, consumed, pooled, strict=True):
-            out[at[k]] = memo.last = fig or self._figures(memo, o, c, span, first=True)
+        pooled = self._one_pool_figures(memos, obs, [True] * len(memos), chunk, span)
+        for i, memo, o, c, fig in zip(at, memos, obs, consumed, pooled, strict=True):
+            out[i] = memo.last = fig or self._figures(memo, o, c, span, first=True)
             self.stepped_together += 1
 
     def _together(self, groups: list[ChunkGroup], partitions: dict[TP, PartitionOffsets], now: float,
@@ -226,10 +220,8 @@ class ProgressTracker:
         """The figures of groups whose points are at the same times, stepped together; None
         for a group that steps alone (an offset not known, as :func:`_observed` reads it,
         or a row moved backwards: its points unchanged)."""
-        hw, lag = np.concatenate([o.hw for o in obs]), np.concatenate([o.lag for o in obs])
-        consumed = hw - lag
-        starts = np.cumsum([0, *map(len, [o.tps for o in obs[:-1]])])
-        unfit = np.logical_or.reduceat(np.isnan(hw) | (consumed < 0), starts).tolist()
+        chunk = _stacked(obs)
+        unfit = _unfit(chunk)
         if any(unfit):
             out: list[GroupProgress | None] = [None] * len(memos)
             fit = [k for k, bad in enumerate(unfit) if not bad]
@@ -238,14 +230,15 @@ class ProgressTracker:
                                   strict=True):
                     out[k] = fig
             return out
-        stepped = step_together([m.parts for m in memos], now, consumed, hw, self.window)
+        stepped = step_together([m.parts for m in memos], now, chunk.consumed, chunk.hw, self.window)
         span = memos[0].parts.span(self.min_span)
-        pooled = self._one_pool_figures(memos, obs, stepped, _Chunk(consumed, hw, lag, starts), span)
+        pooled = self._one_pool_figures(memos, obs, stepped, chunk, span)
         figs: list[GroupProgress | None] = []
         lo = 0
         for o, memo, ok, fig in zip(obs, memos, stepped, pooled, strict=True):
             rows, lo = slice(lo, lo + len(o.tps)), lo + len(o.tps)
-            figs.append((fig or self._figures(memo, o, consumed[rows], span, first=False)) if ok else None)
+            figs.append((fig or self._figures(memo, o, chunk.consumed[rows], span, first=False))
+                        if ok else None)
         return figs
 
     def _one_pool_figures(self, memos: list[RatesMemory], obs: list[Observed], stepped: list[bool],
@@ -463,6 +456,18 @@ class _Chunk(NamedTuple):
     hw: np.ndarray
     lag: np.ndarray
     starts: np.ndarray  # each group's first row
+
+
+def _stacked(obs: list[Observed]) -> _Chunk:
+    """The rows of ``obs``, one group after the other."""
+    hw, lag = np.concatenate([o.hw for o in obs]), np.concatenate([o.lag for o in obs])
+    return _Chunk(hw - lag, hw, lag, np.cumsum([0, *map(len, [o.tps for o in obs[:-1]])]))
+
+
+def _unfit(chunk: _Chunk) -> list[bool]:
+    """Per group of ``chunk``: an offset not known (a NaN HW) or consumed below zero, as
+    :func:`_observed` would not read it; that group steps alone."""
+    return np.logical_or.reduceat(np.isnan(chunk.hw) | (chunk.consumed < 0), chunk.starts).tolist()
 
 
 # A group of a chunk whose figures are wanted (:meth:`ProgressTracker.many`): its id, its

@@ -169,29 +169,44 @@ def possible(rate_window: float, span_min: float) -> bool:
     return span_min <= rate_window - rate_window / POINTS_PER_WINDOW
 
 
-def still(r: Resting, g: GroupSample, changed: set[str], reported: bool, exact_ts: ExactTimestamps,
-          now: float, exact_as_before: bool = False) -> bool:
+def still(r: Resting, g: GroupSample, changed: set[str], reported: bool, exact: ExactCheck,
+          now: float) -> bool:
     """The group may be skipped this cycle: nothing it was evaluated on changed and its
-    view would not change (at rest ``stopped``: its lag reads the same record timestamps;
-    ``exact_as_before``: they are those of the cycle before, in which it was found at rest
-    or entered it)."""
+    view would not change (at rest ``stopped``: its lag reads the same record timestamps)."""
     s = r.sample
     return (now < r.wake_at and not reported and g.error is None and r.topics.isdisjoint(changed)
             and g.members == s.members and g.state == s.state and g.epoch == s.epoch
             and g.type == s.type and not g.reported_lag and tuple(g.committed) == r.keys
             and array("q", g.committed.values()) == r.offsets
-            and (r.clocks is None or exact_as_before
-                 or _exact(r.view.partitions, exact_ts) == r.clocks.exact))
+            and (r.clocks is None or exact.as_before()
+                 or _exact(r.view.partitions, exact.exact_ts) == r.clocks.exact))
 
 
-def exact_fingerprint(exact_ts: ExactTimestamps) -> tuple[int, int] | None:
-    """What tells a cycle's record timestamps from the cycle before's (None: none read).
-    A record's timestamp at an offset does not change, so only which offsets a read found
-    can; a group at rest ``stopped`` found at rest in the cycle before, whose timestamps
-    fingerprint the same, is spared a lookup per row. A fingerprint, not a copy: the map
-    can hold a timestamp per group-partition. Maps that differ but hash alike would leave
-    such a group on the timestamps of offsets it read before, which are the same."""
-    return (len(exact_ts), hash((tuple(exact_ts), tuple(exact_ts.values())))) if exact_ts else None
+class ExactCheck:
+    """A cycle's record timestamps, for :func:`still`, and whether they are the cycle
+    before's. A record's timestamp at an offset does not change, so only which offsets a
+    read found can; when the map fingerprints as the cycle before's, a group at rest
+    ``stopped`` (found at rest or entering it in that cycle) is spared a lookup per row.
+    The fingerprint (the map's length and the hash of its keys and values) is taken when
+    the first such group asks, so a cycle without one hashes nothing; it is not a copy, as
+    the map can hold an entry per group-partition. Maps that differ but hash alike would
+    leave such a group on the timestamps of offsets it read before, which are the same."""
+
+    __slots__ = ("exact_ts", "before", "fingerprint", "_same")
+
+    def __init__(self, exact_ts: ExactTimestamps, before: tuple[int, int] | None) -> None:
+        self.exact_ts = exact_ts
+        self.before = before  # the cycle before's fingerprint; None: not taken
+        self.fingerprint: tuple[int, int] | None = None  # this cycle's, once taken
+        self._same: bool | None = None
+
+    def as_before(self) -> bool:
+        if self._same is None:
+            if self.exact_ts:
+                self.fingerprint = (len(self.exact_ts),
+                                    hash((tuple(self.exact_ts), tuple(self.exact_ts.values()))))
+            self._same = self.fingerprint is not None and self.fingerprint == self.before
+        return self._same
 
 
 def _exact(rows: PartitionRows, exact_ts: ExactTimestamps) -> list[float | None] | None:

@@ -167,7 +167,6 @@ class CommitWatch(threading.Thread):
         self.read = read
         self.reads: list[tuple[float, float, dict[int, int]]] = []  # (asked at, answered at, offsets)
         self.stop_flag = threading.Event()
-        self.missed, self.last_miss = 0, ""  # scrapes that failed, and the last one's error
 
     def run(self) -> None:
         while not self.stop_flag.wait(0.25):
@@ -213,7 +212,6 @@ class Workload(threading.Thread):
         self.producer = Producer({"bootstrap.servers": kafka.bootstrap_servers, "linger.ms": 10})
         self.scenarios = scenarios
         self.stop_flag = threading.Event()
-        self.missed, self.last_miss = 0, ""  # scrapes that failed, and the last one's error
 
     def run(self) -> None:
         tick = 0.1
