@@ -59,8 +59,9 @@ def _compare(cycles, make, seen: set[Status | str] | None = None) -> tuple[int, 
         in_columns += cols.judged_in_columns
         together += cols.progress.stepped_together
         assert one.judged_in_columns == 0 and one.progress.stepped_together == 0
+        cols_resting, one_resting = cols.resting(), one.resting()
         for gid in b.groups if snap.ok else ():
-            if (gid in cols.rest) == (gid in one.rest):
+            if (gid in cols_resting) == (gid in one_resting):
                 assert _memory(cols, gid) == _memory(one, gid), f"cycle {i}: {gid}'s memory differs"
             else:  # at rest stopped in columns only (its reasons are kept unwritten): settled
                 assert cols.export_group(gid) == one.export_group(gid), f"cycle {i}: {gid}'s state differs"

@@ -155,7 +155,7 @@ def test_a_cluster_at_rest_is_handed_on_in_chunks(monkeypatch: pytest.MonkeyPatc
         timeline.append(run.cycle(i, now))
     ev = Evaluator("syn", th, 1.0)
     compared, _, largest, _ = _replay(timeline, ev, "syn")
-    assert compared > 100 and ev.rest  # groups were at rest
+    assert compared > 100 and ev.resting()  # groups were at rest
     # at most the groups at rest short of a chunk and a judged chunk, each with its last
     # group's rows past the chunk's (every group at once: 72 rows here)
     assert largest <= 2 * (12 + 3), largest

@@ -303,7 +303,7 @@ def test_judgement_is_untouched_and_an_unreadable_group_keeps_its_figures() -> N
     v2 = ev.evaluate(bad).groups["g"]
     assert v2.progress is not None and v2.progress.records_lost_total == 40
     ev.evaluate(Snapshot(cluster="c", taken_at=T0 + 3, duration=0.01, partitions={}, groups={}))
-    assert "g" not in ev.progress.groups  # deleted group: memory gone
+    assert "g" not in ev.groups  # deleted group: its memories gone, its rates with them
 
 
 def test_a_topic_nobody_subscribes_to_loses_nothing_for_the_group() -> None:

@@ -32,14 +32,15 @@ RECORDINGS = sorted((Path(__file__).resolve().parent / "recordings").glob("*.jso
 
 def _memory(ev: Evaluator, gid: str) -> tuple:
     """What the evaluator and its trackers remember of one group."""
-    st, pm, rm = ev.groups.get(gid), ev.progress.groups.get(gid), ev.rebalances.groups.get(gid)
+    rec = ev.groups.get(gid)
+    st, pm, rm = (None, None, None) if rec is None else (rec.memory, rec.rates, rec.rebalances)
     return (None if st is None else (st.parts, st.members, st.epoch, list(st.joins), st.uncommitted,
                                      st.outside_at, list(st.outside_gaps), st.acknowledged_at,
                                      st.seen, list(st.departed)),
             None if pm is None else ({tp: list(p) for tp, p in pm.parts.items()}, pm.counted,
                                      pm.lost, pm.lost_total),
             None if rm is None else (rm.total, rm.epoch, rm.members, list(rm.events)),
-            list(ev.commit_gaps.get(gid, ())))
+            list(() if rec is None or rec.gaps is None else rec.gaps))
 
 
 def _compare(cycles, make) -> tuple[int, int, int, int]:  # noqa: ANN001
@@ -55,13 +56,14 @@ def _compare(cycles, make) -> tuple[int, int, int, int]:  # noqa: ANN001
         a = skip.evaluate(snap, consumer, spark, exact_ts, now=now)
         b = full.evaluate(snap, consumer, spark, exact_ts, now=now)
         assert a == b, f"cycle {i}: the views differ"
-        skipped += sum(1 for r in skip.rest.values() if r.last == now)
-        stopped += sum(1 for r in skip.rest.values() if r.last == now and r.clocks is not None)
-        woke = {gid for gid in was if gid not in skip.rest and gid in b.groups}
+        resting = skip.resting()
+        skipped += sum(1 for r in resting.values() if r.last == now)
+        stopped += sum(1 for r in resting.values() if r.last == now and r.clocks is not None)
+        woke = {gid for gid in was if gid not in resting and gid in b.groups}
         woken += len(woke)
-        was = set(skip.rest) if snap.ok else was
+        was = set(resting) if snap.ok else was
         for gid in b.groups if snap.ok else ():
-            if gid not in skip.rest:  # evaluated this cycle, and not at rest: the same memory
+            if gid not in resting:  # evaluated this cycle, and not at rest: the same memory
                 assert _memory(skip, gid) == _memory(full, gid), f"cycle {i}: {gid}'s memory differs"
                 if gid in woke or i % 10 == 0:  # its saved state: as it woke, and now and then
                     assert skip.export_group(gid) == full.export_group(gid), f"cycle {i}: {gid}'s state"
@@ -210,7 +212,7 @@ def _rests(timeline: list[tuple], interval: float) -> list[list[tuple]]:
     for snap, consumer, spark, exact_ts, now in timeline:
         ev.evaluate(snap, consumer, spark, exact_ts, now=now)
         out.append(sorted((gid, r.wake_at, r.keys, list(r.offsets), r.rates_known, sorted(r.floors),
-                           [t.flat() for t in r.times], r.which) for gid, r in ev.rest.items()))
+                           [t.flat() for t in r.times], r.which) for gid, r in ev.resting().items()))
     return out
 
 

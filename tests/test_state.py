@@ -90,7 +90,7 @@ def _plain_ways_agree(ev: Evaluator, view: ClusterView) -> tuple[int, int]:
             again = json.loads(json.dumps(pairs))
             assert dict(from_plain(Mapping[TP, PartitionProgress], again)) == dict(_PROGRESS(again))
             rates += len(pairs)
-        table = ev.groups[g.group].parts
+        table = ev.groups[g.group].memory.parts
         if isinstance(table, PartitionTable):
             made = PartitionTable.of_plain(list(table.tps), table.plain())
             assert dict(made) == dict(table) and made.plain() == table.plain()

@@ -57,7 +57,7 @@ from exporter.contracts.view import (
     seconds,
 )
 from exporter.evaluate import persist
-from exporter.evaluate.cadence import CommitClock, Gaps, learn_commit_gaps, member_allowance, new_gaps
+from exporter.evaluate.cadence import CommitClock, learn_commit_gaps, member_allowance, new_gaps
 from exporter.evaluate.columns import (
     COLUMN_RULES,
     LAGGING,
@@ -79,6 +79,7 @@ from exporter.evaluate.constants import (
 )
 from exporter.evaluate.departures import NOBODY_SEEN, departure_text, remember_departures
 from exporter.evaluate.exposure import consumer_exposure, group_exposure, spark_exposure
+from exporter.evaluate.group_memories import GroupMemories, MemoriesByGroup
 from exporter.evaluate.lag import HwHistory, lag_origin
 from exporter.evaluate.memory import (
     GroupMemory,
@@ -97,7 +98,7 @@ from exporter.evaluate.memory import (
     remember_uncommitted,
     rest_step,
 )
-from exporter.evaluate.progress import Observed, ProgressTracker
+from exporter.evaluate.progress import Observed, ProgressTracker, RatesMemory
 from exporter.evaluate.rebalances import RebalanceTracker
 from exporter.evaluate.rest import (
     ExactCheck,
@@ -259,27 +260,28 @@ class Evaluator:
         self.served_at_rest = 0  # groups served again from their rest in the last cycle
         self.known_at_rest = 0  # groups whose rates became known at rest, since the start
         # A group's thresholds are the cluster's, or the first group override matching it
-        # (:meth:`_thresholds_of`); each group's travel with it (``_Pending.th``, ``_GroupCycle.th``).
+        # (:meth:`thresholds_of`), kept with its memories; each group's travel with it
+        # (``_Pending.th``, ``_GroupCycle.th``).
         self.cluster_th = thresholds
         self.group_thresholds = tuple(group_thresholds)
-        self._th_of: dict[str, Thresholds] = {}
-        self.commit_gaps: dict[str, Gaps] = {}  # groups with members: exporter/evaluate/cadence.py
         self.interval = interval
         self.history_points = history_points
         self.max_group_partitions = max_group_partitions
         self.hw_history: dict[TP, HwHistory] = {}
-        self.groups: dict[str, GroupMemory] = {}
+        # Every group's memories in one place (exporter/evaluate/group_memories.py), shared
+        # with the trackers: forgetting a group is one deletion.
+        self.groups: MemoriesByGroup = {}
         self.last_good: ClusterView | None = None
         self._lag_memo: dict[tuple[TP, int], float | None] = {}
         self._origin_memo: dict[tuple[TP, int], float | None] = {}
         self._keys: dict[TP, TP] = {}
         # Rates, time to catch up, records lost (exporter/evaluate/progress.py).
-        self.progress = ProgressTracker(thresholds.window, interval, columns=columns)
+        self.progress = ProgressTracker(thresholds.window, interval, self.groups, columns=columns)
         # Rebalances per group (exporter/evaluate/rebalances.py).
-        self.rebalances = RebalanceTracker(self._thresholds_of)
-        # Groups at rest, skipped while nothing changes (exporter/evaluate/rest.py).
+        self.rebalances = RebalanceTracker(self.groups)
+        # Groups at rest (their memories' ``rest``), skipped while nothing changes
+        # (exporter/evaluate/rest.py).
         self.skip_at_rest = skip_at_rest and possible(self.progress.window, self.progress.min_span)
-        self.rest: dict[str, Resting] = {}
         # The fingerprint of the last evaluated cycle's record timestamps, if it took one
         # (rest.ExactCheck). Every group at rest was found at rest or entered it in that
         # cycle (a group not sampled is forgotten with its rest).
@@ -329,14 +331,9 @@ class Evaluator:
         self.progress.begin(self._keys)
         views = self._views(snap, samples, changed, consumer_reports, spark_reports, exact_ts or {}, now,
                             judged)
-        for gid in list(self.groups):
-            if gid not in samples:
-                del self.groups[gid]  # deleted group: its series vanish this cycle
-                self.rest.pop(gid, None)
-                self._th_of.pop(gid, None)
-                self.commit_gaps.pop(gid, None)
-        self.progress.end(views)
-        self.rebalances.end(views)
+        for gid in [gid for gid in self.groups if gid not in samples]:
+            del self.groups[gid]  # deleted group: its series vanish this cycle
+        self.progress.end()
         views, dropped = self._cap(views)
         view = ClusterView(cluster=self.cluster, up=True, sampled_at=snap.taken_at,
                            sample_duration=snap.duration, partitions=snap.partitions,
@@ -354,13 +351,13 @@ class Evaluator:
             # A consumer group of that name with members wins; an empty one is normally the
             # listener's own commit_offsets_to_group mirror of this query.
             if gid not in samples or not samples[gid].members:
-                samples[gid] = _spark_sample(rep, now, self._thresholds_of(gid))
+                samples[gid] = _spark_sample(rep, now, self.thresholds_of(gid))
         return samples
 
     def _changed_topics(self, snap: Snapshot) -> set[str]:
         """The topics whose offsets moved since the last evaluated snapshot; only groups at
         rest need them (exporter/evaluate/rest.py)."""
-        if not self.rest or self.last_good is None:
+        if self.last_good is None or not any(rec.rest is not None for rec in self.groups.values()):
             return set()
         return changed_topics(self.last_good.partitions, snap.partitions)
 
@@ -375,18 +372,22 @@ class Evaluator:
         exact = ExactCheck(exact_ts, self._exact_seen)
 
         def prepare(gid: str, g: GroupSample, r: Resting | None) -> None:
-            ch.pending.append(self._prepared(gid, g, self._thresholds_of(gid), r, snap.partitions,
+            ch.pending.append(self._prepared(gid, g, r, snap.partitions,
                                              consumer_reports.get(gid, []),
                                              spark_reports.get(gid) if g.type == GroupType.SPARK else None,
                                              exact_ts, now))
             ch.rows += len(ch.pending[-1].tps)
 
         for gid, g in samples.items():
-            r = self.rest.pop(gid, None)
+            rec = self.groups.get(gid)
+            if rec is None:  # a group seen for the first time
+                rec = self.groups[gid] = GroupMemories(GroupMemory(parts=PartitionTable(len(g.committed))),
+                                                    self.thresholds_of(gid))
+            r, rec.rest = rec.rest, None
             if r is None or not still(r, g, changed, bool(consumer_reports.get(gid)), exact, now):
                 prepare(gid, g, r)
             elif now < r.known_at:
-                self._rested(gid, r, served(r, self.progress.window, now), views, ch)
+                self._rested(gid, rec, r, served(r, self.progress.window, now), views, ch)
             else:  # its rates become known: with others', at rest (:meth:`_know`)
                 ch.knowing.append((gid, g, r))
                 ch.knowing_rows += len(r.keys)
@@ -405,9 +406,10 @@ class Evaluator:
         _handed(judged, ch.done, ch.pending, views)
         return views
 
-    def _rested(self, gid: str, r: Resting, v: GroupView, views: dict[str, GroupView], ch: _Chunks) -> None:
+    def _rested(self, gid: str, rec: GroupMemories, r: Resting, v: GroupView, views: dict[str, GroupView],
+                ch: _Chunks) -> None:
         """A group served from its rest ``r`` this cycle, its view ``v``."""
-        self.rest[gid], views[gid] = r, v
+        rec.rest, views[gid] = r, v
         self.served_at_rest += 1
         self.progress.rested(gid, v)
         ch.done.append(v)
@@ -423,20 +425,21 @@ class Evaluator:
         items, ch.knowing, ch.knowing_rows = ch.knowing, [], 0
         if not items:
             return
-        apart = {i: memo for i, (gid, _g, r) in enumerate(items)
-                 if (memo := points_apart(r, self.groups[gid], self.progress.groups[gid])) is not None}
+        recs = [self.groups[gid] for gid, _g, _r in items]
+        apart = {i: memo for i, ((_gid, _g, r), rec) in enumerate(zip(items, recs, strict=True))
+                 if (memo := points_apart(r, rec.memory, _rates(rec))) is not None}
         figures = self.progress.apart(list(apart.values()), [items[i][2].view for i in apart],
                                       partitions, now)
         known: list[GroupView | None] = [None] * len(items)
         for (i, memo), pr in zip(apart.items(), figures, strict=True):
-            gid, _g, r = items[i]
+            r = items[i][2]
             if pr is not None:
-                known[i] = rates_known(r, self.progress.groups[gid], memo, pr, self.progress.window, now)
-        for (gid, g, r), v in zip(items, known, strict=True):
+                known[i] = rates_known(r, _rates(recs[i]), memo, pr, self.progress.window, now)
+        for (gid, g, r), rec, v in zip(items, recs, known, strict=True):
             if v is None:
                 prepare(gid, g, r)
             else:
-                self._rested(gid, r, v, views, ch)
+                self._rested(gid, rec, r, v, views, ch)
                 self.known_at_rest += 1
 
     def _judge_chunk(self, pending: list[_Pending], views: dict[str, GroupView],
@@ -449,18 +452,17 @@ class Evaluator:
         for (p, v), progress in zip(judged, figures, strict=True):
             views[p.gid] = self._judged(p, v, progress, partitions, now)
 
-    def _prepared(self, gid: str, g: GroupSample, th: Thresholds, r: Resting | None,
+    def _prepared(self, gid: str, g: GroupSample, r: Resting | None,
                   partitions: dict[TP, PartitionOffsets], reports: list[ConsumerReport],
                   spark: SparkReport | None, exact_ts: dict[tuple[str, int, int], float],
                   now: float) -> _Pending:
         """A group woken or not at rest, its group-level evidence taken (members, the cycle's
         facts) and its share of the cycle's columns gathered: judged once every group's is
         (:meth:`_judge_columns`, :meth:`_judged`)."""
-        state = self.groups.get(gid)
-        if state is None:
-            state = self.groups[gid] = GroupMemory(parts=PartitionTable(len(g.committed)))
+        rec = self.groups[gid]
+        state, th = rec.memory, rec.th
         if r is not None:
-            settle(r, state, self.progress.groups[gid])
+            settle(r, state, _rates(rec))
         if g.error is not None:
             return _Pending(gid=gid, g=g, st=state, th=th, reports=reports)
         state.unreadable_since = None
@@ -486,12 +488,10 @@ class Evaluator:
         if progress is not None or rebalances is not None:  # one copy of the view, not two
             v = _with_figures(v, progress or v.progress, rebalances or v.rebalances)
         if self.skip_at_rest and not p.reports:
-            th = p.th
-            rest = enter(p.g, v, p.st, self.progress.groups.get(p.gid), self.rebalances.groups.get(p.gid),
-                         partitions, (th.window, th.rebalance_window, self.progress.min_span), now,
-                         self.lag_origins, p.cycle.exact_ts if p.cycle is not None else None)
-            if rest is not None:
-                self.rest[p.gid] = rest
+            th, rec = p.th, self.groups[p.gid]
+            rec.rest = enter(p.g, v, p.st, rec.rates, rec.rebalances,
+                             partitions, (th.window, th.rebalance_window, self.progress.min_span), now,
+                             self.lag_origins, p.cycle.exact_ts if p.cycle is not None else None)
         return v
 
     def _grace(self) -> float:
@@ -499,11 +499,11 @@ class Evaluator:
         standing in before it is ``error``."""
         return max(UNREADABLE_GRACE_CYCLES * self.interval, UNREADABLE_GRACE_SECONDS)
 
-    def _thresholds_of(self, gid: str) -> Thresholds:
-        th = self._th_of.get(gid)
-        if th is None:
-            th = self._th_of[gid] = thresholds_for(self.cluster_th, self.group_thresholds, gid)
-        return th
+    def thresholds_of(self, gid: str) -> Thresholds:
+        """The group's thresholds: kept with its memories, or (a group not yet remembered) matched
+        now from the cluster's and the group overrides."""
+        rec = self.groups.get(gid)
+        return rec.th if rec is not None else thresholds_for(self.cluster_th, self.group_thresholds, gid)
 
     def _update_history(self, snap: Snapshot, now: float) -> list[TP]:
         """Each HW read this cycle into its partition's history; the partitions whose HW
@@ -656,9 +656,10 @@ class Evaluator:
         acknowledgements, nor Spark queries, which are never `stalled`."""
         if g.type not in COMMITTING_TYPES:
             return 0.0
-        gaps = self.commit_gaps.get(g.group_id)
+        rec = self.groups[g.group_id]
+        gaps = rec.gaps
         if gaps is None:
-            gaps = self.commit_gaps[g.group_id] = new_gaps()
+            gaps = rec.gaps = new_gaps()
         last = self.last_good
         before = last.sampled_at if last is not None and 0 < last.sampled_at < now else now - self.interval
         clock = CommitClock(now, before, st.committed_after)
@@ -991,6 +992,10 @@ class Evaluator:
         return since
 
     # -- state that survives a restart (exporter/contracts/state.py) -----------------
+    def resting(self) -> dict[str, Resting]:
+        """The groups at rest after the last cycle, and their rests."""
+        return {gid: rec.rest for gid, rec in self.groups.items() if rec.rest is not None}
+
     def state_groups(self) -> list[str]:
         """The groups :meth:`export_group` has memory of."""
         return list(self.groups)
@@ -1136,6 +1141,12 @@ def _rows(keys: dict[TP, TP], tps: list[TP], b: _Columns, stalled: np.ndarray, o
         unsubscribed[i] = v.unsubscribed
     return PartitionRows(keyed, committed, position, lag_off, lag_s, stalled,
                          status, reason, owner, unsubscribed, evidence)
+
+
+def _rates(rec: GroupMemories) -> RatesMemory:
+    """The rate points of a group at rest (it entered rest with them)."""
+    assert rec.rates is not None
+    return rec.rates
 
 
 def _with_figures(v: GroupView, progress: GroupProgress | None, rebalances: GroupRebalances | None

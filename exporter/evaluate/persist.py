@@ -13,6 +13,7 @@ import dataclasses
 from collections.abc import Iterator, Mapping, MutableMapping
 from typing import Protocol
 
+from exporter.config import Thresholds
 from exporter.contracts.snapshot import TP, Member, PartitionOffsets
 from exporter.contracts.state import (
     PartitionRow,
@@ -22,17 +23,18 @@ from exporter.contracts.state import (
     SavedTopic,
 )
 from exporter.contracts.view import ClusterView, GroupProgress, GroupRebalances, GroupView
-from exporter.evaluate.cadence import Gaps, new_gaps
+from exporter.evaluate.cadence import new_gaps
 from exporter.evaluate.columns import PartitionTable
 from exporter.evaluate.constants import MAX_JOINS, OUTSIDE_GAPS
 from exporter.evaluate.departures import MAX_DEPARTURES, Departure
+from exporter.evaluate.group_memories import GroupMemories, MemoriesByGroup
 from exporter.evaluate.lag import HwHistory
 from exporter.evaluate.latest import Latest
 from exporter.evaluate.memory import GroupMemory, PartitionMemory
-from exporter.evaluate.progress import ProgressTracker, RatesMemory
+from exporter.evaluate.progress import RatesMemory
 from exporter.evaluate.rates import Points, RateTable
-from exporter.evaluate.rebalances import MAX_EVENTS, RebalanceMemory, RebalanceTracker
-from exporter.evaluate.rest import Resting, settle
+from exporter.evaluate.rebalances import MAX_EVENTS, RebalanceMemory
+from exporter.evaluate.rest import settle
 from exporter.evaluate.unread import UnreadOffsets
 from exporter.state.plain import from_plain, to_plain
 
@@ -42,15 +44,13 @@ class Evaluator(Protocol):
     named here, so that the evaluator imports this module and not the other way round."""
 
     cluster: str
-    commit_gaps: dict[str, Gaps]
-    groups: dict[str, GroupMemory]
+    groups: MemoriesByGroup
     history_points: int
     hw_history: dict[TP, HwHistory]
     last_good: ClusterView | None
-    progress: ProgressTracker
-    rebalances: RebalanceTracker
-    rest: dict[str, Resting]
     unread: UnreadOffsets
+
+    def thresholds_of(self, gid: str) -> Thresholds: ...
 
 
 def _row(tp: TP, m: PartitionMemory) -> PartitionRow:
@@ -78,12 +78,11 @@ def _flat_points(points: Mapping[TP, Points]) -> Iterator[tuple[TP, tuple[float,
 
 
 def export_group(ev: Evaluator, gid: str) -> SavedGroup | None:
-    st = ev.groups.get(gid)
-    if st is None:
+    rec = ev.groups.get(gid)
+    if rec is None:
         return None
-    pm, rm = ev.progress.groups.get(gid), ev.rebalances.groups.get(gid)
+    st, pm, rm, r = rec.memory, rec.rates, rec.rebalances, rec.rest
     parts, points, last_view = st.parts, pm.parts if pm is not None else None, st.last_view
-    r = ev.rest.get(gid)
     if r is not None and pm is not None:  # settled on copies: the rest goes on as it was
         # (in columns when the group's memory is: nothing decoded a partition at a time)
         st2 = GroupMemory(parts=st.parts.copy() if isinstance(st.parts, PartitionTable) else dict(st.parts),
@@ -92,7 +91,7 @@ def export_group(ev: Evaluator, gid: str) -> SavedGroup | None:
                           else dict(pm.parts))
         settle(r, st2, pm2)
         parts, points, last_view = st2.parts, pm2.parts, st2.last_view
-    gaps = ev.commit_gaps.get(gid)
+    gaps = rec.gaps
     return SavedGroup(
         group=gid, members=tuple(sorted(st.members)), epoch=st.epoch, joins=tuple(st.joins),
         seen_once=st.seen_once, unreadable_since=st.unreadable_since,
@@ -123,7 +122,7 @@ def import_group(ev: Evaluator, s: SavedGroup) -> None:
     progress = None if s.last_progress is None else from_plain(GroupProgress, s.last_progress)
     rebalances = None if s.last_rebalances is None else from_plain(GroupRebalances, s.last_rebalances)
     gid = s.group
-    ev.groups[gid] = GroupMemory(
+    memory = GroupMemory(
         members=set(s.members), epoch=s.epoch, joins=Latest(s.joins, maxlen=MAX_JOINS),
         seen_once=s.seen_once, parts=_table(s.partitions),
         last_view=view, unreadable_since=s.unreadable_since, acknowledged_at=s.acknowledged_at,
@@ -132,29 +131,24 @@ def import_group(ev: Evaluator, s: SavedGroup) -> None:
         uncommitted={(u[0], u[1]): (u[2], u[3], u[4], u[5]) for u in s.uncommitted},
         seen={m.member_id: m for m in (from_plain(Member, v) for v in s.seen)},
         departed=Latest((from_plain(Departure, v) for v in s.departed), maxlen=MAX_DEPARTURES))
-    ev.rest.pop(gid, None)
-    if s.commit_gaps is None:
-        ev.commit_gaps.pop(gid, None)
-    else:
-        gaps = ev.commit_gaps[gid] = new_gaps()
-        gaps.extend(s.commit_gaps)
-    if s.rebalances is None:
-        ev.rebalances.groups.pop(gid, None)
-    else:
+    rec = GroupMemories(memory, ev.thresholds_of(gid))  # replaces all the group's memories
+    if s.commit_gaps is not None:
+        rec.gaps = new_gaps()
+        rec.gaps.extend(s.commit_gaps)
+    if s.rebalances is not None:
         b = s.rebalances
-        ev.rebalances.groups[gid] = RebalanceMemory(
+        rec.rebalances = RebalanceMemory(
             broker=b.broker, clients=b.clients, total=b.total, epoch=b.epoch,
             members=None if b.members is None else frozenset(b.members),
             client_counts=dict(b.client_counts),
             events=Latest(b.events, maxlen=MAX_EVENTS), last=rebalances)
-    if s.rates is None:
-        ev.progress.groups.pop(gid, None)
-    else:
+    if s.rates is not None:
         q = s.rates
-        ev.progress.groups[gid] = RatesMemory(
+        rec.rates = RatesMemory(
             parts=RateTable({(t, p): Points.from_flat(f) for t, p, f in q.points}),
             counted={(t, p): n for t, p, n in q.counted}, lost={(t, p): n for t, p, n in q.lost},
             lost_total=q.lost_total, last=progress)
+    ev.groups[gid] = rec
     if view is not None:
         served = dataclasses.replace(view, progress=progress or view.progress,
                                      rebalances=rebalances or view.rebalances)

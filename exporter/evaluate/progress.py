@@ -9,9 +9,9 @@ of :mod:`exporter.evaluate.retention`) and attaches a :class:`GroupProgress` to 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
 import numpy as np
 
@@ -78,12 +78,19 @@ class _Pool:
     eta: float | None  # None: not gaining, or rates unknown
 
 
+class HoldsRates(Protocol):
+    """A group's memories as the tracker reads them (exporter/evaluate/group_memories.py)."""
+
+    rates: RatesMemory | None
+
+
 class ProgressTracker:
     """The memory behind :class:`GroupProgress` for one cluster: :meth:`begin`, then
     :meth:`one` for each group of a cycle as the evaluator judges it (:meth:`rested` for
     a group at rest), then :meth:`end`."""
 
-    def __init__(self, window: float, interval: float, columns: bool = True) -> None:
+    def __init__(self, window: float, interval: float, groups: Mapping[str, HoldsRates],
+                 columns: bool = True) -> None:
         # Rate points in columns where a group's partitions are sampled together
         # (:class:`~exporter.evaluate.rates.RateTable`); False: one Points per partition,
         # the reference the tests hold the columns equal to.
@@ -93,7 +100,9 @@ class ProgressTracker:
         # A partition whose lag is what its consumer gets through in this long is caught
         # up: records between two commits (or two Spark triggers), not a backlog.
         self.settle = max(interval, window / 10)
-        self.groups: dict[str, RatesMemory] = {}
+        # The evaluator's memories by group (exporter/evaluate/group_memories.py): the tracker's
+        # own are each group's ``rates``.
+        self.groups = groups
         # One object per distinct PartitionProgress of a cycle (they are frozen).
         self._shared: dict[PartitionProgress, PartitionProgress] = {}
         self._canon: dict[TP, TP] = {}
@@ -110,10 +119,10 @@ class ProgressTracker:
 
     def rested(self, gid: str, v: GroupView) -> None:
         """A group at rest: its view carries its figures already (exporter/evaluate/rest.py)."""
-        memo = self.groups.get(gid)
-        if memo is None:
-            memo = self.groups[gid] = RatesMemory()
-        memo.last = v.progress
+        rec = self.groups[gid]
+        if rec.rates is None:
+            rec.rates = RatesMemory()
+        rec.rates.last = v.progress
 
     def apart(self, memos: list[RatesMemory], views: list[GroupView],
               partitions: dict[TP, PartitionOffsets], now: float) -> list[GroupProgress | None]:
@@ -138,7 +147,10 @@ class ProgressTracker:
             o: Observed | None = None) -> GroupProgress | None:
         """One group's figures, for its view (None: none yet); ``o``: its columns as the
         evaluator gathered them (None: read from the view)."""
-        memo = self.groups.setdefault(gid, RatesMemory())
+        rec = self.groups[gid]
+        memo = rec.rates
+        if memo is None:
+            memo = rec.rates = RatesMemory()
         if sample.error is None:
             memo.last = self._group(memo, v, partitions, now, o)
         # An unreadable group keeps its last figures, like its last judgement.
@@ -154,7 +166,7 @@ class ProgressTracker:
         cohorts: dict[tuple[float, ...], list[int]] = {}
         firsts: list[int] = []  # new to the tracker
         for i, (gid, v, sample, o) in enumerate(groups):
-            memo = self.groups.get(gid)
+            memo = self.groups[gid].rates
             table = None if memo is None else memo.parts
             if not (self.columns and o is not None and sample.error is None):
                 out[i] = self.one(gid, v, sample, partitions, now)
@@ -189,7 +201,7 @@ class ProgressTracker:
             return
         memos, consumed = [], []
         for (gid, *_rest), o in zip(groups, obs, strict=True):
-            memo = self.groups[gid] = RatesMemory()
+            memo = self.groups[gid].rates = RatesMemory()
             memo.parts.start([self._canon.get(tp, tp) for tp in o.tps])
             consumed.append(o.hw - o.lag)  # its own array, as :meth:`_in_columns` steps it
             memo.parts.step(now, consumed[-1], o.hw, self.window)
@@ -206,7 +218,7 @@ class ProgressTracker:
         ``out`` at ``at``."""
         obs = [o for _gid, _v, _s, o in groups if o is not None]  # every one (:meth:`many`)
         assert len(obs) == len(groups)
-        memos = [self.groups[gid] for gid, *_ in groups]
+        memos: list[RatesMemory] = [self.groups[gid].rates for gid, *_ in groups]  # type: ignore[misc]
         for (gid, v, sample, _o), memo, i, fig in zip(groups, memos, at, self._cohort(memos, obs, now),
                                                      strict=True):
             if fig is not None:
@@ -285,10 +297,8 @@ class ProgressTracker:
             out.append(_progress(group, eta, losing, len(pools), memo, parts, [], retained[k]))
         return out
 
-    def end(self, views: dict[str, GroupView]) -> None:
-        """The cycle's groups are done: ``views`` holds every group of the cycle."""
-        for gid in [g for g in self.groups if g not in views]:
-            del self.groups[gid]  # deleted group: its series vanish with it
+    def end(self) -> None:
+        """The cycle's groups are done (a deleted group's rates go with its memories)."""
         self._shared, self._canon = {}, {}
 
     def _group(self, memo: RatesMemory, v: GroupView, partitions: dict[TP, PartitionOffsets],

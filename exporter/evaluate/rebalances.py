@@ -34,9 +34,10 @@ changes a status or a judgement reason.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from itertools import repeat
+from typing import Protocol
 
 from exporter.config import Thresholds
 from exporter.contracts.reports import ConsumerReport
@@ -109,13 +110,21 @@ def client_step(counts: dict[str, int], reports: list[ConsumerReport]) -> int:
     return rise
 
 
+class HoldsRebalances(Protocol):
+    """A group's memories as the tracker reads them (exporter/evaluate/group_memories.py)."""
+
+    rebalances: RebalanceMemory | None
+    th: Thresholds
+
+
 class RebalanceTracker:
     """The memory behind :class:`GroupRebalances` for one cluster: :meth:`one` for each group of a
-    cycle as the evaluator judges it, then :meth:`end`."""
+    cycle as the evaluator judges it."""
 
-    def __init__(self, thresholds_of: Callable[[str], Thresholds]) -> None:
-        self.thresholds_of = thresholds_of
-        self.groups: dict[str, RebalanceMemory] = {}
+    def __init__(self, groups: Mapping[str, HoldsRebalances]) -> None:
+        # The evaluator's memories by group (exporter/evaluate/group_memories.py): the tracker's
+        # own are each group's ``rebalances``.
+        self.groups = groups
 
     def one(self, gid: str, v: GroupView, sample: GroupSample, reports: list[ConsumerReport],
             now: float) -> GroupRebalances | None:
@@ -123,19 +132,15 @@ class RebalanceTracker:
         its view carries them); None for a Spark query, or none yet."""
         if v.type == GroupType.SPARK:
             return None
-        memo = self.groups.get(gid)
+        rec = self.groups[gid]
+        memo = rec.rebalances
         if memo is None:
-            memo = self.groups[gid] = RebalanceMemory()
+            memo = rec.rebalances = RebalanceMemory()
         if sample.error is None:
             self._observe(memo, sample, reports, now)
             memo.last = self._summary(memo, v, now)
         # An unreadable group keeps its last figures, like its last judgement.
         return memo.last
-
-    def end(self, views: dict[str, GroupView]) -> None:
-        """The cycle's groups are done: ``views`` holds every group of the cycle."""
-        for gid in [g for g in self.groups if g not in views]:
-            del self.groups[gid]  # deleted group: its series vanish with it
 
     def _observe(self, memo: RebalanceMemory, g: GroupSample, reports: list[ConsumerReport],
                  now: float) -> None:
@@ -154,7 +159,7 @@ class RebalanceTracker:
         memo.total = total
 
     def _summary(self, memo: RebalanceMemory, v: GroupView, now: float) -> GroupRebalances:
-        th = self.thresholds_of(v.group)
+        th = self.groups[v.group].th
         while memo.events and memo.events[0] < now - th.rebalance_window:
             memo.events.popleft()
         recent = len(memo.events)

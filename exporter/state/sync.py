@@ -106,10 +106,10 @@ class StateSync:
         changed and those whose turn it is, not every group again (encoding a group's
         record costs more CPU than judging it). An old record is written again in that
         cycle, before it ages out of the next restart's reach."""
-        mem = ev.groups.get(d.name)
-        if mem is None or mem.last_view is None or now - d.at >= self.cfg.state_max_age / 2:
+        rec = ev.groups.get(d.name)
+        if rec is None or rec.memory.last_view is None or now - d.at >= self.cfg.state_max_age / 2:
             return
-        pm, rm = ev.progress.groups.get(d.name), ev.rebalances.groups.get(d.name)
+        mem, pm, rm = rec.memory, rec.rates, rec.rebalances
         self._groups[d.name] = (fingerprint_of(mem.last_view, pm.last if pm else None,
                                                rm.last if rm else None), -1)
 
