@@ -991,11 +991,11 @@ class Evaluator:
             since = h.oldest if h and h.oldest else None
         return since
 
-    # -- state that survives a restart (exporter/contracts/state.py) -----------------
     def resting(self) -> dict[str, Resting]:
         """The groups at rest after the last cycle, and their rests."""
         return {gid: rec.rest for gid, rec in self.groups.items() if rec.rest is not None}
 
+    # -- state that survives a restart (exporter/contracts/state.py) -----------------
     def state_groups(self) -> list[str]:
         """The groups :meth:`export_group` has memory of."""
         return list(self.groups)

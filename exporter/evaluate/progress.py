@@ -218,7 +218,7 @@ class ProgressTracker:
         ``out`` at ``at``."""
         obs = [o for _gid, _v, _s, o in groups if o is not None]  # every one (:meth:`many`)
         assert len(obs) == len(groups)
-        memos: list[RatesMemory] = [self.groups[gid].rates for gid, *_ in groups]  # type: ignore[misc]
+        memos = [_kept(self.groups[gid]) for gid, *_ in groups]
         for (gid, v, sample, _o), memo, i, fig in zip(groups, memos, at, self._cohort(memos, obs, now),
                                                      strict=True):
             if fig is not None:
@@ -466,6 +466,12 @@ class _Chunk(NamedTuple):
     hw: np.ndarray
     lag: np.ndarray
     starts: np.ndarray  # each group's first row
+
+
+def _kept(rec: HoldsRates) -> RatesMemory:
+    """The points of a group in a cohort (it has some: :meth:`ProgressTracker.many`)."""
+    assert rec.rates is not None
+    return rec.rates
 
 
 def _stacked(obs: list[Observed]) -> _Chunk:
