@@ -7,21 +7,27 @@ Creates a topic of 12 partitions and G groups with committed offsets (no members
 (``state.enabled: false``) and N replicas (``state.replicas``) side by side, all at
 ``interval: 1``. After a settling spell it reads each one's
 ``lagwatch_kafka_requests_total`` and ``lagwatch_cycles_total`` twice, ``--seconds``
-apart, and prints per process the requests a cycle, the groups it serves and the shards
-it owns. Requests are per broker and coordinator (docs/design.md, Replicas): what the
-figures show is how far sharding divides them. A benchmark, not a test: nothing is
-asserted.
+apart, and prints per process the requests a cycle, the bytes its processes (the main
+one and its Kafka worker) received from the brokers a cycle, the groups it serves and
+the shards it owns. Requests are per broker and coordinator (docs/design.md, Replicas):
+what the figures show is how far sharding divides them, and what the requests carry.
+The bytes are each TCP connection's ``bytes_received`` (``ss -tinp``, the kernel's
+tcp_info) to a broker's port: a replica's include its coordination group's heartbeats
+and its state topic's traffic. A benchmark, not a test: nothing is asserted.
 """
 
 from __future__ import annotations
 
 import argparse
+import re
+import subprocess
 import tempfile
 import time
 from contextlib import ExitStack
 
 from bench.bench_core import setup
 from devenv.kafka import KafkaCluster
+from devenv.procs import children
 from tests.conftest import exporter_config
 from tests.support.exporter_proc import ExporterProcess, Samples, select, value
 
@@ -34,6 +40,22 @@ def _read(m: Samples) -> tuple[float, float, int, float | None]:
     return (value(m, "lagwatch_cycles_total", cluster="test") or 0.0,
             value(m, "lagwatch_kafka_requests_total", cluster="test") or 0.0, len(served),
             value(m, "lagwatch_shards_owned", cluster="test"))
+
+
+def _received(pid: int, ports: set[int]) -> int:
+    """Bytes the process ``pid`` and its children have received so far on their open TCP
+    connections to ``ports`` (each socket's ``bytes_received`` in ``ss -tinp``)."""
+    pids = {pid, *children(pid)}
+    out = subprocess.run(["ss", "-tinpH"], capture_output=True, text=True, check=True).stdout
+    total, counted = 0, False
+    for line in out.splitlines():
+        if not line[:1].isspace():  # a socket's line; its tcp_info follows, indented
+            fields, owner = line.split(), re.search(r"pid=(\d+)", line)
+            counted = (len(fields) > 4 and int(fields[4].rsplit(":", 1)[1]) in ports
+                       and owner is not None and int(owner.group(1)) in pids)
+        elif counted and (m := re.search(r"bytes_received:(\d+)", line)):
+            total += int(m.group(1))
+    return total
 
 
 def main() -> int:
@@ -58,16 +80,21 @@ def main() -> int:
         for _name, p in procs:
             p.wait_ready()
         time.sleep(20)  # the coordination group settled, every shard read back
+        ports = {int(hp.rsplit(":", 1)[1]) for hp in k.bootstrap_servers.split(",")}
         before = [_read(p.metrics()) for _n, p in procs]
+        got0 = [_received(p.proc.pid, ports) for _n, p in procs]
         time.sleep(args.seconds)
         after = [_read(p.metrics()) for _n, p in procs]
+        got1 = [_received(p.proc.pid, ports) for _n, p in procs]
         print(f"{args.brokers} broker(s), {args.groups} groups x {PARTITIONS} partitions, "
               f"{args.replicas} replicas beside one process", flush=True)
-        for (name, _p), (c0, r0, _g, _s), (c1, r1, served, shards) in zip(procs, before, after, strict=True):
-            per = (r1 - r0) / max(1.0, c1 - c0)
+        for (name, _p), (c0, r0, _g, _s), (c1, r1, served, shards), b0, b1 in zip(
+                procs, before, after, got0, got1, strict=True):
+            cycles = max(1.0, c1 - c0)
             owned = "" if shards is None else f", {shards:.0f} shard(s)"
-            print(f"  {name:<12} {per:5.1f} requests a cycle over {c1 - c0:.0f} cycles, "
-                  f"{served} groups served{owned}", flush=True)
+            print(f"  {name:<12} {(r1 - r0) / cycles:5.1f} requests a cycle over {c1 - c0:.0f} cycles, "
+                  f"{(b1 - b0) / cycles / 1024:7.1f} kB received a cycle, {served} groups served{owned}",
+                  flush=True)
     return 0
 
 
