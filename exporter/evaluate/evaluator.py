@@ -98,7 +98,7 @@ from exporter.evaluate.memory import (
     remember_uncommitted,
     rest_step,
 )
-from exporter.evaluate.progress import Observed, ProgressTracker, RatesMemory
+from exporter.evaluate.progress import Observed, ProgressTracker, rates_of
 from exporter.evaluate.rebalances import RebalanceTracker
 from exporter.evaluate.rest import (
     ExactCheck,
@@ -427,14 +427,14 @@ class Evaluator:
             return
         recs = [self.groups[gid] for gid, _g, _r in items]
         apart = {i: memo for i, ((_gid, _g, r), rec) in enumerate(zip(items, recs, strict=True))
-                 if (memo := points_apart(r, rec.memory, _rates(rec))) is not None}
+                 if (memo := points_apart(r, rec.memory, rates_of(rec))) is not None}
         figures = self.progress.apart(list(apart.values()), [items[i][2].view for i in apart],
                                       partitions, now)
         known: list[GroupView | None] = [None] * len(items)
         for (i, memo), pr in zip(apart.items(), figures, strict=True):
             r = items[i][2]
             if pr is not None:
-                known[i] = rates_known(r, _rates(recs[i]), memo, pr, self.progress.window, now)
+                known[i] = rates_known(r, rates_of(recs[i]), memo, pr, self.progress.window, now)
         for (gid, g, r), rec, v in zip(items, recs, known, strict=True):
             if v is None:
                 prepare(gid, g, r)
@@ -462,7 +462,7 @@ class Evaluator:
         rec = self.groups[gid]
         state, th = rec.memory, rec.th
         if r is not None:
-            settle(r, state, _rates(rec))
+            settle(r, state, rates_of(rec))
         if g.error is not None:
             return _Pending(gid=gid, g=g, st=state, th=th, reports=reports)
         state.unreadable_since = None
@@ -1141,12 +1141,6 @@ def _rows(keys: dict[TP, TP], tps: list[TP], b: _Columns, stalled: np.ndarray, o
         unsubscribed[i] = v.unsubscribed
     return PartitionRows(keyed, committed, position, lag_off, lag_s, stalled,
                          status, reason, owner, unsubscribed, evidence)
-
-
-def _rates(rec: GroupMemories) -> RatesMemory:
-    """The rate points of a group at rest (it entered rest with them)."""
-    assert rec.rates is not None
-    return rec.rates
 
 
 def _with_figures(v: GroupView, progress: GroupProgress | None, rebalances: GroupRebalances | None

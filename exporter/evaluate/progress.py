@@ -119,10 +119,7 @@ class ProgressTracker:
 
     def rested(self, gid: str, v: GroupView) -> None:
         """A group at rest: its view carries its figures already (exporter/evaluate/rest.py)."""
-        rec = self.groups[gid]
-        if rec.rates is None:
-            rec.rates = RatesMemory()
-        rec.rates.last = v.progress
+        rates_of(self.groups[gid]).last = v.progress
 
     def apart(self, memos: list[RatesMemory], views: list[GroupView],
               partitions: dict[TP, PartitionOffsets], now: float) -> list[GroupProgress | None]:
@@ -218,7 +215,7 @@ class ProgressTracker:
         ``out`` at ``at``."""
         obs = [o for _gid, _v, _s, o in groups if o is not None]  # every one (:meth:`many`)
         assert len(obs) == len(groups)
-        memos = [_kept(self.groups[gid]) for gid, *_ in groups]
+        memos = [rates_of(self.groups[gid]) for gid, *_ in groups]
         for (gid, v, sample, _o), memo, i, fig in zip(groups, memos, at, self._cohort(memos, obs, now),
                                                      strict=True):
             if fig is not None:
@@ -468,8 +465,9 @@ class _Chunk(NamedTuple):
     starts: np.ndarray  # each group's first row
 
 
-def _kept(rec: HoldsRates) -> RatesMemory:
-    """The points of a group in a cohort (it has some: :meth:`ProgressTracker.many`)."""
+def rates_of(rec: HoldsRates) -> RatesMemory:
+    """The rates memory of a group that has one: in a cohort (:meth:`ProgressTracker.many`),
+    or at rest (it entered rest with its points: exporter/evaluate/rest.py)."""
     assert rec.rates is not None
     return rec.rates
 
