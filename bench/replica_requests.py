@@ -1,6 +1,7 @@
 """Sampling requests per cycle of N replicas against one process, on B local brokers.
 
-    .venv/bin/python -m bench.replica_requests --brokers 3 --replicas 3 --groups 200
+    .venv/bin/python -m bench.replica_requests --brokers 3 --replicas 3 --groups 200 \
+        [--offsets-partitions 50] [--shards 0]
 
 Creates a topic of 12 partitions and G groups with committed offsets (no members), as
 ``bench_core`` does (:func:`bench.bench_core.setup`), then runs one plain process
@@ -64,16 +65,24 @@ def main() -> int:
     ap.add_argument("--replicas", type=int, default=3)
     ap.add_argument("--groups", type=int, default=200)
     ap.add_argument("--seconds", type=float, default=20.0)
+    ap.add_argument("--offsets-partitions", type=int, default=10,
+                    help="the brokers' offsets.topic.num.partitions (Kafka's default: 50)")
+    ap.add_argument("--shards", type=int, default=PARTITIONS,
+                    help="partitions of the replicas' state topic (0: lagwatch's default)")
     args = ap.parse_args()
-    with KafkaCluster(brokers_count=args.brokers, heap="1g") as k, ExitStack() as stack:
+    brokers = {"offsets.topic.num.partitions": str(args.offsets_partitions)}
+    with KafkaCluster(brokers_count=args.brokers, heap="1g", extra_config=brokers) as k, \
+            ExitStack() as stack:
         setup(k, args.groups, PARTITIONS, TAG, 1.0)
         tmp = tempfile.mkdtemp(prefix="lagwatch-rq-")
         cluster = {"name": "test", "bootstrap_servers": k.bootstrap_servers,
                    "groups": {"allow": f"^bench-{TAG}-"}}
         single = exporter_config(tmp, k.bootstrap_servers,
                                  clusters=[{**cluster, "state": {"enabled": False}}])
-        replica = exporter_config(tmp, k.bootstrap_servers, clusters=[{**cluster, "state": {
-            "topic": "__lagwatch_state_rq", "partitions": PARTITIONS, "replicas": True}}])
+        state = {"topic": "__lagwatch_state_rq", "replicas": True}
+        if args.shards:
+            state["partitions"] = args.shards
+        replica = exporter_config(tmp, k.bootstrap_servers, clusters=[{**cluster, "state": state}])
         procs = [("one process", stack.enter_context(ExporterProcess(None, config=single)))]
         procs += [(f"replica {i + 1}", stack.enter_context(ExporterProcess(None, config=replica)))
                   for i in range(args.replicas)]
@@ -86,8 +95,9 @@ def main() -> int:
         time.sleep(args.seconds)
         after = [_read(p.metrics()) for _n, p in procs]
         got1 = [_received(p.proc.pid, ports) for _n, p in procs]
-        print(f"{args.brokers} broker(s), {args.groups} groups x {PARTITIONS} partitions, "
-              f"{args.replicas} replicas beside one process", flush=True)
+        print(f"{args.brokers} broker(s) with {args.offsets_partitions} __consumer_offsets "
+              f"partitions, {args.groups} groups x {PARTITIONS} partitions, {args.replicas} "
+              "replicas beside one process", flush=True)
         for (name, _p), (c0, r0, _g, _s), (c1, r1, served, shards), b0, b1 in zip(
                 procs, before, after, got0, got1, strict=True):
             cycles = max(1.0, c1 - c0)

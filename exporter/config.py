@@ -192,7 +192,8 @@ class ClusterConfig:
                                key="state.topic", see="security.md")
     state_partitions: int = setting(
         "partitions of the state topic when lagwatch creates it (at most those of "
-        "__consumer_offsets)", 10, key="state.partitions", metavar="COUNT")
+        "__consumer_offsets): the shards replicas divide", 50, key="state.partitions",
+        metavar="COUNT", see="design.md#replicas")
     state_max_age: float = setting(
         "state written longer ago than this is not read back (seconds)", 3600.0, key="state.max_age")
     state_write_every: int = setting(
