@@ -178,6 +178,27 @@ def build() -> g.Dashboard:
         [(f"max by (cluster) (lagwatch_brokers{{{C}}})", "{{cluster}}")], "none",
         thresholds=steps(("blue", None)))
 
+    shards = timeseries(
+        "Shards per replica",
+        "With state.replicas: the shards each replica judges the groups of, and all the shards "
+        "of the cluster. While the replicas' sum is below all, some groups are watched by none "
+        "(KafkaConsumerLagShardsUnowned); a replica that may not join judges all of them. Empty "
+        "without replicas.",
+        [(f"lagwatch_shards_owned{{{C}}}", "{{cluster}} {{instance}}"),
+         (f"max by (cluster) (lagwatch_shards{{{C}}})", "{{cluster}} all shards")],
+        "none", axis_label="shards")
+    state = timeseries(
+        "State topic",
+        "State records written per second (what a restart or a moved shard reads back), and records "
+        "refused at a read-back by reason. Writable 0: the brokers refused the writes, and a "
+        "restart starts every stall clock again.",
+        [(f"sum by (cluster) (rate(lagwatch_state_records_written_total{{{C}}}[$__rate_interval]))",
+          "written {{cluster}}"),
+         (f"sum by (cluster, reason) (rate(lagwatch_state_records_dropped_total{{{C}}}"
+          "[$__rate_interval]))", "dropped {{cluster}} {{reason}}"),
+         (f"min by (cluster) (lagwatch_state_writable{{{C}}})", "writable {{cluster}}")],
+        "short", axis_label="records/s")
+
     return dashboard(
         UID_OVERVIEW, "lagwatch / Overview",
         "Kafka consumer groups and Spark Structured Streaming queries: status, lag in seconds and "
@@ -193,5 +214,6 @@ def build() -> g.Dashboard:
             [(requests, 8, 7), (reports, 8, 7), (dropped, 4, 7), (brokers, 4, 7)],
             [(catchup_panel(), 8, 7), (lost_panel(), 8, 7), (rebalances_panel(), 8, 7)],
             [(exposure_panel(), 24, 7)],
+            [(shards, 12, 7), (state, 12, 7)],
         ],
     )

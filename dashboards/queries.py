@@ -44,6 +44,9 @@ _OPTIONAL_FAMILIES = {
     "lagwatch_errors_total": "only after a sampling error",
     "lagwatch_reports_dropped_total": "only after a report was rejected",
     "lagwatch_reports_received_total": "only once reports are read from the reports topic",
+    "lagwatch_shards": "only with state.replicas",
+    "lagwatch_shards_owned": "only with state.replicas",
+    "lagwatch_state_records_dropped_total": "only after a state record was refused",
     "kafka_consumergroup_position_offset": "only from instrumented consumers or the Spark listener",
     "kafka_consumergroup_member_last_poll_age_seconds": "only from instrumented consumers",
     "kafka_consumergroup_catchup_seconds": "only while a group with a backlog consumes faster than "

@@ -351,6 +351,7 @@ class ClusterRunner:
             writable=st.writable, written=st.written, dropped=frozen_counts(st.dropped),
             restored_groups=st.restored_groups,
             shards=None if sh is None else (sh.partitions if sh.refused else len(sh.owned)),
+            all_shards=None if sh is None else sh.partitions,
             refused=None if sh is None else sh.refused is not None)
         return SelfStats(cycles=self.cycles, requests=self.requests,
                          reports_requests=self.reports_requests,

@@ -53,6 +53,7 @@ class StateStats:
     dropped: Mapping[str, int]  # records not read back, by reason
     restored_groups: int  # groups whose judgement was restored (at start, and shards moved in)
     shards: int | None = None  # with replicas: the state partitions this replica judges
+    all_shards: int | None = None  # with replicas: the state partitions all replicas divide
     refused: bool | None = None  # with replicas: it may not join, and judges every group
 
 

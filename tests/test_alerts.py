@@ -169,6 +169,9 @@ def test_promtool_unit_tests_pass() -> None:
      "          max by (cluster, group, topic) (kafka_consumergroup_topic_unsubscribed) == 1\n", ""),
     # without the lower bound the abandoned topic's alert fires forever once records are lost
     ("KafkaConsumerGroupAbandonedTopicNearRetention", ">= 0 < 0.1", "< 0.1"),
+    # counting the replicas' shards per instance, no replica ever lacks any
+    ("KafkaConsumerLagShardsUnowned", "- sum by (job, cluster) (lagwatch_shards_owned)",
+     "- max by (job, cluster) (lagwatch_shards_owned)"),
     # the exporter-down alert must carry the cluster of the dead instance
     ("KafkaConsumerLagExporterDown", "max by (cluster, job, instance) (last_over_time",
      "max by (job, instance) (last_over_time"),
@@ -245,7 +248,7 @@ def test_expected_alerts_and_severities() -> None:
                  "KafkaConsumerGroupNearRetention", "KafkaConsumerSparkQueryLagHigh",
                  "KafkaConsumerSparkQueryLivelocked",
                  "KafkaConsumerLagExporterDown", "KafkaConsumerLagClusterUnreachable",
-                 "KafkaConsumerLagDataStale"):
+                 "KafkaConsumerLagDataStale", "KafkaConsumerLagShardsUnowned"):
         assert name in sev, name
     exprs = {r["alert"]: r["expr"] for r in alert_rules()}
     crit = exprs["KafkaConsumerGroupLagCritical"]

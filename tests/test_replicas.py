@@ -293,6 +293,12 @@ def test_replicas_share_the_groups_and_a_killed_ones_move_with_their_clocks(
         at_start = firing_evaluations(prom, moves_from, moves_from)
         assert at_start and all(firing.get(a) == max(firing.values()) for a in at_start), firing
         assert ("KafkaConsumerGroupStalled", stalled) in at_start
+        # Shards nobody judged while they moved (the crashed worker's, the killed
+        # replica's: at least the session timeout each) raised KafkaConsumerLagShardsUnowned
+        # (``for: 0s`` here), and it resolved once every shard had an owner again.
+        unowned = 'ALERTS{alertname="KafkaConsumerLagShardsUnowned", alertstate="firing"}'
+        assert prom.query_range(unowned, moves_from, time.time()), "no unowned shard seen"
+        wait_for(lambda: not prom.query(unowned), 30, "KafkaConsumerLagShardsUnowned resolved")
 
 
 def _settled_in_shares(reps: list[ExporterProcess], ms: list[Samples], ref: Samples,
@@ -326,6 +332,7 @@ def _each_samples_a_third(ms: list[Samples], ref: Samples, every: set[str]) -> N
     broker and coordinator each cycle, :func:`_requests_per_cycle`); what each carries does."""
     owned = [value(m, "lagwatch_shards_owned", cluster="test") or 0 for m in ms]
     assert max(owned) - min(owned) <= 1, f"shards owned {owned}"
+    assert all(value(m, "lagwatch_shards", cluster="test") == SHARDS for m in ms)
     for m, n in zip(ms, owned, strict=True):
         served = set(_statuses(m))
         shards = {shard_of(g, OFFSETS_PARTITIONS, SHARDS) for g in served}

@@ -186,6 +186,10 @@ FAMILIES: tuple[FamilyDoc, ...] = (
     FamilyDoc("lagwatch_shards_owned", "gauge", ("cluster",),
               "With state.replicas: the state topic's partitions (shards) this replica judges the "
               "groups of (all of them when it may not join); absent without replicas."),
+    FamilyDoc("lagwatch_shards", "gauge", ("cluster",),
+              "With state.replicas: the shards the replicas divide (the state topic's partitions). "
+              "While lagwatch_shards_owned summed over the replicas is below it, the groups of some "
+              "shards are watched by none; absent without replicas."),
     FamilyDoc("lagwatch_coordination_refused", "gauge", ("cluster",),
               "With state.replicas: 1 when lagwatch may not join its coordination group or use its "
               "state topic (authorization), so this replica judges and serves every group alone; "

@@ -73,6 +73,7 @@ def state_families(records: Iterable[ClusterRecord]) -> list[Metric]:
     written, dropped = (_counter("lagwatch_state_records_written_total"),
                         _counter("lagwatch_state_records_dropped_total"))
     shards, refused = _gauge("lagwatch_shards_owned"), _gauge("lagwatch_coordination_refused")
+    every = _gauge("lagwatch_shards")
     for r in records:
         s = r.stats.state
         if s is None:
@@ -87,7 +88,9 @@ def state_families(records: Iterable[ClusterRecord]) -> list[Metric]:
         if s.shards is not None:
             shards.add_metric(c, s.shards)
             refused.add_metric(c, 1.0 if s.refused else 0.0)
-    return [writable, written, dropped, restored, shards, refused]
+        if s.all_shards:  # 0: the state topic not known yet
+            every.add_metric(c, s.all_shards)
+    return [writable, written, dropped, restored, shards, every, refused]
 
 
 class SelfMetrics(Collector):
