@@ -23,12 +23,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Producer
-from confluent_kafka.admin import AdminClient, ConfigResource
+from confluent_kafka import Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
 from devenv.kafka import KafkaCluster, free_port
+from exporter.config import ClusterConfig
 from exporter.contracts.state import SavedGroup
 from exporter.state import codec
+from exporter.state.topic import StateTopic
 from tests.conftest import (
     STALL_AFTER,
     commit_offsets,
@@ -251,3 +253,28 @@ def test_foreign_and_broken_records_are_counted_and_the_rest_restored(written: d
         log = exp.output()
         for reason in bad:
             assert log.count(f"({reason}; lagwatch_state_records_dropped_total") == 1, reason
+
+
+def test_a_read_back_starts_at_each_partitions_log_start(kafka: KafkaCluster) -> None:
+    """The read-back assigns each partition at its log start, as ListOffsets gives it: a
+    partition whose first records were deleted reads from there, and an empty one and one
+    with every record deleted are not waited for. (An operator's own state topic may be
+    ``compact,delete``: retention then moves its log start; DeleteRecords does so here.)"""
+    cfg = ClusterConfig(name="test", bootstrap_servers=kafka.bootstrap_servers,
+                        state_topic=unique("__lagwatch_state_start"))
+    admin = AdminClient({"bootstrap.servers": kafka.bootstrap_servers})
+    admin.create_topics([NewTopic(cfg.state_topic, 3, 1, config={"cleanup.policy": "compact,delete"})]
+                        )[cfg.state_topic].result(10)
+    topic = StateTopic(cfg)
+    assert topic.ensure() is None and topic.partitions == 3
+    p = Producer({"bootstrap.servers": kafka.bootstrap_servers})
+    for key, part in (("a", 0), ("b", 0), ("c", 0), ("d", 2)):
+        p.produce(cfg.state_topic, key=key.encode(), value=b"v-" + key.encode(), partition=part)
+    assert p.flush(10) == 0
+    cut = admin.delete_records([TopicPartition(cfg.state_topic, 0, 1), TopicPartition(cfg.state_topic, 2, 1)],
+                               request_timeout=10)
+    for fut in cut.values():
+        fut.result()
+    load = topic.load()
+    assert load.error is None, load.error
+    assert {k: v for k, (v, _ts) in load.records.items()} == {b"b": b"v-b", b"c": b"v-c"}

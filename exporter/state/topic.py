@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 import time
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
 
 from exporter.config import ClusterConfig
@@ -80,21 +80,27 @@ class StateTopic:
         except KafkaException as e:
             return StateLoadReply(self.cluster_id, {}, error=str(e.args[0] if e.args else e))
 
-    def _ends(self) -> dict[int, int]:
-        """Each partition's end (its HW), in one ListOffsets per leader: asked partition by
-        partition, a topic of 50 would cost 50 round trips before the first record."""
-        asked = {TopicPartition(self.topic, p): OffsetSpec.latest() for p in range(self.partitions)}
-        got = self.admin.list_offsets(asked, request_timeout=self.cfg.request_timeout)
-        return {tp.partition: fut.result().offset for tp, fut in got.items()}
+    def _bounds(self) -> dict[int, tuple[int, int]]:
+        """Each partition's log start and end (its HW), in one ListOffsets per leader for
+        each: asked partition by partition, a topic of 50 would cost 50 round trips before
+        the first record."""
+        parts = [TopicPartition(self.topic, p) for p in range(self.partitions)]
+        asked = [self.admin.list_offsets({tp: spec for tp in parts}, request_timeout=self.cfg.request_timeout)
+                 for spec in (OffsetSpec.earliest(), OffsetSpec.latest())]
+        starts, ends = ({tp.partition: fut.result().offset for tp, fut in got.items()} for got in asked)
+        return {p: (starts[p], ends[p]) for p in ends}
 
     def _read_all(self) -> dict[bytes, tuple[bytes | None, float]]:
         c = Consumer(client_config(self.cfg, **NEVER_JOINS, **{
             "client.id": f"lagwatch-{self.cfg.name}-state", "enable.partition.eof": True,
-            "fetch.message.max.bytes": MAX_RECORD_BYTES}))
+            "fetch.message.max.bytes": MAX_RECORD_BYTES, "auto.offset.reset": "earliest"}))
         try:
-            ends = self._ends()
-            todo = {p for p, hi in ends.items() if hi > 0}
-            c.assign([TopicPartition(self.topic, p, OFFSET_BEGINNING) for p in sorted(todo)])
+            bounds = self._bounds()
+            ends = {p: hi for p, (_lo, hi) in bounds.items()}
+            todo = {p for p, (lo, hi) in bounds.items() if hi > lo}
+            # at the log start itself: assigned OFFSET_BEGINNING, the consumer looks the
+            # offset up first, and its first fetch comes about half a second later
+            c.assign([TopicPartition(self.topic, p, bounds[p][0]) for p in sorted(todo)])
             out: dict[bytes, tuple[bytes | None, float]] = {}
             deadline = time.monotonic() + max(60.0, 6 * self.cfg.request_timeout)
             while todo and time.monotonic() < deadline:
