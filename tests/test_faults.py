@@ -15,6 +15,7 @@ from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 
 from devenv.groups_tool import describe_group
 from devenv.kafka import KafkaCluster
+from exporter.kafka.broker_requests import BrokerRequests
 from tests.conftest import (
     admin_for,
     commit_offsets,
@@ -149,6 +150,36 @@ def test_partitions_added_appear(kafka: KafkaCluster, exporter: ExporterProcess)
     commit_offsets(kafka.bootstrap_servers, group, topic, {1: 1, 2: 5})
     wait_for(lambda: group_offsets(exporter.metrics(), group, "kafka_consumergroup_lag_offsets")
              == {(topic, 0): 0.0, (topic, 1): 3.0, (topic, 2): 0.0}, 20, "group lag on new partitions")
+
+
+@pytest.mark.cluster3
+def test_metadata_asks_one_broker_and_the_others_when_it_hangs(kafka3: KafkaCluster) -> None:
+    """A cycle's Metadata goes to the broker that answered last, alone; when that broker
+    hangs (SIGSTOP) the others are asked too, one of them answers, and the next cycle asks
+    that one alone. Counted in requests sent, not timed."""
+    req = BrokerRequests({}, kafka3.bootstrap_servers, 5.0, "lagwatch-test-metadata")
+    try:
+        req.metadata()  # connects; the broker that answers is remembered
+        sent = req.requests
+        assert len(req.metadata().brokers) == 3
+        assert req.requests - sent == 1, "a healthy cycle asks one broker"
+        answered = req._metadata_from
+        victim = next(b for b in kafka3.brokers if b.node_id == answered)
+        victim.pause()
+        try:
+            req.begin_cycle()
+            sent = req.requests
+            assert len(req.metadata().brokers) == 3
+            assert req.requests - sent == 3, "the hung broker, then the two others"
+            assert req._metadata_from != answered
+            req.begin_cycle()
+            sent = req.requests
+            req.metadata()
+            assert req.requests - sent == 1, "the next cycle asks the broker that answered"
+        finally:
+            victim.resume()
+    finally:
+        req.close()
 
 
 @pytest.mark.cluster3

@@ -78,6 +78,10 @@ REQUEST_FAILED = -1
 # Requests of ours outstanding per broker connection: kafka-python refuses a sixth
 # (max_in_flight_requests_per_connection, 5) with NodeNotReadyError instead of queueing it.
 IN_FLIGHT = 4
+# Seconds a Metadata request waits on one broker before the others are asked too: the
+# answer is the same from every broker, and it holds every topic (megabytes on a large
+# cluster), so one broker is asked, and a hung one costs a cycle this much once.
+METADATA_HEDGE = 0.5
 # Seconds between polls of an idle SASL client's event loop (its re-authentication timers
 # fire at 85-95 % of the session lifetime, so this must be well under 5 % of it).
 SESSION_TICK = 0.1
@@ -290,6 +294,7 @@ class BrokerRequests:
         self._lock = threading.Lock()
         self.requests = 0
         self.silent: set[int] = set()
+        self._metadata_from: int | None = None  # the broker whose Metadata answered last
         self._failures: list[str] = []  # requests of a call that failed as a whole
         # OffsetFetch v10 names topics by id only (KIP-848): v8-9 batch groups by name.
         # Lower it to test the per-group path of brokers before Kafka 3.0 (KIP-709).
@@ -360,20 +365,30 @@ class BrokerRequests:
             client.cluster.request_update()
             return e
 
-    def _gather(self, calls: Sequence[tuple[int, Any]], first: bool = False) -> list[Any]:
+    def _gather(self, calls: Sequence[tuple[int, Any]], first: bool = False,
+                hedge: float | None = None) -> list[Any]:
         """Send every (node, request), at most IN_FLIGHT at a time per broker (kafka-python
         refuses more per connection); each result is a response or an exception. With
-        ``first`` the wait ends at the first answer (one question to every broker)."""
+        ``first`` the wait ends at the first answer (one question to every broker); with
+        ``hedge`` too, the first call goes alone and the others only when it has not
+        answered within ``hedge`` seconds (or failed)."""
         client = self._connected()
         results: list[Any] = [None] * len(calls)
-        queued = collections.deque(range(len(calls)))
-        deadline = time.monotonic() + self.timeout
+        queued = collections.deque(range(len(calls) if hedge is None else min(1, len(calls))))
+        held = collections.deque(range(len(queued), len(calls)))
+        now = time.monotonic()
+        deadline, hedge_at = now + self.timeout, now + (hedge or 0.0)
         while True:
             self._pump(client, calls, results, queued)
             pending = [f for f in results if f is not None and not isinstance(f, BaseException)]
             answered = first and any(f.succeeded() for f in pending)
-            left = deadline - time.monotonic()
-            if answered or left <= 0 or (not queued and all(f.is_done for f in pending)):
+            now = time.monotonic()
+            left, settled = deadline - now, not queued and all(f.is_done for f in pending)
+            if held and not answered and (settled or now >= hedge_at):
+                queued.extend(held)
+                held.clear()
+                continue
+            if answered or left <= 0 or settled:
                 break
             client.poll(timeout_ms=min(100, int(left * 1000) + 1))
         for i, (node, _) in enumerate(calls):
@@ -420,17 +435,22 @@ class BrokerRequests:
 
     # -- metadata ------------------------------------------------------------------------
     def metadata(self) -> Any:
-        """A MetadataResponse for all topics, asked of every known broker at once; the first
-        answer wins, so a hung broker costs nothing here."""
+        """A MetadataResponse for all topics, asked of the broker that answered last (else
+        the first known), and of every other broker too when it has not answered within
+        METADATA_HEDGE; the first answer wins."""
         client = self._connected()
         nodes = [b.node_id for b in client.cluster.brokers()] or \
             [b.node_id for b in client.cluster.bootstrap_brokers()]
+        if self._metadata_from in nodes:  # the broker that answered last is asked first
+            nodes.remove(self._metadata_from)
+            nodes.insert(0, self._metadata_from)
         results = self._gather([(n, MetadataRequest(topics=None, allow_auto_topic_creation=False))
-                                for n in nodes], first=True)
-        answers = [r for r in results if not isinstance(r, BaseException)]
+                                for n in nodes], first=True, hedge=METADATA_HEDGE)
+        answers = [(n, r) for n, r in zip(nodes, results, strict=True) if not isinstance(r, BaseException)]
         if not answers:
             raise next(iter(results), TimeoutError("no broker known"))
-        return answers[0]
+        self._metadata_from = answers[0][0]
+        return answers[0][1]
 
     # -- ListOffsets -------------------------------------------------------------------------
     def list_offsets(self, by_leader: dict[int, list[TP]], timestamp: int = LATEST,

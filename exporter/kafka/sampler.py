@@ -2,7 +2,7 @@
 
 Every per-cycle request goes through kafka-python's request layer
 (exporter/kafka/broker_requests.py), per broker or per coordinator, never per group:
-metadata from whichever broker answers first, ListGroups to every broker (each lists
+metadata from one broker (every broker when it is slow), ListGroups to every broker (each lists
 the groups it coordinates, so the listing says where to ask), then per coordinator one
 OffsetFetch v8+ for all its groups (KIP-709), one DescribeGroups for its classic groups
 and one Consumer-/Streams-/ShareGroupDescribe and DescribeShareGroupOffsets per type,
@@ -285,8 +285,8 @@ class Sampler:
                         brokers=len(md.brokers))
 
     def _cluster_metadata(self) -> tuple[Any, str]:
-        """Metadata from whichever broker answers first (kafka-python asks all at once, so
-        a hung broker costs nothing). Until kafka-python has connected once, librdkafka
+        """Metadata from one broker (kafka-python asks the others too when it does not
+        answer within METADATA_HEDGE). Until kafka-python has connected once, librdkafka
         asks first: it names a credential or TLS refusal within CREDENTIAL_GRACE, where
         kafka-python's bootstrap waits out its whole timeout. librdkafka's answer also
         stands in when no broker answers kafka-python."""
