@@ -1,7 +1,7 @@
 """Sampling requests per cycle of N replicas against one process, on B local brokers.
 
     .venv/bin/python -m bench.replica_requests --brokers 3 --replicas 3 --groups 200 \
-        [--partitions 12] [--offsets-partitions 50] [--shards 0]
+        [--partitions 12] [--offsets-partitions 50] [--shards 0] [--extra-topics 0]
 
 Creates a topic of P partitions and G groups with committed offsets (no members), as
 ``bench_core`` does (:func:`bench.bench_core.setup`), then runs one process (its state
@@ -30,6 +30,8 @@ import tempfile
 import time
 from contextlib import ExitStack
 from pathlib import Path
+
+from confluent_kafka.admin import AdminClient, NewTopic
 
 from bench.bench_core import setup
 from devenv.kafka import KafkaCluster
@@ -80,6 +82,16 @@ def _received(pid: int, ports: set[int]) -> int:
     return total
 
 
+def _extra_topics(k: KafkaCluster, n: int) -> None:
+    if not n:
+        return
+    admin = AdminClient({"bootstrap.servers": k.bootstrap_servers})
+    names = [f"bench-{TAG}-extra-{i:05d}" for i in range(n)]
+    for i in range(0, n, 100):
+        for fut in admin.create_topics([NewTopic(t, 6, 1) for t in names[i:i + 100]]).values():
+            fut.result(60)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--brokers", type=int, default=3)
@@ -87,6 +99,8 @@ def main() -> int:
     ap.add_argument("--groups", type=int, default=200)
     ap.add_argument("--seconds", type=float, default=20.0)
     ap.add_argument("--partitions", type=int, default=PARTITIONS, help="partitions of the groups' topic")
+    ap.add_argument("--extra-topics", type=int, default=0,
+                    help="topics of 6 partitions no group reads: they weigh on every Metadata answer")
     ap.add_argument("--offsets-partitions", type=int, default=10,
                     help="the brokers' offsets.topic.num.partitions (Kafka's default: 50)")
     ap.add_argument("--shards", type=int, default=PARTITIONS,
@@ -96,6 +110,7 @@ def main() -> int:
     with KafkaCluster(brokers_count=args.brokers, heap="1g", extra_config=brokers) as k, \
             ExitStack() as stack:
         setup(k, args.groups, args.partitions, TAG, 1.0)
+        _extra_topics(k, args.extra_topics)
         tmp = tempfile.mkdtemp(prefix="lagwatch-rq-")
         cluster = {"name": "test", "bootstrap_servers": k.bootstrap_servers,
                    "groups": {"allow": f"^bench-{TAG}-"}}
