@@ -22,12 +22,12 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
 from bench.commits import Committer
+from devenv.procs import cpu_seconds
 
 COMMIT_BATCH = 200
 WRITERS = ("raw", "admin")
@@ -124,7 +124,4 @@ def _cpu_beside_main() -> float:
     """CPU seconds of this process's threads other than the main one: the writer's (its
     thread, its clients' librdkafka threads, :class:`~bench.commits.Committer`'s lanes),
     the benchmark measuring from the main thread."""
-    def cpu(stat: Path) -> float:
-        fields = stat.read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    return cpu(Path("/proc/self/stat")) - cpu(Path(f"/proc/self/task/{os.getpid()}/stat"))
+    return cpu_seconds("self") - cpu_seconds("self", os.getpid())

@@ -23,24 +23,21 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import os
 import re
 import subprocess
 import tempfile
 import time
 from contextlib import ExitStack
-from pathlib import Path
 
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from bench.bench_core import setup
 from devenv.kafka import KafkaCluster
-from devenv.procs import children, memory_mb
+from devenv.procs import children, cpu_seconds, memory_mb
 from tests.conftest import exporter_config
 from tests.support.exporter_proc import ExporterProcess, Samples, select, value
 
 TAG, PARTITIONS = "rq", 12  # the fleet: topic bench-rq, groups bench-rq-g00000 ...
-TICKS = os.sysconf("SC_CLK_TCK")
 
 
 def _read(m: Samples) -> tuple[float, float, int, float | None]:
@@ -55,9 +52,8 @@ def _cpu(pid: int) -> float:
     """CPU seconds (user and system) the process ``pid`` and its children have used."""
     total = 0.0
     for p in (pid, *children(pid)):
-        with contextlib.suppress(OSError):
-            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
-            total += (int(fields[11]) + int(fields[12])) / TICKS  # utime, stime
+        with contextlib.suppress(OSError):  # a child gone meanwhile
+            total += cpu_seconds(p)
     return total
 
 

@@ -1,8 +1,9 @@
-"""What /proc says about a process (its children, memory and open files), and how to stop
-one (benchmarks, tests)."""
+"""What /proc says about a process (its children, CPU, memory and open files), and how to
+stop one (benchmarks, tests)."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
 
@@ -33,6 +34,14 @@ def children(pid: int) -> list[int]:
         except OSError:
             continue
     return out
+
+
+def cpu_seconds(pid: int | str, task: int | None = None) -> float:
+    """User and system CPU seconds of process ``pid`` (a number, or "self") so far, or of
+    its thread ``task`` alone (``utime`` and ``stime`` in ``/proc``)."""
+    stat = Path(f"/proc/{pid}") / ("stat" if task is None else f"task/{task}/stat")
+    fields = stat.read_text().rsplit(")", 1)[1].split()  # after the command, which may hold ")"
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def memory_mb(pid: int, field: str = "VmRSS") -> float:

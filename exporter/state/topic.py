@@ -96,7 +96,6 @@ class StateTopic:
             "fetch.message.max.bytes": MAX_RECORD_BYTES, "auto.offset.reset": "earliest"}))
         try:
             bounds = self._bounds()
-            ends = {p: hi for p, (_lo, hi) in bounds.items()}
             todo = {p for p, (lo, hi) in bounds.items() if hi > lo}
             # at the log start itself: assigned OFFSET_BEGINNING, the consumer looks the
             # offset up first, and its first fetch comes about half a second later
@@ -112,7 +111,7 @@ class StateTopic:
                         if err.code() == KafkaError._PARTITION_EOF:
                             todo.discard(msg.partition())
                         continue
-                    if msg.offset() + 1 >= ends[msg.partition()]:
+                    if msg.offset() + 1 >= bounds[msg.partition()][1]:
                         todo.discard(msg.partition())
                     _kind, ts = msg.timestamp()
                     out[msg.key() or b""] = (msg.value(), ts / 1000.0)
